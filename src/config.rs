@@ -1,0 +1,460 @@
+//! Configuration: parse, then validate, then run.
+//!
+//! Sources in rising precedence: the TOML file (`--config`), environment variables, command-line
+//! flags. `RawConfig` mirrors the file with every key optional and unknown keys refused; the
+//! environment and flags are laid over it; `RawConfig::validate` turns the result into a `Config`
+//! whose fields are known good, or fails naming the key. `memgate.example.toml` documents every key.
+
+use crate::error::StartupError;
+use secrecy::SecretString;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Anthropic's own limit for a Messages request body.
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 32 * 1024 * 1024;
+
+/// The file's shape: every key optional, unknown keys refused with their path.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub listen: Option<String>,
+    #[serde(default)]
+    pub upstream: RawUpstream,
+    #[serde(default)]
+    pub auth: RawAuth,
+    #[serde(default)]
+    pub limits: RawLimits,
+    #[serde(default)]
+    pub shutdown: RawShutdown,
+    #[serde(default)]
+    pub log: RawLog,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstream {
+    pub url: Option<String>,
+    pub api_key: Option<String>,
+    pub connect_timeout_ms: Option<u64>,
+    pub first_byte_timeout_ms: Option<u64>,
+    pub stream_idle_timeout_ms: Option<u64>,
+    pub pool_idle_timeout_ms: Option<u64>,
+    pub pool_max_idle_per_host: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuth {
+    pub mode: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    pub max_body_bytes: Option<u64>,
+    pub body_read_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawShutdown {
+    pub grace_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLog {
+    pub format: Option<String>,
+    pub level: Option<String>,
+}
+
+/// Values given on the command line; each, when present, beats the file and the environment.
+#[derive(Debug, Default, Clone, clap::Args)]
+pub struct ConfigFlags {
+    /// TOML configuration file (see memgate.example.toml).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on, e.g. 127.0.0.1:8080 (port 0 picks a free port).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// The Anthropic API base URL.
+    #[arg(long, value_name = "URL")]
+    pub upstream_url: Option<String>,
+    /// `passthrough` (callers' own Anthropic keys go upstream) or `managed` (memgate's key does).
+    #[arg(long, value_name = "MODE")]
+    pub auth_mode: Option<String>,
+    /// `text` or `json`.
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<String>,
+}
+
+/// Who holds the upstream credential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthMode {
+    /// Callers send their own Anthropic key; memgate forwards it and shows them only `public`
+    /// records of the default tenant.
+    Passthrough,
+    /// memgate sends its configured `ANTHROPIC_API_KEY`; callers' credentials never go upstream.
+    Managed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub upstream: UpstreamConfig,
+    pub auth_mode: AuthMode,
+    pub limits: Limits,
+    pub shutdown_grace: Duration,
+    pub log_format: LogFormat,
+    pub log_level: String,
+}
+
+/// Bounds on what a client may send.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_body_bytes: u64,
+    /// How long a client may take to send a Messages body it has started.
+    pub body_read_timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// Base URL without a trailing slash; request paths are appended to it.
+    pub base_url: String,
+    pub api_key: Option<SecretString>,
+    pub connect_timeout: Duration,
+    pub first_byte_timeout: Duration,
+    pub stream_idle_timeout: Duration,
+    pub pool_idle_timeout: Duration,
+    pub pool_max_idle_per_host: usize,
+}
+
+impl Config {
+    /// Reads the file named by `flags.config` (if any), lays the environment and then the flags
+    /// over it, and validates the result.
+    pub fn load(
+        flags: &ConfigFlags,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, StartupError> {
+        let mut raw = match &flags.config {
+            Some(path) => RawConfig::from_file(path)?,
+            None => RawConfig::default(),
+        };
+        raw.apply_env(env);
+        raw.apply_flags(flags);
+        raw.validate()
+    }
+}
+
+impl RawConfig {
+    pub fn from_file(path: &Path) -> Result<RawConfig, StartupError> {
+        let text = std::fs::read_to_string(path).map_err(|source| StartupError::ConfigRead {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml(&text).map_err(|message| StartupError::ConfigParse {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    /// Parses TOML text; the error names the key's path (`upstream.url: invalid type …`).
+    pub fn from_toml(text: &str) -> Result<RawConfig, String> {
+        let deserializer = toml::Deserializer::parse(text).map_err(|err| err.to_string())?;
+        serde_path_to_error::deserialize(deserializer).map_err(|err| {
+            let path = err.path().to_string();
+            format!("{path}: {}", err.into_inner())
+        })
+    }
+
+    fn apply_env(&mut self, env: impl Fn(&str) -> Option<String>) {
+        let set = |slot: &mut Option<String>, name: &str| {
+            if let Some(value) = env(name).filter(|v| !v.is_empty()) {
+                *slot = Some(value);
+            }
+        };
+        set(&mut self.listen, "MEMGATE_LISTEN");
+        set(&mut self.upstream.url, "MEMGATE_UPSTREAM_URL");
+        set(&mut self.upstream.api_key, "ANTHROPIC_API_KEY");
+        set(&mut self.auth.mode, "MEMGATE_AUTH_MODE");
+        set(&mut self.log.format, "MEMGATE_LOG_FORMAT");
+        set(&mut self.log.level, "MEMGATE_LOG_LEVEL");
+    }
+
+    fn apply_flags(&mut self, flags: &ConfigFlags) {
+        let set = |slot: &mut Option<String>, flag: &Option<String>| {
+            if let Some(value) = flag {
+                *slot = Some(value.clone());
+            }
+        };
+        set(&mut self.listen, &flags.listen);
+        set(&mut self.upstream.url, &flags.upstream_url);
+        set(&mut self.auth.mode, &flags.auth_mode);
+        set(&mut self.log.format, &flags.log_format);
+    }
+
+    pub fn validate(self) -> Result<Config, StartupError> {
+        let invalid = |key: &str, message: String| StartupError::ConfigInvalid {
+            key: key.to_owned(),
+            message,
+        };
+
+        let listen_text = self.listen.unwrap_or_else(|| "127.0.0.1:8080".to_owned());
+        let listen = listen_text.parse::<SocketAddr>().map_err(|_| {
+            invalid(
+                "listen",
+                format!("`{listen_text}` is not an address like 127.0.0.1:8080 (MEMGATE_LISTEN)"),
+            )
+        })?;
+
+        let url_text = self
+            .upstream
+            .url
+            .unwrap_or_else(|| "https://api.anthropic.com".to_owned());
+        let base_url =
+            validate_upstream_url(&url_text).map_err(|message| invalid("upstream.url", message))?;
+
+        let api_key = self.upstream.api_key.map(SecretString::from);
+        let auth_mode = match self.auth.mode.as_deref().unwrap_or("passthrough") {
+            "passthrough" => AuthMode::Passthrough,
+            "managed" => AuthMode::Managed,
+            other => {
+                return Err(invalid(
+                    "auth.mode",
+                    format!(
+                        "`{other}` is not a mode; use `passthrough` or `managed` (MEMGATE_AUTH_MODE)"
+                    ),
+                ));
+            }
+        };
+        if auth_mode == AuthMode::Managed && api_key.is_none() {
+            return Err(invalid(
+                "upstream.api_key",
+                "auth.mode `managed` sends memgate's own key upstream; set ANTHROPIC_API_KEY"
+                    .into(),
+            ));
+        }
+
+        let millis =
+            |key: &str, value: Option<u64>, default: u64| -> Result<Duration, StartupError> {
+                match value.unwrap_or(default) {
+                    0 => Err(invalid(key, "must be at least 1 millisecond".into())),
+                    ms => Ok(Duration::from_millis(ms)),
+                }
+            };
+        let upstream = UpstreamConfig {
+            base_url,
+            api_key,
+            connect_timeout: millis(
+                "upstream.connect_timeout_ms",
+                self.upstream.connect_timeout_ms,
+                5_000,
+            )?,
+            first_byte_timeout: millis(
+                "upstream.first_byte_timeout_ms",
+                self.upstream.first_byte_timeout_ms,
+                600_000,
+            )?,
+            stream_idle_timeout: millis(
+                "upstream.stream_idle_timeout_ms",
+                self.upstream.stream_idle_timeout_ms,
+                300_000,
+            )?,
+            pool_idle_timeout: millis(
+                "upstream.pool_idle_timeout_ms",
+                self.upstream.pool_idle_timeout_ms,
+                90_000,
+            )?,
+            pool_max_idle_per_host: self.upstream.pool_max_idle_per_host.unwrap_or(256),
+        };
+
+        let max_body_bytes = self.limits.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
+        if max_body_bytes < 1024 {
+            return Err(invalid(
+                "limits.max_body_bytes",
+                format!(
+                    "{max_body_bytes} is too small for any Messages request; use at least 1024"
+                ),
+            ));
+        }
+
+        let limits = Limits {
+            max_body_bytes,
+            body_read_timeout: millis(
+                "limits.body_read_timeout_ms",
+                self.limits.body_read_timeout_ms,
+                60_000,
+            )?,
+        };
+
+        let shutdown_grace = Duration::from_millis(self.shutdown.grace_ms.unwrap_or(30_000));
+
+        let log_format = match self.log.format.as_deref().unwrap_or("text") {
+            "text" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            other => {
+                return Err(invalid(
+                    "log.format",
+                    format!("`{other}` is not a format; use `text` or `json` (MEMGATE_LOG_FORMAT)"),
+                ));
+            }
+        };
+        let log_level = self.log.level.unwrap_or_else(|| "info".to_owned());
+        if tracing_subscriber::EnvFilter::try_new(&log_level).is_err() {
+            return Err(invalid(
+                "log.level",
+                format!(
+                    "`{log_level}` is not a level or filter; use e.g. `info` or `memgate=debug`"
+                ),
+            ));
+        }
+
+        Ok(Config {
+            listen,
+            upstream,
+            auth_mode,
+            limits,
+            shutdown_grace,
+            log_format,
+            log_level,
+        })
+    }
+}
+
+fn validate_upstream_url(text: &str) -> Result<String, String> {
+    let url = url::Url::parse(text).map_err(|err| {
+        format!("`{text}` is not a URL ({err}); use e.g. https://api.anthropic.com")
+    })?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("`{text}` must be an http or https URL"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(format!("`{text}` must not carry a query or fragment"));
+    }
+    if url.username() != "" || url.password().is_some() {
+        return Err("the upstream URL must not carry credentials; set ANTHROPIC_API_KEY".into());
+    }
+    Ok(text.trim_end_matches('/').to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use secrecy::ExposeSecret;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    fn load_toml(
+        text: &str,
+        env: &[(&str, &str)],
+        flags: ConfigFlags,
+    ) -> Result<Config, StartupError> {
+        let mut raw = RawConfig::from_toml(text).map_err(|message| StartupError::ConfigParse {
+            path: "test.toml".into(),
+            message,
+        })?;
+        raw.apply_env(env_of(env));
+        raw.apply_flags(&flags);
+        raw.validate()
+    }
+
+    #[test]
+    fn defaults_are_the_contracts() {
+        let config = load_toml("", &[], ConfigFlags::default()).unwrap();
+        assert_eq!(config.listen, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(config.upstream.base_url, "https://api.anthropic.com");
+        assert_eq!(config.auth_mode, AuthMode::Passthrough);
+        assert_eq!(config.limits.max_body_bytes, 32 * 1024 * 1024);
+    }
+
+    #[test]
+    fn flags_beat_environment_which_beats_the_file() {
+        let file = "listen = \"127.0.0.1:1000\"\n[upstream]\nurl = \"http://file.example\"\n";
+        let env = [
+            ("MEMGATE_LISTEN", "127.0.0.1:2000"),
+            ("MEMGATE_UPSTREAM_URL", "http://env.example/"),
+        ];
+        let config = load_toml(file, &env, ConfigFlags::default()).unwrap();
+        assert_eq!(config.listen.port(), 2000);
+        assert_eq!(config.upstream.base_url, "http://env.example");
+
+        let flags = ConfigFlags {
+            listen: Some("127.0.0.1:3000".into()),
+            ..Default::default()
+        };
+        let config = load_toml(file, &env, flags).unwrap();
+        assert_eq!(config.listen.port(), 3000);
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_with_their_path() {
+        let err = RawConfig::from_toml("[upstream]\nurll = \"x\"\n").unwrap_err();
+        assert!(err.contains("upstream"), "{err}");
+        assert!(err.contains("urll"), "{err}");
+    }
+
+    #[test]
+    fn wrong_types_name_the_key() {
+        let err = RawConfig::from_toml("[upstream]\nconnect_timeout_ms = \"soon\"\n").unwrap_err();
+        assert!(err.starts_with("upstream.connect_timeout_ms"), "{err}");
+    }
+
+    #[test]
+    fn invalid_values_name_the_key() {
+        let cases = [
+            ("listen = \"nowhere\"", "listen"),
+            ("[upstream]\nurl = \"ftp://x\"", "upstream.url"),
+            ("[auth]\nmode = \"open\"", "auth.mode"),
+            ("[auth]\nmode = \"managed\"", "upstream.api_key"),
+            ("[limits]\nmax_body_bytes = 10", "limits.max_body_bytes"),
+            ("[log]\nformat = \"xml\"", "log.format"),
+            (
+                "[upstream]\nconnect_timeout_ms = 0",
+                "upstream.connect_timeout_ms",
+            ),
+        ];
+        for (text, key) in cases {
+            match load_toml(text, &[], ConfigFlags::default()) {
+                Err(StartupError::ConfigInvalid { key: got, .. }) => assert_eq!(got, key, "{text}"),
+                other => panic!("{text}: expected an error naming {key}, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn managed_mode_takes_the_key_from_the_environment() {
+        let env = [
+            ("ANTHROPIC_API_KEY", "sk-ant-configured"),
+            ("MEMGATE_AUTH_MODE", "managed"),
+        ];
+        let config = load_toml("", &env, ConfigFlags::default()).unwrap();
+        assert_eq!(config.auth_mode, AuthMode::Managed);
+        assert_eq!(
+            config.upstream.api_key.unwrap().expose_secret(),
+            "sk-ant-configured"
+        );
+    }
+
+    #[test]
+    fn the_example_file_is_valid_and_complete() {
+        let text = include_str!("../memgate.example.toml");
+        let raw = RawConfig::from_toml(text).unwrap();
+        assert!(raw.upstream.url.is_some() && raw.listen.is_some());
+    }
+}

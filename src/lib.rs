@@ -1,0 +1,15 @@
+//! memgate: a gateway in front of the Anthropic Messages API that gives every request memory.
+//!
+//! `app` holds the route table and draws a request's path through the layers; start there.
+
+pub mod app;
+pub mod config;
+pub mod error;
+pub mod health;
+pub mod identity;
+pub mod mock_upstream;
+pub mod observability;
+pub mod proxy;
+pub mod server;
+
+pub use app::{AppState, build_app};

@@ -1,0 +1,177 @@
+//! Prometheus metrics. Every label takes values from a fixed enum, so the number of series is
+//! bounded whatever paths or statuses clients send.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// The route a request matched, as a bounded label.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Route {
+    messages,
+    count_tokens,
+    passthrough,
+    admin,
+    health,
+    metrics,
+    unmatched,
+}
+
+impl Route {
+    /// Maps a request path to its label (before routing, so unmatched paths count too).
+    pub fn from_path(path: &str) -> Route {
+        match path {
+            "/v1/messages" => Route::messages,
+            "/v1/messages/count_tokens" => Route::count_tokens,
+            "/healthz" | "/readyz" => Route::health,
+            "/metrics" => Route::metrics,
+            p if p.starts_with("/v1/") => Route::passthrough,
+            p if p.starts_with("/admin/") => Route::admin,
+            _ => Route::unmatched,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct StatusClass(&'static str);
+
+impl StatusClass {
+    pub fn of(status: u16) -> StatusClass {
+        StatusClass(match status {
+            200..=299 => "2xx",
+            300..=399 => "3xx",
+            400..=499 => "4xx",
+            500..=599 => "5xx",
+            _ => "other",
+        })
+    }
+}
+
+impl EncodeLabelValue for StatusClass {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.0)
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    route: Route,
+    status_class: StatusClass,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    route: Route,
+}
+
+type HistogramFamily = Family<RouteLabels, Histogram, fn() -> Histogram>;
+
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    upstream_latency: HistogramFamily,
+    added_latency: HistogramFamily,
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("memgate");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "Requests answered, by route and status class",
+            requests.clone(),
+        );
+        // 1 ms .. ~65 s: upstream answers range from cached errors to long generations.
+        let upstream_latency: HistogramFamily =
+            Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 17)));
+        registry.register(
+            "upstream_latency_seconds",
+            "Time from sending a request upstream to receiving the answer's headers",
+            upstream_latency.clone(),
+        );
+        // 25 µs .. ~1.6 s: memgate's own share is meant to stay well under a millisecond.
+        let added_latency: HistogramFamily =
+            Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.000025, 2.0, 17)));
+        registry.register(
+            "added_latency_seconds",
+            "Time memgate itself adds before the answer's headers (total minus upstream)",
+            added_latency.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            upstream_latency,
+            added_latency,
+        }
+    }
+
+    pub fn record_request(&self, route: Route, status: u16) {
+        let labels = RequestLabels {
+            route,
+            status_class: StatusClass::of(status),
+        };
+        self.requests.get_or_create(&labels).inc();
+    }
+
+    pub fn record_upstream(&self, route: Route, upstream: Duration, total: Duration) {
+        let labels = RouteLabels { route };
+        self.upstream_latency
+            .get_or_create(&labels)
+            .observe(upstream.as_secs_f64());
+        let added = total.saturating_sub(upstream);
+        self.added_latency
+            .get_or_create(&labels)
+            .observe(added.as_secs_f64());
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn render(&self) -> Result<String, std::fmt::Error> {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)?;
+        Ok(text)
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_map_to_a_bounded_set_of_labels() {
+        assert_eq!(Route::from_path("/v1/messages"), Route::messages);
+        assert_eq!(Route::from_path("/v1/files/abc"), Route::passthrough);
+        assert_eq!(Route::from_path("/wp-login.php"), Route::unmatched);
+    }
+
+    #[test]
+    fn rendered_metrics_carry_route_and_status_class() {
+        let metrics = Metrics::new();
+        metrics.record_request(Route::messages, 529);
+        metrics.record_upstream(
+            Route::messages,
+            Duration::from_millis(3),
+            Duration::from_millis(4),
+        );
+        let text = metrics.render().unwrap();
+        assert!(
+            text.contains(r#"memgate_requests_total{route="messages",status_class="5xx"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains("memgate_added_latency_seconds_bucket"),
+            "{text}"
+        );
+    }
+}

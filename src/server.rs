@@ -1,0 +1,75 @@
+//! `memgate serve`: bind, serve, and shut down gracefully.
+//!
+//! Shutdown lifecycle: on SIGTERM or Ctrl-C, `/readyz` turns 503 and the listener stops accepting;
+//! requests and streams in flight run on. When the last one ends the process exits; if some are
+//! still running after `shutdown.grace_ms`, they are cut and the process exits anyway.
+
+use crate::app::{AppState, build_app};
+use crate::config::Config;
+use crate::error::StartupError;
+use std::net::SocketAddr;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+pub async fn run(config: Config, on_ready: impl FnOnce(SocketAddr)) -> Result<(), StartupError> {
+    let state = AppState::new(&config)?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| StartupError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, upstream = %config.upstream.base_url, auth_mode = ?config.auth_mode, "memgate listening");
+    on_ready(addr);
+
+    let (signalled_tx, signalled_rx) = oneshot::channel::<()>();
+    let draining_state = state.clone();
+    let stop_accepting = async move {
+        shutdown_signal().await;
+        tracing::info!("shutdown requested: no new connections; draining in-flight requests");
+        draining_state.begin_draining();
+        let _ = signalled_tx.send(());
+    };
+    let server = axum::serve(listener, build_app(state)).with_graceful_shutdown(stop_accepting);
+
+    let grace = config.shutdown_grace;
+    let deadline = async move {
+        if signalled_rx.await.is_ok() {
+            tokio::time::sleep(grace).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        result = server => result?,
+        () = deadline => {
+            tracing::warn!(grace_ms = grace.as_millis() as u64, "grace period over; cutting the requests still in flight");
+        }
+    }
+    tracing::info!("memgate stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}

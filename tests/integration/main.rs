@@ -1,0 +1,9 @@
+//! One integration-test binary (links once): in-process router tests and end-to-end tests that
+//! start the real `memgate` binary on port 0 in front of the real mock-upstream.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+mod support;
+
+mod e2e_proxy;
+mod e2e_shutdown;
+mod router;

@@ -1,0 +1,195 @@
+//! Shared test plumbing: real `memgate` processes on port 0 and a client for them.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_memgate");
+
+/// A running `memgate` process (gateway or mock), killed when dropped.
+pub struct Proc {
+    child: Child,
+    pub base: String,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Proc {
+    /// Starts `memgate <args>` and waits for its "listening on http://ADDR" line.
+    pub fn start(args: &[&str], env: &[(&str, &str)]) -> Proc {
+        let mut command = Command::new(BIN);
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for var in [
+            "MEMGATE_LISTEN",
+            "MEMGATE_UPSTREAM_URL",
+            "ANTHROPIC_API_KEY",
+            "MEMGATE_AUTH_MODE",
+        ] {
+            command.env_remove(var);
+        }
+        command.envs(env.iter().copied());
+        let mut child = command.spawn().expect("spawn memgate");
+
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut err_pipe = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = err_pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+
+        let (tx, rx) = mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some((_, addr)) = line.split_once("listening on ") {
+                    let _ = tx.send(addr.trim().to_owned());
+                }
+            }
+        });
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(base) => Proc {
+                child,
+                base,
+                stderr,
+            },
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "memgate {args:?} did not start; stderr:\n{}",
+                    stderr.lock().unwrap()
+                );
+            }
+        }
+    }
+
+    pub fn mock(extra: &[&str]) -> Proc {
+        let mut args = vec!["mock-upstream", "--listen", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        Proc::start(&args, &[])
+    }
+
+    pub fn gateway(upstream: &Proc, extra: &[&str], env: &[(&str, &str)]) -> Proc {
+        let mut args = vec![
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream-url",
+            upstream.base.as_str(),
+        ];
+        args.extend_from_slice(extra);
+        Proc::start(&args, env)
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit on its own, up to `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// What the mock has recorded.
+    pub async fn recorded(&self) -> Vec<Value> {
+        let body: Value = client()
+            .get(self.url("/_mock/requests"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        body["requests"].as_array().cloned().unwrap_or_default()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap()
+}
+
+/// Polls `check` until it returns Some, or panics after `limit`.
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+pub fn messages_body(model: &str, stream: bool) -> Value {
+    serde_json::json!({
+        "model": model,
+        "max_tokens": 64,
+        "stream": stream,
+        "messages": [{"role": "user", "content": "What is the capital of France?"}],
+    })
+}
+
+/// Replaces the mock's per-request sequence numbers (`req_mock_12`), which differ between two
+/// otherwise identical answers, so answers can be compared whole.
+pub fn without_request_seq(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("req_mock_") {
+        out.push_str(&rest[..at + "req_mock_".len()]);
+        rest = rest[at + "req_mock_".len()..].trim_start_matches(|c: char| c.is_ascii_digit());
+        out.push('N');
+    }
+    out.push_str(rest);
+    out
+}
