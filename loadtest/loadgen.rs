@@ -76,10 +76,7 @@ struct Sample {
 
 fn parse_headers(raw: &[String]) -> Result<HeaderMap, BoxError> {
     let mut map = HeaderMap::new();
-    map.insert(
-        reqwest::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    map.insert(reqwest::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     for line in raw {
         let Some((name, value)) = line.split_once(':') else {
             return Err(format!("--header {line:?}: expected `name: value`").into());
@@ -106,12 +103,7 @@ async fn one_request(
 ) -> Sample {
     let send_lag_us = micros(Instant::now().saturating_duration_since(scheduled));
     let result = async {
-        let response = client
-            .post(&*url)
-            .headers(headers)
-            .body(body)
-            .send()
-            .await?;
+        let response = client.post(&*url).headers(headers).body(body).send().await?;
         let status = response.status();
         // Read the whole body: the latency is the time to the last byte.
         let _ = response.bytes().await?;
@@ -121,17 +113,10 @@ async fn one_request(
     let latency_us = micros(Instant::now().saturating_duration_since(scheduled));
     let outcome = match result {
         Ok(status) if status.is_success() => Outcome::Ok { latency_us },
-        Ok(status) => Outcome::Status {
-            status: status.as_u16(),
-        },
-        Err(err) => Outcome::Transport {
-            message: error_chain(&err),
-        },
+        Ok(status) => Outcome::Status { status: status.as_u16() },
+        Err(err) => Outcome::Transport { message: error_chain(&err) },
     };
-    Sample {
-        outcome,
-        send_lag_us,
-    }
+    Sample { outcome, send_lag_us }
 }
 
 fn error_chain(err: &dyn Error) -> String {
@@ -152,11 +137,7 @@ fn quantile(sorted: &[u64], q: f64) -> u64 {
     }
     let len = sorted.len();
     // Nearest rank: ceil(q * n), 1-based.
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss
-    )]
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
     let rank = ((q * len as f64).ceil() as usize).clamp(1, len);
     sorted.get(rank - 1).copied().unwrap_or(0)
 }
@@ -255,11 +236,8 @@ impl Report {
             self.errors_unfinished
         );
         if !self.status_counts.is_empty() {
-            let list: Vec<String> = self
-                .status_counts
-                .iter()
-                .map(|(status, count)| format!("{status}\u{d7}{count}"))
-                .collect();
+            let list: Vec<String> =
+                self.status_counts.iter().map(|(status, count)| format!("{status}\u{d7}{count}")).collect();
             println!("statuses      {}", list.join(", "));
         }
         if let Some(err) = &self.first_transport_error {
@@ -280,11 +258,7 @@ impl Report {
 }
 
 fn rate(count: u64, seconds: f64) -> f64 {
-    if seconds > 0.0 {
-        count as f64 / seconds
-    } else {
-        0.0
-    }
+    if seconds > 0.0 { count as f64 / seconds } else { 0.0 }
 }
 
 fn record(report: &mut Report, lags: &mut Vec<u64>, sample: Sample) {
@@ -339,11 +313,7 @@ async fn run(args: Args) -> Result<Report, BoxError> {
         .build()?;
 
     // Total number of requests in the schedule.
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss
-    )]
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
     let total = (args.rate * args.duration).round().max(1.0) as u64;
     let interval_ns = 1e9 / args.rate;
     let in_flight = Arc::new(Semaphore::new(args.max_in_flight.max(1)));
@@ -362,11 +332,7 @@ async fn run(args: Args) -> Result<Report, BoxError> {
 
     let start = Instant::now();
     for i in 0..total {
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            clippy::cast_precision_loss
-        )]
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
         let offset = Duration::from_nanos((i as f64 * interval_ns) as u64);
         let scheduled = start + offset;
         tokio::time::sleep_until(scheduled).await;
@@ -382,8 +348,7 @@ async fn run(args: Args) -> Result<Report, BoxError> {
             continue;
         };
         report.sent += 1;
-        let (client, url, body, headers) =
-            (client.clone(), url.clone(), body.clone(), headers.clone());
+        let (client, url, body, headers) = (client.clone(), url.clone(), body.clone(), headers.clone());
         tasks.spawn(async move {
             let sample = one_request(client, url, body, headers, scheduled).await;
             drop(permit);

@@ -7,16 +7,24 @@
 //! 3. `identity` — who is calling and which credential goes upstream.
 //! 4. `proxy::request_body` — size limit, read deadline, JSON and shape checks (Messages only).
 //! 5. `proxy::upstream` — pooled client, timeouts; the answer relayed chunk by chunk.
+//!
+//! `/admin/v1/…` goes through `admin::require_admin` (bearer token) to handlers that call
+//! `memory::MemoryService`, which checks records (`memory::envelope`, `records::schemas`,
+//! `records::secrets`) and writes them through `store`.
 
 use crate::config::{Config, Limits};
 use crate::error::StartupError;
 use crate::identity::Identity;
+use crate::memory::MemoryService;
 use crate::observability::metrics::Metrics;
 use crate::proxy::upstream::Upstream;
-use crate::{health, observability, proxy};
+use crate::records::schemas::SchemaSet;
+use crate::store::Store;
+use crate::{admin, health, observability, proxy};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{any, get, post};
+use secrecy::SecretString;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -32,20 +40,37 @@ struct Inner {
     upstream: Upstream,
     metrics: Metrics,
     draining: AtomicBool,
+    memories: MemoryService,
+    admin_token: Option<SecretString>,
+    max_import_bytes: u64,
 }
 
 impl AppState {
-    pub fn new(config: &Config) -> Result<AppState, StartupError> {
+    /// Connects the store (migrating it), compiles the schemas and builds the upstream client.
+    pub async fn new(config: &Config) -> Result<AppState, StartupError> {
+        let store = Store::connect(&config.database_url).await.map_err(|err| StartupError::Store {
+            url: crate::store::redact_url(&config.database_url),
+            message: err.to_string(),
+        })?;
+        store.migrate().await.map_err(|err| StartupError::Store {
+            url: crate::store::redact_url(&config.database_url),
+            message: format!("migrating: {err}"),
+        })?;
+        let schemas = SchemaSet::load(config.records.schemas_dir.as_deref()).map_err(|err| {
+            StartupError::ConfigInvalid { key: "records.schemas_dir".into(), message: err.to_string() }
+        })?;
+        let memories = MemoryService::new(store, Arc::new(schemas), config.records.max_content_bytes);
         let inner = Inner {
+            memories,
+            admin_token: config.admin.token.clone(),
+            max_import_bytes: config.admin.max_import_bytes,
             limits: config.limits.clone(),
             identity: Identity::new(config.auth_mode, config.upstream.api_key.clone()),
             upstream: Upstream::new(&config.upstream)?,
             metrics: Metrics::new(),
             draining: AtomicBool::new(false),
         };
-        Ok(AppState {
-            inner: Arc::new(inner),
-        })
+        Ok(AppState { inner: Arc::new(inner) })
     }
 
     pub fn limits(&self) -> &Limits {
@@ -64,6 +89,22 @@ impl AppState {
         &self.inner.metrics
     }
 
+    pub fn memories(&self) -> &MemoryService {
+        &self.inner.memories
+    }
+
+    pub fn store(&self) -> &Store {
+        self.inner.memories.store()
+    }
+
+    pub fn admin_token(&self) -> Option<&SecretString> {
+        self.inner.admin_token.as_ref()
+    }
+
+    pub fn max_import_bytes(&self) -> u64 {
+        self.inner.max_import_bytes
+    }
+
     /// Marks the process as shutting down: `/readyz` turns 503 so load balancers stop sending.
     pub fn begin_draining(&self) {
         self.inner.draining.store(true, Ordering::SeqCst);
@@ -76,25 +117,31 @@ impl AppState {
 
 /// The route table: path → handler, nothing else.
 pub fn build_app(state: AppState) -> Router {
+    use admin::{memories, transfer};
+    let admin = Router::new()
+        .route("/memories", post(memories::create).get(memories::list))
+        .route("/memories/forget", post(memories::forget))
+        .route("/memories/{id}", get(memories::get).patch(memories::update).delete(memories::delete))
+        .route("/memories/{id}/history", get(memories::history))
+        .route("/memories/{id}/pause", post(memories::pause))
+        .route("/memories/{id}/archive", post(memories::archive))
+        .route("/memories/{id}/activate", post(memories::activate))
+        .route("/export", get(transfer::export))
+        .route("/import", post(transfer::import))
+        .route("/imports/{id}/undo", post(transfer::undo))
+        .fallback(proxy::not_found)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), admin::require_admin));
     Router::new()
+        .nest("/admin/v1", admin)
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(observability::metrics_handler))
-        .route(
-            "/v1/messages",
-            post(proxy::messages).fallback(proxy::passthrough),
-        )
-        .route(
-            "/v1/messages/count_tokens",
-            post(proxy::count_tokens).fallback(proxy::passthrough),
-        )
+        .route("/v1/messages", post(proxy::messages).fallback(proxy::passthrough))
+        .route("/v1/messages/count_tokens", post(proxy::count_tokens).fallback(proxy::passthrough))
         .route("/v1/{*rest}", any(proxy::passthrough))
         .fallback(proxy::not_found)
         // Body limits are enforced by the handlers, which answer in Anthropic's error shape.
         .layer(DefaultBodyLimit::disable())
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            observability::middleware::observe,
-        ))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), observability::middleware::observe))
         .with_state(state)
 }

@@ -30,6 +30,32 @@ pub struct RawConfig {
     pub shutdown: RawShutdown,
     #[serde(default)]
     pub log: RawLog,
+    #[serde(default)]
+    pub database: RawDatabase,
+    #[serde(default)]
+    pub admin: RawAdmin,
+    #[serde(default)]
+    pub records: RawRecords,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDatabase {
+    pub url: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    pub token: Option<String>,
+    pub max_import_bytes: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRecords {
+    pub schemas_dir: Option<PathBuf>,
+    pub max_content_bytes: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -88,6 +114,9 @@ pub struct ConfigFlags {
     /// `text` or `json`.
     #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<String>,
+    /// `sqlite://FILE` or `postgres://…`.
+    #[arg(long, value_name = "URL")]
+    pub database_url: Option<String>,
 }
 
 /// Who holds the upstream credential.
@@ -116,6 +145,23 @@ pub struct Config {
     pub shutdown_grace: Duration,
     pub log_format: LogFormat,
     pub log_level: String,
+    pub database_url: String,
+    pub admin: AdminConfig,
+    pub records: RecordsConfig,
+}
+
+#[derive(Debug, Clone)]
+pub struct AdminConfig {
+    /// Bearer token of the admin API; `None` turns the admin API off.
+    pub token: Option<SecretString>,
+    pub max_import_bytes: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct RecordsConfig {
+    /// Extra or overriding schema files (`<dir>/<schema_version>/<type>.json`); built-ins always load.
+    pub schemas_dir: Option<PathBuf>,
+    pub max_content_bytes: usize,
 }
 
 /// Bounds on what a client may send.
@@ -141,10 +187,7 @@ pub struct UpstreamConfig {
 impl Config {
     /// Reads the file named by `flags.config` (if any), lays the environment and then the flags
     /// over it, and validates the result.
-    pub fn load(
-        flags: &ConfigFlags,
-        env: impl Fn(&str) -> Option<String>,
-    ) -> Result<Config, StartupError> {
+    pub fn load(flags: &ConfigFlags, env: impl Fn(&str) -> Option<String>) -> Result<Config, StartupError> {
         let mut raw = match &flags.config {
             Some(path) => RawConfig::from_file(path)?,
             None => RawConfig::default(),
@@ -157,14 +200,9 @@ impl Config {
 
 impl RawConfig {
     pub fn from_file(path: &Path) -> Result<RawConfig, StartupError> {
-        let text = std::fs::read_to_string(path).map_err(|source| StartupError::ConfigRead {
-            path: path.to_owned(),
-            source,
-        })?;
-        Self::from_toml(&text).map_err(|message| StartupError::ConfigParse {
-            path: path.to_owned(),
-            message,
-        })
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| StartupError::ConfigRead { path: path.to_owned(), source })?;
+        Self::from_toml(&text).map_err(|message| StartupError::ConfigParse { path: path.to_owned(), message })
     }
 
     /// Parses TOML text; the error names the key's path (`upstream.url: invalid type …`).
@@ -188,6 +226,8 @@ impl RawConfig {
         set(&mut self.auth.mode, "MEMGATE_AUTH_MODE");
         set(&mut self.log.format, "MEMGATE_LOG_FORMAT");
         set(&mut self.log.level, "MEMGATE_LOG_LEVEL");
+        set(&mut self.database.url, "MEMGATE_DATABASE_URL");
+        set(&mut self.admin.token, "MEMGATE_ADMIN_TOKEN");
     }
 
     fn apply_flags(&mut self, flags: &ConfigFlags) {
@@ -200,13 +240,12 @@ impl RawConfig {
         set(&mut self.upstream.url, &flags.upstream_url);
         set(&mut self.auth.mode, &flags.auth_mode);
         set(&mut self.log.format, &flags.log_format);
+        set(&mut self.database.url, &flags.database_url);
     }
 
     pub fn validate(self) -> Result<Config, StartupError> {
-        let invalid = |key: &str, message: String| StartupError::ConfigInvalid {
-            key: key.to_owned(),
-            message,
-        };
+        let invalid =
+            |key: &str, message: String| StartupError::ConfigInvalid { key: key.to_owned(), message };
 
         let listen_text = self.listen.unwrap_or_else(|| "127.0.0.1:8080".to_owned());
         let listen = listen_text.parse::<SocketAddr>().map_err(|_| {
@@ -216,10 +255,7 @@ impl RawConfig {
             )
         })?;
 
-        let url_text = self
-            .upstream
-            .url
-            .unwrap_or_else(|| "https://api.anthropic.com".to_owned());
+        let url_text = self.upstream.url.unwrap_or_else(|| "https://api.anthropic.com".to_owned());
         let base_url =
             validate_upstream_url(&url_text).map_err(|message| invalid("upstream.url", message))?;
 
@@ -230,35 +266,27 @@ impl RawConfig {
             other => {
                 return Err(invalid(
                     "auth.mode",
-                    format!(
-                        "`{other}` is not a mode; use `passthrough` or `managed` (MEMGATE_AUTH_MODE)"
-                    ),
+                    format!("`{other}` is not a mode; use `passthrough` or `managed` (MEMGATE_AUTH_MODE)"),
                 ));
             }
         };
         if auth_mode == AuthMode::Managed && api_key.is_none() {
             return Err(invalid(
                 "upstream.api_key",
-                "auth.mode `managed` sends memgate's own key upstream; set ANTHROPIC_API_KEY"
-                    .into(),
+                "auth.mode `managed` sends memgate's own key upstream; set ANTHROPIC_API_KEY".into(),
             ));
         }
 
-        let millis =
-            |key: &str, value: Option<u64>, default: u64| -> Result<Duration, StartupError> {
-                match value.unwrap_or(default) {
-                    0 => Err(invalid(key, "must be at least 1 millisecond".into())),
-                    ms => Ok(Duration::from_millis(ms)),
-                }
-            };
+        let millis = |key: &str, value: Option<u64>, default: u64| -> Result<Duration, StartupError> {
+            match value.unwrap_or(default) {
+                0 => Err(invalid(key, "must be at least 1 millisecond".into())),
+                ms => Ok(Duration::from_millis(ms)),
+            }
+        };
         let upstream = UpstreamConfig {
             base_url,
             api_key,
-            connect_timeout: millis(
-                "upstream.connect_timeout_ms",
-                self.upstream.connect_timeout_ms,
-                5_000,
-            )?,
+            connect_timeout: millis("upstream.connect_timeout_ms", self.upstream.connect_timeout_ms, 5_000)?,
             first_byte_timeout: millis(
                 "upstream.first_byte_timeout_ms",
                 self.upstream.first_byte_timeout_ms,
@@ -281,9 +309,7 @@ impl RawConfig {
         if max_body_bytes < 1024 {
             return Err(invalid(
                 "limits.max_body_bytes",
-                format!(
-                    "{max_body_bytes} is too small for any Messages request; use at least 1024"
-                ),
+                format!("{max_body_bytes} is too small for any Messages request; use at least 1024"),
             ));
         }
 
@@ -312,13 +338,40 @@ impl RawConfig {
         if tracing_subscriber::EnvFilter::try_new(&log_level).is_err() {
             return Err(invalid(
                 "log.level",
-                format!(
-                    "`{log_level}` is not a level or filter; use e.g. `info` or `memgate=debug`"
-                ),
+                format!("`{log_level}` is not a level or filter; use e.g. `info` or `memgate=debug`"),
             ));
         }
 
+        let database_url = self.database.url.unwrap_or_else(|| "sqlite://memgate.db".to_owned());
+        if !["sqlite:", "postgres:", "postgresql:"].iter().any(|p| database_url.starts_with(p)) {
+            return Err(invalid(
+                "database.url",
+                "use sqlite://FILE or postgres://USER@HOST/DB (MEMGATE_DATABASE_URL)".into(),
+            ));
+        }
+        let admin_token = self.admin.token.filter(|t| !t.is_empty());
+        if admin_token.as_ref().is_some_and(|t| t.len() < 16) {
+            return Err(invalid(
+                "admin.token",
+                "the admin token must be at least 16 characters (MEMGATE_ADMIN_TOKEN)".into(),
+            ));
+        }
+        let admin = AdminConfig {
+            token: admin_token.map(SecretString::from),
+            max_import_bytes: self.admin.max_import_bytes.unwrap_or(64 * 1024 * 1024),
+        };
+        let records = RecordsConfig {
+            schemas_dir: self.records.schemas_dir,
+            max_content_bytes: self.records.max_content_bytes.unwrap_or(64 * 1024),
+        };
+        if records.max_content_bytes < 256 {
+            return Err(invalid("records.max_content_bytes", "use at least 256 bytes".into()));
+        }
+
         Ok(Config {
+            database_url,
+            admin,
+            records,
             listen,
             upstream,
             auth_mode,
@@ -331,9 +384,8 @@ impl RawConfig {
 }
 
 fn validate_upstream_url(text: &str) -> Result<String, String> {
-    let url = url::Url::parse(text).map_err(|err| {
-        format!("`{text}` is not a URL ({err}); use e.g. https://api.anthropic.com")
-    })?;
+    let url = url::Url::parse(text)
+        .map_err(|err| format!("`{text}` is not a URL ({err}); use e.g. https://api.anthropic.com"))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(format!("`{text}` must be an http or https URL"));
     }
@@ -353,22 +405,14 @@ mod tests {
     use std::collections::HashMap;
 
     fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let map: HashMap<String, String> =
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         move |name| map.get(name).cloned()
     }
 
-    fn load_toml(
-        text: &str,
-        env: &[(&str, &str)],
-        flags: ConfigFlags,
-    ) -> Result<Config, StartupError> {
-        let mut raw = RawConfig::from_toml(text).map_err(|message| StartupError::ConfigParse {
-            path: "test.toml".into(),
-            message,
-        })?;
+    fn load_toml(text: &str, env: &[(&str, &str)], flags: ConfigFlags) -> Result<Config, StartupError> {
+        let mut raw = RawConfig::from_toml(text)
+            .map_err(|message| StartupError::ConfigParse { path: "test.toml".into(), message })?;
         raw.apply_env(env_of(env));
         raw.apply_flags(&flags);
         raw.validate()
@@ -386,18 +430,12 @@ mod tests {
     #[test]
     fn flags_beat_environment_which_beats_the_file() {
         let file = "listen = \"127.0.0.1:1000\"\n[upstream]\nurl = \"http://file.example\"\n";
-        let env = [
-            ("MEMGATE_LISTEN", "127.0.0.1:2000"),
-            ("MEMGATE_UPSTREAM_URL", "http://env.example/"),
-        ];
+        let env = [("MEMGATE_LISTEN", "127.0.0.1:2000"), ("MEMGATE_UPSTREAM_URL", "http://env.example/")];
         let config = load_toml(file, &env, ConfigFlags::default()).unwrap();
         assert_eq!(config.listen.port(), 2000);
         assert_eq!(config.upstream.base_url, "http://env.example");
 
-        let flags = ConfigFlags {
-            listen: Some("127.0.0.1:3000".into()),
-            ..Default::default()
-        };
+        let flags = ConfigFlags { listen: Some("127.0.0.1:3000".into()), ..Default::default() };
         let config = load_toml(file, &env, flags).unwrap();
         assert_eq!(config.listen.port(), 3000);
     }
@@ -424,10 +462,7 @@ mod tests {
             ("[auth]\nmode = \"managed\"", "upstream.api_key"),
             ("[limits]\nmax_body_bytes = 10", "limits.max_body_bytes"),
             ("[log]\nformat = \"xml\"", "log.format"),
-            (
-                "[upstream]\nconnect_timeout_ms = 0",
-                "upstream.connect_timeout_ms",
-            ),
+            ("[upstream]\nconnect_timeout_ms = 0", "upstream.connect_timeout_ms"),
         ];
         for (text, key) in cases {
             match load_toml(text, &[], ConfigFlags::default()) {
@@ -439,16 +474,10 @@ mod tests {
 
     #[test]
     fn managed_mode_takes_the_key_from_the_environment() {
-        let env = [
-            ("ANTHROPIC_API_KEY", "sk-ant-configured"),
-            ("MEMGATE_AUTH_MODE", "managed"),
-        ];
+        let env = [("ANTHROPIC_API_KEY", "sk-ant-configured"), ("MEMGATE_AUTH_MODE", "managed")];
         let config = load_toml("", &env, ConfigFlags::default()).unwrap();
         assert_eq!(config.auth_mode, AuthMode::Managed);
-        assert_eq!(
-            config.upstream.api_key.unwrap().expose_secret(),
-            "sk-ant-configured"
-        );
+        assert_eq!(config.upstream.api_key.unwrap().expose_secret(), "sk-ant-configured");
     }
 
     #[test]

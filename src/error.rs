@@ -12,10 +12,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
     #[error("cannot read config file {path}: {source}")]
-    ConfigRead {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    ConfigRead { path: PathBuf, source: std::io::Error },
     #[error("config file {path}: {message}")]
     ConfigParse { path: PathBuf, message: String },
     #[error("configuration key `{key}`: {message}")]
@@ -23,10 +20,9 @@ pub enum StartupError {
     #[error(
         "cannot listen on {addr}: {source} (is another process using it? set MEMGATE_LISTEN or --listen)"
     )]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("database {url}: {message}")]
+    Store { url: String, message: String },
     #[error("cannot build the upstream HTTP client: {0}")]
     UpstreamClient(String),
     #[error("server stopped with an I/O error: {0}")]
@@ -40,6 +36,10 @@ pub enum ErrorKind {
     Authentication,
     Permission,
     NotFound,
+    /// The write lost a race or names an id that exists (admin API).
+    Conflict,
+    /// The body parsed but its content is refused (admin API); `details` names every problem.
+    Unprocessable,
     RequestTooLarge,
     /// The client did not send its request body in time.
     RequestTimeout,
@@ -61,16 +61,17 @@ impl ErrorKind {
             ErrorKind::Authentication => (StatusCode::UNAUTHORIZED, "authentication_error"),
             ErrorKind::Permission => (StatusCode::FORBIDDEN, "permission_error"),
             ErrorKind::NotFound => (StatusCode::NOT_FOUND, "not_found_error"),
+            ErrorKind::Conflict => (StatusCode::CONFLICT, "invalid_request_error"),
+            ErrorKind::Unprocessable => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request_error"),
             ErrorKind::RequestTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "request_too_large"),
             ErrorKind::RequestTimeout => (StatusCode::REQUEST_TIMEOUT, "timeout_error"),
             ErrorKind::RateLimited => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error"),
             ErrorKind::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "api_error"),
             ErrorKind::UpstreamUnreachable => (StatusCode::BAD_GATEWAY, "api_error"),
             ErrorKind::UpstreamTimeout => (StatusCode::GATEWAY_TIMEOUT, "timeout_error"),
-            ErrorKind::Overloaded => (
-                StatusCode::from_u16(529).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
-                "overloaded_error",
-            ),
+            ErrorKind::Overloaded => {
+                (StatusCode::from_u16(529).unwrap_or(StatusCode::SERVICE_UNAVAILABLE), "overloaded_error")
+            }
         }
     }
 
@@ -93,15 +94,13 @@ pub struct ApiError {
     kind: ErrorKind,
     message: String,
     retry_after_secs: Option<u64>,
+    /// Extra fields of the `error` object, e.g. `problems` of a refused record.
+    details: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl ApiError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        ApiError {
-            kind,
-            message: message.into(),
-            retry_after_secs: None,
-        }
+        ApiError { kind, message: message.into(), retry_after_secs: None, details: None }
     }
 
     pub fn invalid_request(message: impl Into<String>) -> Self {
@@ -115,14 +114,17 @@ impl ApiError {
     /// An internal failure: the detail is logged, the client sees only a generic message.
     pub fn internal(detail: impl std::fmt::Display) -> Self {
         tracing::error!(error = %detail, "internal error");
-        Self::new(
-            ErrorKind::Internal,
-            "memgate hit an internal error; see its log for details",
-        )
+        Self::new(ErrorKind::Internal, "memgate hit an internal error; see its log for details")
     }
 
     pub fn with_retry_after(mut self, secs: u64) -> Self {
         self.retry_after_secs = Some(secs);
+        self
+    }
+
+    /// Adds a field to the `error` object (never `type` or `message`).
+    pub fn with_detail(mut self, name: &str, value: serde_json::Value) -> Self {
+        self.details.get_or_insert_with(serde_json::Map::new).insert(name.to_owned(), value);
         self
     }
 
@@ -146,10 +148,13 @@ impl std::error::Error for ApiError {}
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, error_type) = self.kind.status_and_type();
-        let body = serde_json::json!({
-            "type": "error",
-            "error": {"type": error_type, "message": self.message},
-        });
+        let mut error = serde_json::Map::new();
+        error.insert("type".into(), error_type.into());
+        error.insert("message".into(), self.message.into());
+        for (name, value) in self.details.into_iter().flatten() {
+            error.entry(name).or_insert(value);
+        }
+        let body = serde_json::json!({"type": "error", "error": error});
         let mut response = (status, axum::Json(body)).into_response();
         let headers = response.headers_mut();
         if self.kind.should_retry() {
@@ -173,6 +178,8 @@ mod tests {
             (ErrorKind::Authentication, 401, "authentication_error"),
             (ErrorKind::Permission, 403, "permission_error"),
             (ErrorKind::NotFound, 404, "not_found_error"),
+            (ErrorKind::Conflict, 409, "invalid_request_error"),
+            (ErrorKind::Unprocessable, 422, "invalid_request_error"),
             (ErrorKind::RequestTooLarge, 413, "request_too_large"),
             (ErrorKind::RequestTimeout, 408, "timeout_error"),
             (ErrorKind::RateLimited, 429, "rate_limit_error"),
@@ -182,10 +189,7 @@ mod tests {
             (ErrorKind::Overloaded, 529, "overloaded_error"),
         ];
         for (kind, status, error_type) in expected {
-            assert_eq!(
-                kind.status_and_type(),
-                (StatusCode::from_u16(status).unwrap(), error_type)
-            );
+            assert_eq!(kind.status_and_type(), (StatusCode::from_u16(status).unwrap(), error_type));
         }
     }
 

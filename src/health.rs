@@ -13,10 +13,7 @@ pub async fn healthz() -> Json<Value> {
 /// 503 while draining for shutdown, so a load balancer moves new traffic elsewhere first.
 pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
     if state.is_draining() {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"status": "draining"})),
-        )
+        (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "draining"})))
     } else {
         (StatusCode::OK, Json(json!({"status": "ready"})))
     }

@@ -2,14 +2,18 @@
 //!
 //! `app` holds the route table and draws a request's path through the layers; start there.
 
+pub mod admin;
 pub mod app;
 pub mod config;
 pub mod error;
 pub mod health;
 pub mod identity;
+pub mod memory;
 pub mod mock_upstream;
 pub mod observability;
 pub mod proxy;
+pub mod records;
 pub mod server;
+pub mod store;
 
 pub use app::{AppState, build_app};

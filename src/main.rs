@@ -1,15 +1,15 @@
 //! The `memgate` command line: parses arguments and calls into the library.
 #![allow(clippy::print_stdout)]
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use memgate::config::{Config, ConfigFlags};
+use memgate::store::memories::ListFilter;
+use std::io::Read;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(
-    name = "memgate",
-    version,
-    about = "Long-term memory for every Anthropic Messages request"
-)]
+#[command(name = "memgate", version, about = "Long-term memory for every Anthropic Messages request")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -18,17 +18,49 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the gateway.
-    Serve(memgate::config::ConfigFlags),
+    Serve(ConfigFlags),
+    /// Create or upgrade the database schema, then exit.
+    Migrate(ConfigFlags),
+    /// Import or export memory records as JSON Lines.
+    #[command(subcommand)]
+    Memory(MemoryCommand),
     /// A stand-in Anthropic API for tests, demos and load tests (see docs/mock-upstream.md).
     MockUpstream(memgate::mock_upstream::MockArgs),
 }
 
+#[derive(Subcommand)]
+enum MemoryCommand {
+    /// Import records from a JSON Lines file (`-` for standard input).
+    Import {
+        file: PathBuf,
+        /// Only report what would be added, existing and invalid.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Export records as JSON Lines to standard output.
+    Export {
+        #[arg(long)]
+        scope: Option<String>,
+        #[arg(long = "type")]
+        record_type: Option<String>,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+#[derive(Args)]
+struct Target {
+    #[arg(long, default_value = memgate::identity::DEFAULT_TENANT)]
+    tenant: String,
+    #[command(flatten)]
+    config: ConfigFlags,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("memgate: cannot start the async runtime: {err}");
@@ -38,6 +70,8 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Serve(flags) => serve(flags).await,
+            Command::Migrate(flags) => migrate(flags).await,
+            Command::Memory(command) => memory(command).await,
             Command::MockUpstream(args) => memgate::mock_upstream::run(args, |addr| {
                 println!("mock-upstream listening on http://{addr}");
             })
@@ -54,13 +88,64 @@ fn main() -> ExitCode {
     }
 }
 
-async fn serve(flags: memgate::config::ConfigFlags) -> Result<(), String> {
-    let config = memgate::config::Config::load(&flags, |name| std::env::var(name).ok())
-        .map_err(|err| err.to_string())?;
+fn load_config(flags: &ConfigFlags) -> Result<Config, String> {
+    Config::load(flags, |name| std::env::var(name).ok()).map_err(|err| err.to_string())
+}
+
+async fn serve(flags: ConfigFlags) -> Result<(), String> {
+    let config = load_config(&flags)?;
     memgate::observability::logging::init(config.log_format, &config.log_level);
-    memgate::server::run(config, |addr| {
-        println!("memgate listening on http://{addr}")
-    })
-    .await
-    .map_err(|err| err.to_string())
+    memgate::server::run(config, |addr| println!("memgate listening on http://{addr}"))
+        .await
+        .map_err(|err| err.to_string())
+}
+
+async fn migrate(flags: ConfigFlags) -> Result<(), String> {
+    let config = load_config(&flags)?;
+    let store = memgate::store::Store::connect(&config.database_url).await.map_err(|e| e.to_string())?;
+    store.migrate().await.map_err(|e| e.to_string())?;
+    println!("migrated {}", memgate::store::redact_url(&config.database_url));
+    Ok(())
+}
+
+async fn memory(command: MemoryCommand) -> Result<(), String> {
+    let (target, config_flags) = match &command {
+        MemoryCommand::Import { target, .. } | MemoryCommand::Export { target, .. } => {
+            (target, &target.config)
+        }
+    };
+    let config = load_config(config_flags)?;
+    let state = memgate::AppState::new(&config).await.map_err(|e| e.to_string())?;
+    let memories = state.memories();
+    match &command {
+        MemoryCommand::Import { file, dry_run, .. } => {
+            let dry_run = *dry_run;
+            let mut text = String::new();
+            let read = if file.as_os_str() == "-" {
+                std::io::stdin().read_to_string(&mut text)
+            } else {
+                std::fs::File::open(&file).and_then(|mut f| f.read_to_string(&mut text))
+            };
+            read.map_err(|err| format!("cannot read {}: {err}", file.display()))?;
+            let report = memories
+                .import(&target.tenant, &text, dry_run, "cli")
+                .await
+                .map_err(|err| err.to_string())?;
+            println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+            if !dry_run && !report.applied {
+                return Err(format!("{} invalid line(s); nothing was imported", report.counts.invalid));
+            }
+            Ok(())
+        }
+        MemoryCommand::Export { scope, record_type, .. } => {
+            let filter = ListFilter {
+                scope: scope.clone(),
+                record_type: record_type.clone(),
+                ..ListFilter::default()
+            };
+            let lines = memories.export(&target.tenant, &filter).await.map_err(|err| err.to_string())?;
+            print!("{lines}");
+            Ok(())
+        }
+    }
 }

@@ -12,13 +12,10 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 pub async fn run(config: Config, on_ready: impl FnOnce(SocketAddr)) -> Result<(), StartupError> {
-    let state = AppState::new(&config)?;
+    let state = AppState::new(&config).await?;
     let listener = TcpListener::bind(config.listen)
         .await
-        .map_err(|source| StartupError::Bind {
-            addr: config.listen,
-            source,
-        })?;
+        .map_err(|source| StartupError::Bind { addr: config.listen, source })?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, upstream = %config.upstream.base_url, auth_mode = ?config.auth_mode, "memgate listening");
     on_ready(addr);

@@ -36,9 +36,7 @@ impl Identity {
             // Config validation refuses managed mode without a key; forwarding would leak the
             // caller's credential, so fail loudly instead of falling back.
             (AuthMode::Managed, None) => {
-                return Err(ApiError::internal(
-                    "managed auth mode without an upstream key",
-                ));
+                return Err(ApiError::internal("managed auth mode without an upstream key"));
             }
             (AuthMode::Passthrough, _) => UpstreamCredential::Forward,
         };

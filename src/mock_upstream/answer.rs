@@ -49,11 +49,7 @@ impl Answer {
     }
 
     fn stop_reason(&self) -> &'static str {
-        if self.tool.is_some() {
-            "tool_use"
-        } else {
-            "end_turn"
-        }
+        if self.tool.is_some() { "tool_use" } else { "end_turn" }
     }
 
     /// The complete (non-streaming) message.
@@ -88,10 +84,7 @@ impl Answer {
             "stop_sequence": null,
             "usage": { "input_tokens": self.input_tokens, "output_tokens": 1 },
         });
-        (
-            "message_start",
-            json!({ "type": "message_start", "message": message }),
-        )
+        ("message_start", json!({ "type": "message_start", "message": message }))
     }
 
     /// The content blocks, each as (`content_block_start`, its delta events, `content_block_stop`),
@@ -99,17 +92,12 @@ impl Answer {
     pub(super) fn blocks(&self, deltas: usize) -> Vec<(Event, Vec<Event>, Event)> {
         let mut blocks = vec![(
             block_start(0, json!({ "type": "text", "text": "" })),
-            split_even(&self.text, deltas)
-                .into_iter()
-                .map(|piece| text_delta(0, piece))
-                .collect(),
+            split_even(&self.text, deltas).into_iter().map(|piece| text_delta(0, piece)).collect(),
             block_stop(0),
         )];
         if let Some(tool) = &self.tool {
-            let start = block_start(
-                1,
-                json!({ "type": "tool_use", "id": tool.id, "name": tool.name, "input": {} }),
-            );
+            let start =
+                block_start(1, json!({ "type": "tool_use", "id": tool.id, "name": tool.name, "input": {} }));
             let pieces = split_even(TOOL_INPUT, deltas)
                 .into_iter()
                 .map(|piece| {
@@ -143,17 +131,11 @@ pub(super) fn message_stop() -> Event {
 }
 
 pub(super) fn block_start(index: usize, block: Value) -> Event {
-    (
-        "content_block_start",
-        json!({ "type": "content_block_start", "index": index, "content_block": block }),
-    )
+    ("content_block_start", json!({ "type": "content_block_start", "index": index, "content_block": block }))
 }
 
 pub(super) fn block_stop(index: usize) -> Event {
-    (
-        "content_block_stop",
-        json!({ "type": "content_block_stop", "index": index }),
-    )
+    ("content_block_stop", json!({ "type": "content_block_stop", "index": index }))
 }
 
 pub(super) fn text_delta(index: usize, text: &str) -> Event {
@@ -161,10 +143,7 @@ pub(super) fn text_delta(index: usize, text: &str) -> Event {
 }
 
 fn content_delta(index: usize, delta: Value) -> Event {
-    (
-        "content_block_delta",
-        json!({ "type": "content_block_delta", "index": index, "delta": delta }),
-    )
+    ("content_block_delta", json!({ "type": "content_block_delta", "index": index, "delta": delta }))
 }
 
 /// `{"input_tokens": N}` of count_tokens and `usage.input_tokens`: ceil(bytes of the JSON of
@@ -200,23 +179,16 @@ fn last_user_text(body: &Map<String, Value>) -> &str {
 }
 
 fn first_tool_name(body: &Map<String, Value>) -> Option<&str> {
-    body.get("tools")?
-        .as_array()?
-        .first()?
-        .get("name")?
-        .as_str()
+    body.get("tools")?.as_array()?.first()?.get("name")?.as_str()
 }
 
 /// Whether `system` (a string, or any text of its blocks) contains `marker`.
 pub(super) fn system_contains(body: &Map<String, Value>, marker: &str) -> bool {
     match body.get("system") {
         Some(Value::String(text)) => text.contains(marker),
-        Some(Value::Array(blocks)) => blocks.iter().any(|block| {
-            block
-                .get("text")
-                .and_then(Value::as_str)
-                .is_some_and(|text| text.contains(marker))
-        }),
+        Some(Value::Array(blocks)) => blocks
+            .iter()
+            .any(|block| block.get("text").and_then(Value::as_str).is_some_and(|text| text.contains(marker))),
         _ => false,
     }
 }
@@ -224,16 +196,10 @@ pub(super) fn system_contains(body: &Map<String, Value>, marker: &str) -> bool {
 /// Splits `text` into `pieces` runs of nearly equal length in characters (fewer when the text
 /// is shorter; at least one, possibly empty).
 pub(super) fn split_even(text: &str, pieces: usize) -> Vec<&str> {
-    let bounds: Vec<usize> = text
-        .char_indices()
-        .map(|(at, _)| at)
-        .chain([text.len()])
-        .collect();
+    let bounds: Vec<usize> = text.char_indices().map(|(at, _)| at).chain([text.len()]).collect();
     let chars = bounds.len() - 1;
     let pieces = pieces.clamp(1, chars.max(1));
-    (0..pieces)
-        .map(|i| &text[bounds[i * chars / pieces]..bounds[(i + 1) * chars / pieces]])
-        .collect()
+    (0..pieces).map(|i| &text[bounds[i * chars / pieces]..bounds[(i + 1) * chars / pieces]]).collect()
 }
 
 /// FNV-1a (stable across Rust versions and runs) over a canonical form of the body: object keys

@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 use super::MockState;
 use super::answer::{self, Answer};
 use super::record::Recorded;
-use super::reply::{ApiError, ok_headers};
+use super::reply::{ApiError, json_response, ok_headers, wire_json};
 use super::stream;
 
 /// The model `GET /v1/models` lists.
@@ -74,9 +74,7 @@ pub(super) async fn messages(State(state): State<MockState>, req: Recorded) -> R
             Some(stream::error_mid_stream_script(&answer, args, error))
         }
         Behaviour::ErrorMidStream => return ApiError::Overloaded.into_response_with(seq),
-        Behaviour::DropConnection if wants_stream => {
-            Some(stream::drop_connection_script(&answer, args))
-        }
+        Behaviour::DropConnection if wants_stream => Some(stream::drop_connection_script(&answer, args)),
         Behaviour::DropConnection => return cut_json(&state, seq, &answer.to_json()),
         Behaviour::Pause => {
             let pause = Duration::from_millis(args.pause_ms);
@@ -90,10 +88,7 @@ pub(super) async fn messages(State(state): State<MockState>, req: Recorded) -> R
     }
     let steps = steps.unwrap_or_else(|| stream::normal_script(&answer, args, None));
     let mut headers = ok_headers(seq);
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     let body = stream::body(steps, Some(req.start_stream()), state.shutdown.clone());
     (StatusCode::OK, headers, body).into_response()
@@ -159,10 +154,7 @@ pub(super) async fn fallback(State(state): State<MockState>, req: Request) -> Re
             Err(rejection) => rejection,
         };
     }
-    let message = format!(
-        "Not found: {} (mock-upstream serves /v1/...)",
-        req.uri().path()
-    );
+    let message = format!("Not found: {} (mock-upstream serves /v1/...)", req.uri().path());
     ApiError::NotFound(message).into_response_with(state.recorder.next_seq())
 }
 
@@ -198,22 +190,15 @@ fn parse_body(req: &Recorded) -> Result<(&Map<String, Value>, &str), ApiError> {
 }
 
 fn ok_json(seq: u64, body: Value) -> Response {
-    (StatusCode::OK, ok_headers(seq), Json(body)).into_response()
+    json_response(StatusCode::OK, ok_headers(seq), &body)
 }
 
 /// 200 with the headers and half of `body`, then the connection is cut.
 fn cut_json(state: &MockState, seq: u64, body: &Value) -> Response {
-    let bytes = body.to_string().into_bytes();
+    let bytes = wire_json(body).into_bytes();
     let mut headers = ok_headers(seq);
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    let body = stream::body(
-        stream::half_body_script(&bytes),
-        None,
-        state.shutdown.clone(),
-    );
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let body = stream::body(stream::half_body_script(&bytes), None, state.shutdown.clone());
     (StatusCode::OK, headers, body).into_response()
 }
 

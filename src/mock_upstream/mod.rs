@@ -24,7 +24,7 @@ mod stream;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
-mod tests_socket;
+mod tests_streams;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -101,11 +101,7 @@ struct MockState {
 
 impl MockState {
     fn new(args: MockArgs) -> Self {
-        MockState {
-            args: Arc::new(args),
-            recorder: Recorder::default(),
-            shutdown: CancellationToken::new(),
-        }
+        MockState { args: Arc::new(args), recorder: Recorder::default(), shutdown: CancellationToken::new() }
     }
 }
 
@@ -118,15 +114,9 @@ fn build_router(state: MockState) -> Router {
     let echo = handlers::echo;
     Router::new()
         .route("/v1/messages", post(handlers::messages).fallback(echo))
-        .route(
-            "/v1/messages/count_tokens",
-            post(handlers::count_tokens).fallback(echo),
-        )
+        .route("/v1/messages/count_tokens", post(handlers::count_tokens).fallback(echo))
         .route("/v1/models", get(handlers::models).fallback(echo))
-        .route(
-            "/_mock/requests",
-            get(handlers::list_requests).delete(handlers::forget_requests),
-        )
+        .route("/_mock/requests", get(handlers::list_requests).delete(handlers::forget_requests))
         .fallback(handlers::fallback)
         .with_state(state)
 }
@@ -159,9 +149,7 @@ async fn serve(
     match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
         Ok(result) => result,
         Err(_) => {
-            tracing::warn!(
-                "mock-upstream: connections still open after {SHUTDOWN_GRACE:?}, stopping anyway"
-            );
+            tracing::warn!("mock-upstream: connections still open after {SHUTDOWN_GRACE:?}, stopping anyway");
             Ok(())
         }
     }

@@ -37,9 +37,7 @@ impl Recorder {
     fn lock(&self) -> MutexGuard<'_, RecorderInner> {
         // A panic while holding this lock cannot leave the list half-updated, so a poisoned
         // lock is still usable.
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A sequence number for an answer that is not recorded (outside `/v1/`).
@@ -195,9 +193,7 @@ impl Recorded {
                 outcome: AtomicU8::new(Outcome::Pending as u8),
             })
         });
-        StreamGuard {
-            progress: Arc::clone(progress),
-        }
+        StreamGuard { progress: Arc::clone(progress) }
     }
 }
 
@@ -232,15 +228,7 @@ impl FromRequest<MockState> for Recorded {
             };
             return Err(error.into_response_with(entry.seq));
         }
-        Ok(Recorded {
-            seq: entry.seq,
-            method,
-            path,
-            query,
-            body_bytes: raw.len(),
-            json,
-            entry,
-        })
+        Ok(Recorded { seq: entry.seq, method, path, query, body_bytes: raw.len(), json, entry })
     }
 }
 

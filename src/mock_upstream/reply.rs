@@ -3,9 +3,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::Json;
 use axum::response::{IntoResponse, Response};
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 
 const REQUESTS_LIMIT: u32 = 4000;
@@ -50,9 +49,9 @@ impl ApiError {
 
     fn message(&self) -> &str {
         match self {
-            ApiError::InvalidRequest(message)
-            | ApiError::NotFound(message)
-            | ApiError::Api(message) => message,
+            ApiError::InvalidRequest(message) | ApiError::NotFound(message) | ApiError::Api(message) => {
+                message
+            }
             ApiError::TooLarge => "Request exceeds the maximum allowed number of bytes.",
             ApiError::RateLimited => "This request would exceed the rate limit (mock-upstream).",
             ApiError::Overloaded => "Overloaded",
@@ -70,28 +69,62 @@ impl ApiError {
 
     /// The complete error answer of the request numbered `seq`.
     pub(super) fn into_response_with(self, seq: u64) -> Response {
-        let remaining = if self == ApiError::RateLimited {
-            0
-        } else {
-            REQUESTS_LIMIT - 1
-        };
+        let remaining = if self == ApiError::RateLimited { 0 } else { REQUESTS_LIMIT - 1 };
         let mut headers = api_headers(seq, remaining);
         match self {
             ApiError::RateLimited => {
-                headers.insert(
-                    HeaderName::from_static("retry-after"),
-                    HeaderValue::from(RETRY_AFTER_SECS),
-                );
+                headers.insert(HeaderName::from_static("retry-after"), HeaderValue::from(RETRY_AFTER_SECS));
             }
             ApiError::Overloaded => {
-                headers.insert(
-                    HeaderName::from_static("x-should-retry"),
-                    HeaderValue::from_static("true"),
-                );
+                headers.insert(HeaderName::from_static("x-should-retry"), HeaderValue::from_static("true"));
             }
             _ => {}
         }
-        (self.status(), headers, Json(self.body(seq))).into_response()
+        json_response(self.status(), headers, &self.body(seq))
+    }
+}
+
+/// A JSON answer written in wire order (see `wire_json`).
+pub(super) fn json_response(status: StatusCode, mut headers: HeaderMap, body: &Value) -> Response {
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    (status, headers, wire_json(body)).into_response()
+}
+
+/// Compact JSON with each object's `"type"` first, as Anthropic writes it (serde_json's map
+/// sorts keys, which would put it last); the other keys keep the map's order.
+pub(super) fn wire_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_wire(value, &mut out);
+    out
+}
+
+fn write_wire(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            out.push('{');
+            let typed = map.get_key_value("type").into_iter();
+            let others = map.iter().filter(|(key, _)| *key != "type");
+            for (i, (key, inner)) in typed.chain(others).enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_wire(inner, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_wire(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
     }
 }
 
@@ -113,14 +146,8 @@ fn api_headers(seq: u64, remaining: u32) -> HeaderMap {
     let mut headers = HeaderMap::new();
     let pairs = [
         ("request-id", request_id(seq)),
-        (
-            "anthropic-ratelimit-requests-limit",
-            REQUESTS_LIMIT.to_string(),
-        ),
-        (
-            "anthropic-ratelimit-requests-remaining",
-            remaining.to_string(),
-        ),
+        ("anthropic-ratelimit-requests-limit", REQUESTS_LIMIT.to_string()),
+        ("anthropic-ratelimit-requests-remaining", remaining.to_string()),
         ("anthropic-ratelimit-requests-reset", reset_time()),
     ];
     for (name, value) in pairs {
@@ -142,12 +169,7 @@ fn rfc3339(unix_secs: u64) -> String {
     let days = unix_secs / 86_400;
     let rem = unix_secs % 86_400;
     let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 /// Days since 1970-01-01 to (year, month, day), Howard Hinnant's `civil_from_days`.
@@ -167,12 +189,18 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 #[cfg(test)]
 #[allow(clippy::expect_used)]
 mod tests {
-    use super::rfc3339;
+    use super::{rfc3339, wire_json};
 
     #[test]
     fn rfc3339_formats_known_instants() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(rfc3339(1_767_225_599), "2025-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn wire_json_puts_type_first() {
+        let value = serde_json::json!({"a": [{"z": 1, "type": "x"}], "type": "t", "b": "\"q\""});
+        assert_eq!(wire_json(&value), r#"{"type":"t","a":[{"type":"x","z":1}],"b":"\"q\""}"#);
     }
 }

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::MockArgs;
 use super::answer::{self, Answer, Event};
 use super::record::{Outcome, StreamGuard};
+use super::reply::wire_json;
 
 /// Shortest gap between the deltas of `mock-long-stream`, so that a closed connection is noticed
 /// on the next write within this delay.
@@ -50,11 +51,7 @@ fn ms(millis: u64) -> Duration {
 
 /// The full event sequence of `answer`, with `--ttft-ms` before the first block and
 /// `--delta-interval-ms` between deltas; `pause` (for `mock-pause`) right after `message_start`.
-pub(super) fn normal_script(
-    answer: &Answer,
-    args: &MockArgs,
-    pause: Option<Duration>,
-) -> Vec<Step> {
+pub(super) fn normal_script(answer: &Answer, args: &MockArgs, pause: Option<Duration>) -> Vec<Step> {
     let mut steps = vec![Step::Event(answer.message_start())];
     steps.extend(pause.map(Step::Sleep));
     steps.push(Step::Event(answer::ping()));
@@ -104,11 +101,7 @@ pub(super) fn drop_connection_script(answer: &Answer, args: &MockArgs) -> Vec<St
 
 /// Non-streaming `mock-drop-connection`: half of the JSON body, then the cut.
 pub(super) fn half_body_script(body: &[u8]) -> Vec<Step> {
-    vec![
-        Step::Raw(Bytes::copy_from_slice(&body[..body.len() / 2])),
-        Step::Sleep(CUT_DELAY),
-        Step::Abort,
-    ]
+    vec![Step::Raw(Bytes::copy_from_slice(&body[..body.len() / 2])), Step::Sleep(CUT_DELAY), Step::Abort]
 }
 
 /// `mock-long-stream`: deltas every max(`--delta-interval-ms`, 50 ms) for up to 10 minutes.
@@ -116,10 +109,7 @@ pub(super) fn long_stream_script(answer: &Answer, args: &MockArgs) -> Vec<Step> 
     vec![
         Step::Event(answer.message_start()),
         Step::Event(answer::ping()),
-        Step::Event(answer::block_start(
-            0,
-            serde_json::json!({ "type": "text", "text": "" }),
-        )),
+        Step::Event(answer::block_start(0, serde_json::json!({ "type": "text", "text": "" }))),
         Step::Sleep(ms(args.ttft_ms)),
         Step::Ticks {
             interval: ms(args.delta_interval_ms).max(LONG_STREAM_MIN_INTERVAL),
@@ -135,10 +125,7 @@ fn first_text_delta(answer: &Answer, args: &MockArgs) -> (Event, Event) {
     let mut blocks = answer.blocks(args.deltas).into_iter();
     match blocks.next() {
         Some((start, deltas, _)) => {
-            let delta = deltas
-                .into_iter()
-                .next()
-                .unwrap_or_else(|| answer::text_delta(0, &answer.text));
+            let delta = deltas.into_iter().next().unwrap_or_else(|| answer::text_delta(0, &answer.text));
             (start, delta)
         }
         None => (
@@ -149,25 +136,12 @@ fn first_text_delta(answer: &Answer, args: &MockArgs) -> (Event, Event) {
 }
 
 /// A response body that plays `steps`. `guard` is `Some` for SSE answers.
-pub(super) fn body(
-    steps: Vec<Step>,
-    guard: Option<StreamGuard>,
-    shutdown: CancellationToken,
-) -> Body {
-    let player = Player {
-        steps: steps.into(),
-        guard,
-        shutdown,
-        ticks: 0,
-        ticks_started: None,
-    };
-    Body::from_stream(futures_util::stream::unfold(
-        player,
-        |mut player| async move {
-            let chunk = player.next_chunk().await?;
-            Some((chunk, player))
-        },
-    ))
+pub(super) fn body(steps: Vec<Step>, guard: Option<StreamGuard>, shutdown: CancellationToken) -> Body {
+    let player = Player { steps: steps.into(), guard, shutdown, ticks: 0, ticks_started: None };
+    Body::from_stream(futures_util::stream::unfold(player, |mut player| async move {
+        let chunk = player.next_chunk().await?;
+        Some((chunk, player))
+    }))
 }
 
 struct Player {
@@ -239,6 +213,6 @@ impl Player {
         if let Some(guard) = &self.guard {
             guard.event_sent();
         }
-        Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
+        Bytes::from(format!("event: {name}\ndata: {}\n\n", wire_json(&data)))
     }
 }

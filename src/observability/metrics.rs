@@ -82,11 +82,7 @@ impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("memgate");
         let requests = Family::<RequestLabels, Counter>::default();
-        registry.register(
-            "requests",
-            "Requests answered, by route and status class",
-            requests.clone(),
-        );
+        registry.register("requests", "Requests answered, by route and status class", requests.clone());
         // 1 ms .. ~65 s: upstream answers range from cached errors to long generations.
         let upstream_latency: HistogramFamily =
             Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 17)));
@@ -103,31 +99,19 @@ impl Metrics {
             "Time memgate itself adds before the answer's headers (total minus upstream)",
             added_latency.clone(),
         );
-        Metrics {
-            registry,
-            requests,
-            upstream_latency,
-            added_latency,
-        }
+        Metrics { registry, requests, upstream_latency, added_latency }
     }
 
     pub fn record_request(&self, route: Route, status: u16) {
-        let labels = RequestLabels {
-            route,
-            status_class: StatusClass::of(status),
-        };
+        let labels = RequestLabels { route, status_class: StatusClass::of(status) };
         self.requests.get_or_create(&labels).inc();
     }
 
     pub fn record_upstream(&self, route: Route, upstream: Duration, total: Duration) {
         let labels = RouteLabels { route };
-        self.upstream_latency
-            .get_or_create(&labels)
-            .observe(upstream.as_secs_f64());
+        self.upstream_latency.get_or_create(&labels).observe(upstream.as_secs_f64());
         let added = total.saturating_sub(upstream);
-        self.added_latency
-            .get_or_create(&labels)
-            .observe(added.as_secs_f64());
+        self.added_latency.get_or_create(&labels).observe(added.as_secs_f64());
     }
 
     /// The OpenMetrics text exposition.
@@ -159,19 +143,9 @@ mod tests {
     fn rendered_metrics_carry_route_and_status_class() {
         let metrics = Metrics::new();
         metrics.record_request(Route::messages, 529);
-        metrics.record_upstream(
-            Route::messages,
-            Duration::from_millis(3),
-            Duration::from_millis(4),
-        );
+        metrics.record_upstream(Route::messages, Duration::from_millis(3), Duration::from_millis(4));
         let text = metrics.render().unwrap();
-        assert!(
-            text.contains(r#"memgate_requests_total{route="messages",status_class="5xx"} 1"#),
-            "{text}"
-        );
-        assert!(
-            text.contains("memgate_added_latency_seconds_bucket"),
-            "{text}"
-        );
+        assert!(text.contains(r#"memgate_requests_total{route="messages",status_class="5xx"} 1"#), "{text}");
+        assert!(text.contains("memgate_added_latency_seconds_bucket"), "{text}");
     }
 }

@@ -23,9 +23,7 @@ pub async fn observe(State(state): State<AppState>, mut request: Request, next: 
     let route = Route::from_path(request.uri().path());
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
-    request
-        .extensions_mut()
-        .insert(RequestId(request_id.clone()));
+    request.extensions_mut().insert(RequestId(request_id.clone()));
 
     let mut response = next.run(request).await;
 

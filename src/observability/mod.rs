@@ -12,16 +12,8 @@ use axum::response::{IntoResponse, Response};
 /// `GET /metrics`: Prometheus (OpenMetrics text).
 pub async fn metrics_handler(State(state): State<AppState>) -> Response {
     match state.metrics().render() {
-        Ok(text) => (
-            [(
-                CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            text,
-        )
+        Ok(text) => ([(CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
             .into_response(),
-        Err(err) => {
-            crate::error::ApiError::internal(format!("rendering metrics: {err}")).into_response()
-        }
+        Err(err) => crate::error::ApiError::internal(format!("rendering metrics: {err}")).into_response(),
     }
 }

@@ -29,10 +29,7 @@ pub enum UpstreamCredential {
 }
 
 /// Headers for the upstream request, built from the caller's.
-pub fn upstream_request_headers(
-    incoming: &HeaderMap,
-    credential: &UpstreamCredential,
-) -> HeaderMap {
+pub fn upstream_request_headers(incoming: &HeaderMap, credential: &UpstreamCredential) -> HeaderMap {
     let mut headers = HeaderMap::with_capacity(incoming.len());
     for (name, value) in incoming {
         if is_connection_specific(incoming, name)
@@ -79,10 +76,7 @@ fn is_connection_specific(headers: &HeaderMap, name: &HeaderName) -> bool {
     headers.get_all("connection").iter().any(|value| {
         value
             .to_str()
-            .map(|list| {
-                list.split(',')
-                    .any(|token| token.trim().eq_ignore_ascii_case(name.as_str()))
-            })
+            .map(|list| list.split(',').any(|token| token.trim().eq_ignore_ascii_case(name.as_str())))
             .unwrap_or(false)
     })
 }
@@ -94,10 +88,7 @@ mod tests {
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
         for (k, v) in pairs {
-            map.append(
-                HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                HeaderValue::from_str(v).unwrap(),
-            );
+            map.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
         }
         map
     }
@@ -121,24 +112,16 @@ mod tests {
         assert_eq!(out["anthropic-beta"], "a-2025,b-2026");
         assert_eq!(out["anthropic-some-future-header"], "x");
         assert_eq!(out["x-api-key"], "sk-ant-caller");
-        for gone in [
-            "connection",
-            "x-secret-hop",
-            "transfer-encoding",
-            "host",
-            "content-length",
-            "x-memory-subject",
-        ] {
+        for gone in
+            ["connection", "x-secret-hop", "transfer-encoding", "host", "content-length", "x-memory-subject"]
+        {
             assert!(out.get(gone).is_none(), "{gone} was forwarded");
         }
     }
 
     #[test]
     fn managed_mode_replaces_every_caller_credential() {
-        let incoming = headers(&[
-            ("x-api-key", "sk-ant-caller"),
-            ("authorization", "Bearer caller-jwt"),
-        ]);
+        let incoming = headers(&[("x-api-key", "sk-ant-caller"), ("authorization", "Bearer caller-jwt")]);
         let out = upstream_request_headers(
             &incoming,
             &UpstreamCredential::Replace("sk-ant-memgate".to_owned().into()),

@@ -24,10 +24,8 @@ pub async fn read_limited(
             format!("the request body is larger than {limit} bytes (limits.max_body_bytes)"),
         )
     };
-    let declared = headers
-        .get("content-length")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared =
+        headers.get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > limit) {
         return Err(too_large());
     }
@@ -47,10 +45,7 @@ pub async fn read_limited(
         }
         Err(_) => Err(ApiError::new(
             ErrorKind::RequestTimeout,
-            format!(
-                "the request body did not arrive within {} s",
-                deadline.as_secs()
-            ),
+            format!("the request body did not arrive within {} s", deadline.as_secs()),
         )),
     }
 }
@@ -58,13 +53,10 @@ pub async fn read_limited(
 /// Parses a Messages (or count_tokens) request: a JSON object with a string `model` and an array
 /// `messages`. The error says what is wrong and where.
 pub fn parse_messages_request(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
-    let value: Value = serde_json::from_slice(bytes).map_err(|err| {
-        ApiError::invalid_request(format!("the request body is not valid JSON: {err}"))
-    })?;
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|err| ApiError::invalid_request(format!("the request body is not valid JSON: {err}")))?;
     let Value::Object(object) = value else {
-        return Err(ApiError::invalid_request(
-            "the request body must be a JSON object (a Messages request)",
-        ));
+        return Err(ApiError::invalid_request("the request body must be a JSON object (a Messages request)"));
     };
     match object.get("model") {
         Some(Value::String(_)) => {}
@@ -98,39 +90,21 @@ mod tests {
             (b"{\"messages\":[]}", "model: field required"),
             (b"{\"model\":1,\"messages\":[]}", "model: must be a string"),
             (b"{\"model\":\"m\"}", "messages: field required"),
-            (
-                b"{\"model\":\"m\",\"messages\":{}}",
-                "messages: must be an array",
-            ),
-            (
-                b"{\"model\":\"\xff\xfe\",\"messages\":[]}",
-                "not valid JSON",
-            ),
+            (b"{\"model\":\"m\",\"messages\":{}}", "messages: must be an array"),
+            (b"{\"model\":\"\xff\xfe\",\"messages\":[]}", "not valid JSON"),
         ];
         for (body, expected) in cases {
             let err = parse_messages_request(body).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::InvalidRequest);
-            assert!(
-                err.message().contains(expected),
-                "{} vs {expected}",
-                err.message()
-            );
+            assert!(err.message().contains(expected), "{} vs {expected}", err.message());
         }
     }
 
     #[test]
     fn refuses_deep_nesting_without_overflowing_the_stack() {
         let depth = 100_000;
-        let body = format!(
-            "{{\"model\":\"m\",\"messages\":{}{}}}",
-            "[".repeat(depth),
-            "]".repeat(depth)
-        );
+        let body = format!("{{\"model\":\"m\",\"messages\":{}{}}}", "[".repeat(depth), "]".repeat(depth));
         let err = parse_messages_request(body.as_bytes()).unwrap_err();
-        assert!(
-            err.message().contains("recursion limit"),
-            "{}",
-            err.message()
-        );
+        assert!(err.message().contains("recursion limit"), "{}", err.message());
     }
 }

@@ -60,10 +60,7 @@ impl Upstream {
     pub async fn send(&self, request: UpstreamRequest) -> Result<Response<Body>, ApiError> {
         let url = format!("{}{}", self.base_url, request.path_and_query);
         let started = Instant::now();
-        let mut builder = self
-            .client
-            .request(request.method, url)
-            .headers(request.headers);
+        let mut builder = self.client.request(request.method, url).headers(request.headers);
         if let Some(body) = request.body {
             builder = builder.body(body);
         }
@@ -93,10 +90,7 @@ impl Upstream {
             // Tells nginx-like proxies in front of memgate not to buffer the stream either.
             headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
         }
-        let body = Body::from_stream(with_idle_timeout(
-            upstream.bytes_stream(),
-            self.stream_idle_timeout,
-        ));
+        let body = Body::from_stream(with_idle_timeout(upstream.bytes_stream(), self.stream_idle_timeout));
         let mut response = Response::new(body);
         *response.status_mut() = status;
         *response.headers_mut() = headers;
@@ -118,10 +112,7 @@ fn classify_send_error(err: &reqwest::Error) -> ApiError {
             "the upstream is unreachable: memgate could not connect to it (check MEMGATE_UPSTREAM_URL)",
         )
     } else {
-        ApiError::new(
-            ErrorKind::UpstreamUnreachable,
-            "the upstream closed the connection before answering",
-        )
+        ApiError::new(ErrorKind::UpstreamUnreachable, "the upstream closed the connection before answering")
     }
 }
 
@@ -137,17 +128,11 @@ fn with_idle_timeout(
             Ok(Some(Ok(chunk))) => Some((Ok(chunk), Some(body))),
             Ok(Some(Err(err))) => {
                 tracing::warn!(error = %err, "upstream body broke off");
-                Some((
-                    Err(std::io::Error::other("the upstream broke off the answer")),
-                    None,
-                ))
+                Some((Err(std::io::Error::other("the upstream broke off the answer")), None))
             }
             Ok(None) => None,
             Err(_) => {
-                tracing::warn!(
-                    idle_ms = idle.as_millis() as u64,
-                    "upstream stream idle timeout"
-                );
+                tracing::warn!(idle_ms = idle.as_millis() as u64, "upstream stream idle timeout");
                 let err = std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
                     "the upstream stream went silent (upstream.stream_idle_timeout_ms)",

@@ -15,10 +15,7 @@ async fn upstream_receives_the_body_headers_and_query_verbatim() {
         .post(gateway.url("/v1/messages?beta=true&x=a%20b"))
         .header("content-type", "application/json")
         .header("anthropic-version", "2023-06-01")
-        .header(
-            "anthropic-beta",
-            "prompt-caching-2024-07-31,some-future-beta",
-        )
+        .header("anthropic-beta", "prompt-caching-2024-07-31,some-future-beta")
         .header("anthropic-dangerous-direct-browser-access", "true")
         .header("x-api-key", "sk-ant-caller-key")
         .body(raw)
@@ -36,10 +33,7 @@ async fn upstream_receives_the_body_headers_and_query_verbatim() {
     assert_eq!(seen["body_bytes"], raw.len());
     let headers = &seen["headers"];
     assert_eq!(headers["anthropic-version"], "2023-06-01");
-    assert_eq!(
-        headers["anthropic-beta"],
-        "prompt-caching-2024-07-31,some-future-beta"
-    );
+    assert_eq!(headers["anthropic-beta"], "prompt-caching-2024-07-31,some-future-beta");
     assert_eq!(headers["anthropic-dangerous-direct-browser-access"], "true");
     // passthrough mode (the default) forwards the caller's own key.
     assert_eq!(headers["x-api-key"], "sk-ant-caller-key");
@@ -48,23 +42,14 @@ async fn upstream_receives_the_body_headers_and_query_verbatim() {
 #[tokio::test]
 async fn managed_mode_never_forwards_the_callers_credential() {
     let mock = Proc::mock(&[]);
-    let gateway = Proc::gateway(
-        &mock,
-        &["--auth-mode", "managed"],
-        &[("ANTHROPIC_API_KEY", "sk-ant-memgate-own")],
-    );
+    let gateway =
+        Proc::gateway(&mock, &["--auth-mode", "managed"], &[("ANTHROPIC_API_KEY", "sk-ant-memgate-own")]);
     let http = client();
-    for path in [
-        "/v1/messages",
-        "/v1/messages/count_tokens",
-        "/v1/models",
-        "/v1/files?limit=2",
-    ] {
+    for path in ["/v1/messages", "/v1/messages/count_tokens", "/v1/models", "/v1/files?limit=2"] {
         let request = if path == "/v1/models" || path.starts_with("/v1/files") {
             http.get(gateway.url(path))
         } else {
-            http.post(gateway.url(path))
-                .json(&messages_body("claude-test", false))
+            http.post(gateway.url(path)).json(&messages_body("claude-test", false))
         };
         let response = request
             .header("x-api-key", "sk-ant-caller-secret")
@@ -78,14 +63,8 @@ async fn managed_mode_never_forwards_the_callers_credential() {
     assert_eq!(recorded.len(), 4);
     for seen in recorded {
         let headers = seen["headers"].to_string();
-        assert!(
-            !headers.contains("caller-secret"),
-            "caller key leaked upstream: {headers}"
-        );
-        assert!(
-            !headers.contains("caller-jwt-secret"),
-            "caller token leaked upstream: {headers}"
-        );
+        assert!(!headers.contains("caller-secret"), "caller key leaked upstream: {headers}");
+        assert!(!headers.contains("caller-jwt-secret"), "caller token leaked upstream: {headers}");
         assert_eq!(seen["headers"]["x-api-key"], "sk-ant-memgate-own");
     }
 }
@@ -95,26 +74,10 @@ async fn upstream_answers_come_back_unmodified_errors_included() {
     let mock = Proc::mock(&[]);
     let gateway = Proc::gateway(&mock, &[], &[]);
     let http = client();
-    for model in [
-        "claude-test",
-        "mock-tool-use",
-        "mock-overloaded",
-        "mock-500",
-        "mock-429",
-    ] {
+    for model in ["claude-test", "mock-tool-use", "mock-overloaded", "mock-500", "mock-429"] {
         let body = messages_body(model, false);
-        let direct = http
-            .post(mock.url("/v1/messages"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let proxied = http
-            .post(gateway.url("/v1/messages"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let direct = http.post(mock.url("/v1/messages")).json(&body).send().await.unwrap();
+        let proxied = http.post(gateway.url("/v1/messages")).json(&body).send().await.unwrap();
         assert_eq!(direct.status(), proxied.status(), "{model}");
         for name in [
             "content-type",
@@ -124,35 +87,18 @@ async fn upstream_answers_come_back_unmodified_errors_included() {
             "anthropic-ratelimit-requests-remaining",
             "anthropic-ratelimit-requests-reset",
         ] {
-            assert_eq!(
-                direct.headers().get(name),
-                proxied.headers().get(name),
-                "{model}: {name}"
-            );
+            assert_eq!(direct.headers().get(name), proxied.headers().get(name), "{model}: {name}");
         }
-        let request_id = proxied
-            .headers()
-            .get("request-id")
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .to_owned();
-        assert!(
-            request_id.starts_with("req_mock_"),
-            "{model}: request-id {request_id}"
-        );
+        let request_id = proxied.headers().get("request-id").unwrap().to_str().unwrap().to_owned();
+        assert!(request_id.starts_with("req_mock_"), "{model}: request-id {request_id}");
         assert!(proxied.headers().contains_key("x-memory-request-id"));
         let direct_body = without_request_seq(&direct.text().await.unwrap());
         let proxied_body = without_request_seq(&proxied.text().await.unwrap());
         assert_eq!(direct_body, proxied_body, "{model}");
         serde_json::from_str::<Value>(&proxied_body).expect("a JSON answer");
     }
-    let too_many = http
-        .post(gateway.url("/v1/messages"))
-        .json(&messages_body("mock-429", false))
-        .send()
-        .await
-        .unwrap();
+    let too_many =
+        http.post(gateway.url("/v1/messages")).json(&messages_body("mock-429", false)).send().await.unwrap();
     assert_eq!(too_many.headers()["retry-after"], "7");
 }
 
@@ -163,26 +109,13 @@ async fn a_stream_is_relayed_byte_for_byte() {
     let http = client();
     for model in ["claude-test", "mock-tool-use", "mock-error-mid-stream"] {
         let body = messages_body(model, true);
-        let direct = http
-            .post(mock.url("/v1/messages"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let proxied = http
-            .post(gateway.url("/v1/messages"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let direct = http.post(mock.url("/v1/messages")).json(&body).send().await.unwrap();
+        let proxied = http.post(gateway.url("/v1/messages")).json(&body).send().await.unwrap();
         assert_eq!(proxied.headers()["content-type"], "text/event-stream");
         let direct = without_request_seq(&direct.text().await.unwrap());
         let proxied = without_request_seq(&proxied.text().await.unwrap());
         assert_eq!(direct, proxied, "{model}");
-        assert!(
-            proxied.starts_with("event: message_start\n"),
-            "{model}: {proxied}"
-        );
+        assert!(proxied.starts_with("event: message_start\n"), "{model}: {proxied}");
     }
 }
 
@@ -199,11 +132,7 @@ async fn an_event_sent_before_an_upstream_pause_arrives_during_the_pause() {
     let mut body = response.bytes_stream();
     let mut received = String::new();
     while !received.contains("\n\n") {
-        let chunk = body
-            .next()
-            .await
-            .expect("stream ended before the first event")
-            .unwrap();
+        let chunk = body.next().await.expect("stream ended before the first event").unwrap();
         received.push_str(&String::from_utf8_lossy(&chunk));
     }
     assert!(received.starts_with("event: message_start\n"), "{received}");
@@ -211,10 +140,7 @@ async fn an_event_sent_before_an_upstream_pause_arrives_during_the_pause() {
     // which shows memgate relayed the event instead of holding it back.
     let recorded = mock.recorded().await;
     let stream = &recorded[0]["stream"];
-    assert_eq!(
-        stream["outcome"], "pending",
-        "upstream already finished: memgate buffered ({stream})"
-    );
+    assert_eq!(stream["outcome"], "pending", "upstream already finished: memgate buffered ({stream})");
     // And the rest still comes through after the pause.
     while let Some(chunk) = body.next().await {
         received.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
@@ -235,14 +161,10 @@ async fn a_client_that_disconnects_mid_stream_closes_the_upstream_request() {
     let mut body = response.bytes_stream();
     body.next().await.unwrap().unwrap();
     drop(body);
-    eventually(
-        Duration::from_secs(1),
-        "the upstream stream to see the client leave",
-        || async {
-            let recorded = mock.recorded().await;
-            (recorded[0]["stream"]["outcome"] == "client_closed").then_some(())
-        },
-    )
+    eventually(Duration::from_secs(1), "the upstream stream to see the client leave", || async {
+        let recorded = mock.recorded().await;
+        (recorded[0]["stream"]["outcome"] == "client_closed").then_some(())
+    })
     .await;
 }
 
@@ -251,22 +173,8 @@ async fn other_v1_paths_and_methods_pass_through_with_their_query() {
     let mock = Proc::mock(&[]);
     let gateway = Proc::gateway(&mock, &[], &[]);
     let http = client();
-    let direct: Value = http
-        .get(mock.url("/v1/models"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let proxied: Value = http
-        .get(gateway.url("/v1/models"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let direct: Value = http.get(mock.url("/v1/models")).send().await.unwrap().json().await.unwrap();
+    let proxied: Value = http.get(gateway.url("/v1/models")).send().await.unwrap().json().await.unwrap();
     assert_eq!(direct, proxied);
 
     let upload = vec![7u8; 300_000];
@@ -284,14 +192,8 @@ async fn other_v1_paths_and_methods_pass_through_with_their_query() {
     assert_eq!(answer["echo"]["query"], "purpose=test");
     assert_eq!(answer["echo"]["body_bytes"], upload.len());
 
-    let deleted: Value = http
-        .delete(gateway.url("/v1/files/file_123"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let deleted: Value =
+        http.delete(gateway.url("/v1/files/file_123")).send().await.unwrap().json().await.unwrap();
     assert_eq!(deleted["echo"]["method"], "DELETE");
     assert_eq!(deleted["echo"]["path"], "/v1/files/file_123");
 }
@@ -299,21 +201,8 @@ async fn other_v1_paths_and_methods_pass_through_with_their_query() {
 #[tokio::test]
 async fn an_unreachable_upstream_is_a_retryable_5xx_that_says_so() {
     // Bind and drop a listener to get a port nobody listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let gateway = Proc::start(
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream-url",
-            &format!("http://127.0.0.1:{port}"),
-        ],
-        &[],
-    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let gateway = Proc::gateway_to(&format!("http://127.0.0.1:{port}"), &[], &[]);
     let response = client()
         .post(gateway.url("/v1/messages"))
         .json(&messages_body("claude-test", false))
@@ -325,13 +214,7 @@ async fn an_unreachable_upstream_is_a_retryable_5xx_that_says_so() {
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["type"], "error");
     assert_eq!(body["error"]["type"], "api_error");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("unreachable"),
-        "{body}"
-    );
+    assert!(body["error"]["message"].as_str().unwrap().contains("unreachable"), "{body}");
 }
 
 #[tokio::test]
@@ -349,13 +232,7 @@ async fn a_slow_upstream_is_a_timeout_error() {
     assert_eq!(response.status(), 504);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["type"], "timeout_error");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("first_byte_timeout_ms"),
-        "{body}"
-    );
+    assert!(body["error"]["message"].as_str().unwrap().contains("first_byte_timeout_ms"), "{body}");
 }
 
 #[tokio::test]
@@ -368,11 +245,7 @@ async fn logs_carry_neither_bodies_nor_credentials() {
         "max_tokens": 5,
         "messages": [{"role": "user", "content": "body-marker-7f3a"}],
     });
-    for path in [
-        "/v1/messages",
-        "/v1/messages?token=query-marker-91bc",
-        "/v1/models",
-    ] {
+    for path in ["/v1/messages", "/v1/messages?token=query-marker-91bc", "/v1/models"] {
         http.post(gateway.url(path))
             .header("x-api-key", "sk-ant-log-canary-key")
             .header("authorization", "Bearer log-canary-jwt")
@@ -381,32 +254,17 @@ async fn logs_carry_neither_bodies_nor_credentials() {
             .await
             .unwrap();
     }
-    http.post(gateway.url("/v1/messages"))
-        .body("{not json body-marker-7f3a")
-        .send()
-        .await
-        .unwrap();
+    http.post(gateway.url("/v1/messages")).body("{not json body-marker-7f3a").send().await.unwrap();
     let logs = eventually(Duration::from_secs(5), "four request log lines", || async {
         let logs = gateway.stderr();
         (logs.matches("\"answered\"").count() >= 4).then_some(logs)
     })
     .await;
-    for secret in [
-        "body-marker-7f3a",
-        "query-marker-91bc",
-        "log-canary-key",
-        "log-canary-jwt",
-    ] {
-        assert!(
-            !logs.contains(secret),
-            "`{secret}` appeared in the log:\n{logs}"
-        );
+    for secret in ["body-marker-7f3a", "query-marker-91bc", "log-canary-key", "log-canary-jwt"] {
+        assert!(!logs.contains(secret), "`{secret}` appeared in the log:\n{logs}");
     }
     for line in logs.lines().filter(|l| l.contains("\"answered\"")) {
         let entry: Value = serde_json::from_str(line).expect("json log line");
-        assert!(
-            entry["request_id"].as_str().unwrap().starts_with("mgr_"),
-            "{line}"
-        );
+        assert!(entry["request_id"].as_str().unwrap().starts_with("mgr_"), "{line}");
     }
 }

@@ -35,17 +35,10 @@ async fn sigterm_lets_a_stream_in_flight_finish_and_refuses_new_connections() {
 
     let mut rest = String::new();
     while let Some(chunk) = body.next().await {
-        rest.push_str(&String::from_utf8_lossy(
-            &chunk.expect("stream cut during graceful shutdown"),
-        ));
+        rest.push_str(&String::from_utf8_lossy(&chunk.expect("stream cut during graceful shutdown")));
     }
-    assert!(
-        rest.contains("event: message_stop"),
-        "stream did not finish: {rest}"
-    );
-    let status = gateway
-        .wait_exit(Duration::from_secs(10))
-        .expect("memgate did not exit after draining");
+    assert!(rest.contains("event: message_stop"), "stream did not finish: {rest}");
+    let status = gateway.wait_exit(Duration::from_secs(10)).expect("memgate did not exit after draining");
     assert!(status.success(), "{status:?}");
 }
 
@@ -65,9 +58,7 @@ async fn the_grace_period_bounds_how_long_shutdown_waits() {
     body.next().await.unwrap().unwrap();
     gateway.terminate();
     // A ten-minute stream must not hold the process: it exits once the grace period is over.
-    let status = gateway
-        .wait_exit(Duration::from_secs(10))
-        .expect("memgate waited past its grace period");
+    let status = gateway.wait_exit(Duration::from_secs(10)).expect("memgate waited past its grace period");
     assert!(status.success(), "{status:?}");
 }
 
@@ -92,29 +83,17 @@ async fn truncated_and_garbage_requests_neither_hang_nor_crash_memgate() {
     // A body shorter than its content-length, then the client stops sending.
     let truncated = b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{\"model\":\"claude-test\",\"mess";
     let answer = raw_exchange(&addr, truncated).await;
-    assert!(
-        answer.is_empty() || answer.starts_with("HTTP/1.1 400"),
-        "{answer}"
-    );
+    assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 400"), "{answer}");
 
     // Not HTTP at all.
-    let answer = raw_exchange(
-        &addr,
-        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage\r\n\r\n",
-    )
-    .await;
-    assert!(
-        answer.is_empty() || answer.starts_with("HTTP/1.1 400"),
-        "{answer}"
-    );
+    let answer = raw_exchange(&addr, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage\r\n\r\n").await;
+    assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 400"), "{answer}");
 
     // A chunked body cut mid-chunk.
-    let chunked = b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n10\r\n{\"model\":";
+    let chunked =
+        b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n10\r\n{\"model\":";
     let answer = raw_exchange(&addr, chunked).await;
-    assert!(
-        answer.is_empty() || answer.starts_with("HTTP/1.1 400"),
-        "{answer}"
-    );
+    assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 400"), "{answer}");
 
     // memgate is still up and nothing of the above reached the upstream.
     let health = client().get(gateway.url("/healthz")).send().await.unwrap();
@@ -131,9 +110,7 @@ async fn a_client_that_stalls_mid_body_gets_408() {
     let addr = gateway.base.trim_start_matches("http://").to_owned();
     let mut stream = TcpStream::connect(&addr).await.unwrap();
     stream
-        .write_all(
-            b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: 500\r\n\r\n{\"model\":",
-        )
+        .write_all(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: 500\r\n\r\n{\"model\":")
         .await
         .unwrap();
     // Keep the connection open without sending the rest.
@@ -152,13 +129,7 @@ async fn a_bad_config_stops_startup_naming_the_key() {
     let config = std::env::temp_dir().join(format!("memgate-bad-{}.toml", std::process::id()));
     std::fs::write(&config, "[upstream]\nurl = \"not a url\"\n").unwrap();
     let output = std::process::Command::new(crate::support::BIN)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-            config.to_str().unwrap(),
-        ])
+        .args(["serve", "--listen", "127.0.0.1:0", "--config", config.to_str().unwrap()])
         .output()
         .unwrap();
     assert!(!output.status.success());
@@ -167,19 +138,10 @@ async fn a_bad_config_stops_startup_naming_the_key() {
 
     std::fs::write(&config, "[upstream]\ntimeout = 5\n").unwrap();
     let output = std::process::Command::new(crate::support::BIN)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-            config.to_str().unwrap(),
-        ])
+        .args(["serve", "--listen", "127.0.0.1:0", "--config", config.to_str().unwrap()])
         .output()
         .unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("timeout") && stderr.contains("upstream"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("timeout") && stderr.contains("upstream"), "{stderr}");
 }

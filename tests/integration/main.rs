@@ -7,3 +7,4 @@ mod support;
 mod e2e_proxy;
 mod e2e_shutdown;
 mod router;
+mod store;

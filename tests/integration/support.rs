@@ -13,22 +13,24 @@ pub struct Proc {
     child: Child,
     pub base: String,
     stderr: Arc<Mutex<String>>,
+    /// The database a gateway uses, removed with it.
+    db: Option<TestDb>,
 }
 
 impl Proc {
     /// Starts `memgate <args>` and waits for its "listening on http://ADDR" line.
     pub fn start(args: &[&str], env: &[(&str, &str)]) -> Proc {
         let mut command = Command::new(BIN);
-        command
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        command.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         for var in [
             "MEMGATE_LISTEN",
             "MEMGATE_UPSTREAM_URL",
             "ANTHROPIC_API_KEY",
             "MEMGATE_AUTH_MODE",
+            "MEMGATE_DATABASE_URL",
+            "MEMGATE_ADMIN_TOKEN",
+            "MEMGATE_LOG_FORMAT",
+            "MEMGATE_LOG_LEVEL",
         ] {
             command.env_remove(var);
         }
@@ -44,9 +46,7 @@ impl Proc {
                 if n == 0 {
                     break;
                 }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
 
@@ -60,18 +60,11 @@ impl Proc {
             }
         });
         match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(base) => Proc {
-                child,
-                base,
-                stderr,
-            },
+            Ok(base) => Proc { child, base, stderr, db: None },
             Err(_) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!(
-                    "memgate {args:?} did not start; stderr:\n{}",
-                    stderr.lock().unwrap()
-                );
+                panic!("memgate {args:?} did not start; stderr:\n{}", stderr.lock().unwrap());
             }
         }
     }
@@ -82,16 +75,21 @@ impl Proc {
         Proc::start(&args, &[])
     }
 
+    /// A gateway in front of `upstream`, on a SQLite database of its own unless `extra` names one.
     pub fn gateway(upstream: &Proc, extra: &[&str], env: &[(&str, &str)]) -> Proc {
-        let mut args = vec![
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream-url",
-            upstream.base.as_str(),
-        ];
+        Proc::gateway_to(&upstream.base, extra, env)
+    }
+
+    pub fn gateway_to(upstream_url: &str, extra: &[&str], env: &[(&str, &str)]) -> Proc {
+        let db = TestDb::sqlite();
+        let mut args = vec!["serve", "--listen", "127.0.0.1:0", "--upstream-url", upstream_url];
+        if !extra.contains(&"--database-url") {
+            args.extend_from_slice(&["--database-url", db.url.as_str()]);
+        }
         args.extend_from_slice(extra);
-        Proc::start(&args, env)
+        let mut proc = Proc::start(&args, env);
+        proc.db = Some(db);
+        proc
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -108,10 +106,7 @@ impl Proc {
 
     /// Sends SIGTERM.
     pub fn terminate(&self) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.pid().to_string()])
-            .status()
-            .unwrap();
+        let status = Command::new("kill").args(["-TERM", &self.pid().to_string()]).status().unwrap();
         assert!(status.success());
     }
 
@@ -129,14 +124,8 @@ impl Proc {
 
     /// What the mock has recorded.
     pub async fn recorded(&self) -> Vec<Value> {
-        let body: Value = client()
-            .get(self.url("/_mock/requests"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let body: Value =
+            client().get(self.url("/_mock/requests")).send().await.unwrap().json().await.unwrap();
         body["requests"].as_array().cloned().unwrap_or_default()
     }
 }
@@ -149,10 +138,7 @@ impl Drop for Proc {
 }
 
 pub fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .build()
-        .unwrap()
+    reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap()
 }
 
 /// Polls `check` until it returns Some, or panics after `limit`.
@@ -192,4 +178,70 @@ pub fn without_request_seq(text: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// A database of its own for one test: a SQLite file in a temp dir, or a fresh PostgreSQL
+/// database (dropped, with its connections, when the test ends).
+pub struct TestDb {
+    pub url: String,
+    pg_name: Option<String>,
+    _dir: Option<TempDir>,
+}
+
+/// Where the test suite may create databases.
+pub fn postgres_admin_url() -> String {
+    std::env::var("MEMGATE_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+impl TestDb {
+    pub fn sqlite() -> TestDb {
+        let dir = TempDir::new("sqlite");
+        TestDb { url: format!("sqlite://{}/memgate.db", dir.path.display()), pg_name: None, _dir: Some(dir) }
+    }
+
+    pub async fn postgres() -> TestDb {
+        sqlx::any::install_default_drivers();
+        let name = format!("memgate_test_{}", uuid::Uuid::new_v4().simple());
+        let admin = postgres_admin_url();
+        let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&admin)
+            .await
+            .expect("PostgreSQL must be running for the store tests (scripts/services starts it)");
+        sqlx::Executor::execute(&mut conn, sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .await
+            .unwrap();
+        let base = admin.rsplit_once('/').map(|(b, _)| b.to_owned()).unwrap();
+        TestDb { url: format!("{base}/{name}"), pg_name: Some(name), _dir: None }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some(name) = &self.pg_name {
+            let _ = Command::new("psql")
+                .args([&postgres_admin_url(), "-qc", &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// A temporary directory, removed when dropped.
+pub struct TempDir {
+    pub path: std::path::PathBuf,
+}
+
+impl TempDir {
+    pub fn new(label: &str) -> TempDir {
+        let path = std::env::temp_dir().join(format!("memgate-{label}-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&path).unwrap();
+        TempDir { path }
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
 }

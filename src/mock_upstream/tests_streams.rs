@@ -1,16 +1,60 @@
-//! Over a real socket: `run` serves, and a client that closes its connection mid-stream is
-//! recorded as `client_closed`.
+//! Timing and connection tests: pacing, and a client that goes away mid-stream (in process,
+//! then over a real socket served by `run`).
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use serde_json::Value;
+use futures_util::StreamExt;
+use http::Method;
+use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tower::ServiceExt;
 
-use super::run;
-use super::tests::{args, messages_body};
+use super::tests::{args, json_of, messages_body, post_json, recorded, request};
+use super::{router, run};
+
+#[tokio::test]
+async fn streams_are_paced_by_the_settings() {
+    let app = router(args(&["--pause-ms", "150", "--delta-interval-ms", "30", "--deltas", "3"]));
+    let body = messages_body("mock-pause", true).to_string();
+    let response =
+        app.clone().oneshot(request(Method::POST, "/v1/messages", body)).await.expect("infallible");
+    let mut chunks = response.into_body().into_data_stream();
+    let first = chunks.next().await.expect("a chunk").expect("data");
+    assert!(first.starts_with(b"event: message_start\n"));
+    let after_start = tokio::time::Instant::now();
+    let second = chunks.next().await.expect("a chunk").expect("data");
+    assert!(second.starts_with(b"event: ping\n"));
+    assert!(after_start.elapsed() >= Duration::from_millis(150), "the pause");
+    let before_deltas = tokio::time::Instant::now();
+    let mut rest = Vec::new();
+    while let Some(chunk) = chunks.next().await {
+        rest.extend_from_slice(&chunk.expect("data"));
+    }
+    // Two gaps of 30 ms between the three deltas.
+    assert!(before_deltas.elapsed() >= Duration::from_millis(60), "the delta interval");
+    assert!(rest.ends_with(b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+
+    let (_, _, complete) = post_json(&app, "/v1/messages", &messages_body("mock-pause", false)).await;
+    assert_eq!(json_of(&complete)["stop_reason"], "end_turn");
+}
+
+#[tokio::test]
+async fn dropping_a_stream_body_records_client_closed() {
+    let app = router(args(&[]));
+    let req = request(Method::POST, "/v1/messages", messages_body("mock-long-stream", true).to_string());
+    let response = app.clone().oneshot(req).await.expect("infallible");
+    let mut chunks = response.into_body().into_data_stream();
+    for _ in 0..4 {
+        chunks.next().await.expect("a chunk").expect("data");
+    }
+    assert_eq!(recorded(&app).await[0]["stream"]["outcome"], "pending");
+    drop(chunks);
+    let stream = &recorded(&app).await[0]["stream"];
+    assert_eq!(stream, &json!({"events_sent": 4, "outcome": "client_closed"}));
+}
 
 /// One HTTP/1.1 request over a fresh connection, `Connection: close`; returns the body.
 async fn raw_get(addr: SocketAddr, path: &str) -> String {

@@ -1,0 +1,201 @@
+//! `/admin/v1/memories…`: create, read, update, delete, list and search, history, status changes
+//! and forget.
+
+use super::{AdminContext, json_body};
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::memory::record::{Status, format_ms};
+use crate::store::memories::{Created, ListFilter};
+use axum::Json;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+pub async fn create(
+    State(state): State<AppState>,
+    ctx: AdminContext,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let (parts, body) = request.into_parts();
+    let input = json_body(&state, &parts.headers, body).await?;
+    let created = state.memories().create(&ctx.tenant, &input, &ctx.actor).await?;
+    let (status, record, flag) = match &created {
+        Created::New(record) => (StatusCode::CREATED, record, None),
+        Created::Superseded(record) => (StatusCode::OK, record, Some("superseded")),
+        Created::ExactRepeat(record) => (StatusCode::OK, record, Some("exact_repeat")),
+    };
+    let mut answer = json!({"id": record.id, "revision": record.revision, "record": record.to_json()});
+    if let (Some(flag), Value::Object(map)) = (flag, &mut answer) {
+        map.insert(flag.into(), Value::Bool(true));
+    }
+    Ok((status, Json(answer)).into_response())
+}
+
+pub async fn get(
+    State(state): State<AppState>,
+    ctx: AdminContext,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(state.memories().get(&ctx.tenant, &id).await?.to_json()))
+}
+
+pub async fn update(
+    State(state): State<AppState>,
+    ctx: AdminContext,
+    Path(id): Path<String>,
+    request: Request,
+) -> Result<Json<Value>, ApiError> {
+    let (parts, body) = request.into_parts();
+    let if_match = match parts.headers.get("if-match") {
+        None => None,
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .map(|v| v.trim().trim_start_matches("W/").trim_matches('"'))
+                .and_then(|v| v.parse::<i64>().ok())
+                .ok_or_else(|| {
+                    ApiError::invalid_request("If-Match must be a record revision, e.g. `If-Match: 3`")
+                })?,
+        ),
+    };
+    let patch = json_body(&state, &parts.headers, body).await?;
+    let record = state.memories().update(&ctx.tenant, &id, &patch, if_match, &ctx.actor).await?;
+    Ok(Json(record.to_json()))
+}
+
+pub async fn delete(
+    State(state): State<AppState>,
+    ctx: AdminContext,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let record = state.memories().delete(&ctx.tenant, &id, &ctx.actor).await?;
+    Ok(Json(json!({"id": record.id, "deleted": true})))
+}
+
+pub async fn pause(
+    state: State<AppState>,
+    ctx: AdminContext,
+    id: Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    set_status(state, ctx, id, Status::Paused).await
+}
+
+pub async fn archive(
+    state: State<AppState>,
+    ctx: AdminContext,
+    id: Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    set_status(state, ctx, id, Status::Archived).await
+}
+
+pub async fn activate(
+    state: State<AppState>,
+    ctx: AdminContext,
+    id: Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    set_status(state, ctx, id, Status::Active).await
+}
+
+async fn set_status(
+    State(state): State<AppState>,
+    ctx: AdminContext,
+    Path(id): Path<String>,
+    status: Status,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(state.memories().set_status(&ctx.tenant, &id, status, &ctx.actor).await?.to_json()))
+}
+
+pub async fn history(
+    State(state): State<AppState>,
+    ctx: AdminContext,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let changes = state.memories().history(&ctx.tenant, &id).await?;
+    let data: Vec<Value> = changes
+        .into_iter()
+        .map(|c| {
+            json!({
+                "revision": c.revision,
+                "action": c.action,
+                "actor": c.actor,
+                "at": format_ms(c.at_ms),
+                "before": c.before,
+                "after": c.after,
+            })
+        })
+        .collect();
+    Ok(Json(json!({"id": id, "data": data})))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    scope: Option<String>,
+    #[serde(rename = "type")]
+    record_type: Option<String>,
+    status: Option<String>,
+    q: Option<String>,
+    limit: Option<u32>,
+    cursor: Option<String>,
+}
+
+impl ListQuery {
+    pub fn filter(&self) -> Result<ListFilter, ApiError> {
+        let status = match self.status.as_deref() {
+            None | Some("") => None,
+            Some(s) => Some(
+                Status::parse(s)
+                    .ok_or_else(|| ApiError::invalid_request("status must be active, paused or archived"))?,
+            ),
+        };
+        if self.q.as_ref().is_some_and(|q| q.chars().count() > 256) {
+            return Err(ApiError::invalid_request("q is limited to 256 characters"));
+        }
+        let non_empty = |v: &Option<String>| v.clone().filter(|s| !s.is_empty());
+        Ok(ListFilter {
+            scope: non_empty(&self.scope),
+            record_type: non_empty(&self.record_type),
+            status,
+            q: non_empty(&self.q),
+        })
+    }
+}
+
+/// Parses the query string ourselves so a bad one is answered in the API's error shape.
+pub fn parse_query<T: serde::de::DeserializeOwned>(request: &Request) -> Result<T, ApiError> {
+    Query::<T>::try_from_uri(request.uri())
+        .map(|Query(q)| q)
+        .map_err(|err| ApiError::invalid_request(format!("bad query string: {}", err.body_text())))
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    ctx: AdminContext,
+    request: Request,
+) -> Result<Json<Value>, ApiError> {
+    let query: ListQuery = parse_query(&request)?;
+    let limit = query.limit.unwrap_or(50).clamp(1, 500);
+    let filter = query.filter()?;
+    let records = state.memories().list(&ctx.tenant, &filter, query.cursor.as_deref(), limit).await?;
+    let next_cursor = (records.len() as u32 == limit).then(|| records.last().map(|r| r.id.clone())).flatten();
+    let data: Vec<Value> = records.iter().map(|r| r.to_json()).collect();
+    Ok(Json(json!({"data": data, "next_cursor": next_cursor})))
+}
+
+pub async fn forget(
+    State(state): State<AppState>,
+    ctx: AdminContext,
+    request: Request,
+) -> Result<Json<Value>, ApiError> {
+    let (parts, body) = request.into_parts();
+    let input = json_body(&state, &parts.headers, body).await?;
+    let scope = input
+        .get("scope")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::invalid_request("forget takes {\"scope\": \"user:u-789\"}"))?;
+    let (records, changes) = state.memories().forget(&ctx.tenant, scope).await?;
+    Ok(Json(json!({"scope": scope, "records_erased": records, "changes_erased": changes})))
+}

@@ -1,0 +1,116 @@
+//! The admin API (`/admin/v1/…`): bearer-token auth (constant-time compare; without a configured
+//! token the whole API is off), the tenant from `X-Memory-Tenant`, and the handlers per resource.
+//! Every handler works inside one tenant: nothing here can read or change another's records.
+
+pub mod memories;
+pub mod transfer;
+
+use crate::app::AppState;
+use crate::error::{ApiError, ErrorKind};
+use crate::identity::DEFAULT_TENANT;
+use crate::memory::MemoryError;
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::HeaderMap;
+use axum::http::request::Parts;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use secrecy::ExposeSecret;
+use serde_json::{Value, json};
+use subtle::ConstantTimeEq;
+
+/// The largest JSON body a single-record admin call accepts.
+const MAX_ADMIN_BODY_BYTES: u64 = 1024 * 1024;
+
+/// Refuses any admin request without the admin token.
+pub async fn require_admin(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let Some(token) = state.admin_token() else {
+        return ApiError::not_found("the admin API is off; set MEMGATE_ADMIN_TOKEN to turn it on")
+            .into_response();
+    };
+    let presented = request
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    let matches: bool = presented.as_bytes().ct_eq(token.expose_secret().as_bytes()).into();
+    if !matches {
+        return ApiError::new(
+            ErrorKind::Authentication,
+            "the admin API needs `Authorization: Bearer <MEMGATE_ADMIN_TOKEN>`",
+        )
+        .into_response();
+    }
+    next.run(request).await
+}
+
+/// The tenant and actor of an admin request.
+pub struct AdminContext {
+    pub tenant: String,
+    pub actor: String,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for AdminContext {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let tenant =
+            header_token(&parts.headers, "x-memory-tenant")?.unwrap_or_else(|| DEFAULT_TENANT.to_owned());
+        let actor = header_token(&parts.headers, "x-memory-actor")?.unwrap_or_else(|| "admin".to_owned());
+        Ok(AdminContext { tenant, actor })
+    }
+}
+
+/// A header value that names something: 1 to 64 characters of A-Z a-z 0-9 . _ : -
+fn header_token(headers: &HeaderMap, name: &str) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get(name) else { return Ok(None) };
+    let text = value.to_str().unwrap_or("");
+    let ok = !text.is_empty()
+        && text.len() <= 64
+        && text.bytes().all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b));
+    if ok {
+        Ok(Some(text.to_owned()))
+    } else {
+        Err(ApiError::invalid_request(format!(
+            "{name} must be 1 to 64 characters of A-Z, a-z, 0-9, '.', '_', ':' or '-'"
+        )))
+    }
+}
+
+/// Reads a JSON body of at most `MAX_ADMIN_BODY_BYTES`, with errors in the API's shape.
+pub async fn json_body(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: axum::body::Body,
+) -> Result<Value, ApiError> {
+    let bytes = crate::proxy::request_body::read_limited(
+        headers,
+        body,
+        MAX_ADMIN_BODY_BYTES,
+        state.limits().body_read_timeout,
+    )
+    .await?;
+    serde_json::from_slice(&bytes)
+        .map_err(|err| ApiError::invalid_request(format!("the body is not valid JSON: {err}")))
+}
+
+impl From<MemoryError> for ApiError {
+    fn from(err: MemoryError) -> ApiError {
+        match err {
+            MemoryError::Invalid(problems) => {
+                let summary = problems
+                    .iter()
+                    .map(|p| format!("{} ({})", p.path, p.kind))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                ApiError::new(ErrorKind::Unprocessable, format!("the record was refused: {summary}"))
+                    .with_detail("problems", json!(problems))
+            }
+            MemoryError::NotFound(_) => ApiError::not_found(err.to_string()),
+            MemoryError::Conflict { .. } | MemoryError::IdTaken(_) => {
+                ApiError::new(ErrorKind::Conflict, err.to_string())
+            }
+            MemoryError::Store(inner) => ApiError::internal(inner),
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! `/admin/v1/export`, `/admin/v1/import` and `/admin/v1/imports/{id}/undo`.
+
+use super::AdminContext;
+use super::memories::{ListQuery, parse_query};
+use crate::app::AppState;
+use crate::error::{ApiError, ErrorKind};
+use axum::Json;
+use axum::extract::{Path, Request, State};
+use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+pub async fn export(
+    State(state): State<AppState>,
+    ctx: AdminContext,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let query: ListQuery = parse_query(&request)?;
+    let lines = state.memories().export(&ctx.tenant, &query.filter()?).await?;
+    Ok(([(CONTENT_TYPE, "application/x-ndjson")], lines).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ImportQuery {
+    dry_run: Option<bool>,
+}
+
+pub async fn import(
+    State(state): State<AppState>,
+    ctx: AdminContext,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let query: ImportQuery = parse_query(&request)?;
+    let (parts, body) = request.into_parts();
+    let limits = state.limits();
+    let bytes = crate::proxy::request_body::read_limited(
+        &parts.headers,
+        body,
+        state.max_import_bytes(),
+        limits.body_read_timeout,
+    )
+    .await?;
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|err| ApiError::invalid_request(format!("the import body is not UTF-8 text: {err}")))?;
+    let dry_run = query.dry_run.unwrap_or(false);
+    let report = state.memories().import(&ctx.tenant, text, dry_run, &ctx.actor).await?;
+    let status = match (dry_run, report.applied) {
+        (true, _) => StatusCode::OK,
+        (false, true) => StatusCode::CREATED,
+        (false, false) => {
+            let invalid = report.counts.invalid;
+            return Err(ApiError::new(
+                ErrorKind::Unprocessable,
+                format!("{invalid} line(s) are invalid; nothing was imported. Fix them (see `report`) and import again"),
+            )
+            .with_detail("report", json!(report)));
+        }
+    };
+    Ok((status, Json(json!(report))).into_response())
+}
+
+pub async fn undo(
+    State(state): State<AppState>,
+    ctx: AdminContext,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let removed = state.memories().undo_import(&ctx.tenant, &id, &ctx.actor).await?;
+    Ok(Json(json!({"import_id": id, "removed": removed.len(), "ids": removed})))
+}

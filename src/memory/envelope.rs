@@ -1,0 +1,390 @@
+//! Checking a record envelope on the way in. Every problem is collected — not just the first — and
+//! named by JSON path and kind, so a writer can fix a record in one go. Secrets are named by kind
+//! and path only; the offending text is never repeated back.
+
+use super::record::{Envelope, OPEN_END_MS, Status, parse_rfc3339_ms};
+use crate::records::schemas::SchemaSet;
+use crate::records::{json_path, secrets};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// One thing wrong with a write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    pub path: String,
+    pub kind: String,
+    pub message: String,
+}
+
+impl Problem {
+    pub fn new(path: impl Into<String>, kind: &str, message: impl Into<String>) -> Problem {
+        Problem { path: path.into(), kind: kind.to_owned(), message: message.into() }
+    }
+}
+
+const FIELDS: [&str; 13] = [
+    "id",
+    "type",
+    "schema_version",
+    "scope",
+    "valid_from",
+    "valid_until",
+    "priority",
+    "key",
+    "aliases",
+    "content",
+    "metadata",
+    "status",
+    // Server-kept, accepted on import so an export re-imports; the value is ignored.
+    "tenant",
+];
+
+/// Server-kept fields that an export carries and an import or update ignores.
+const SERVER_FIELDS: [&str; 6] =
+    ["revision", "created_at", "updated_at", "last_accessed_at", "access_count", "tenant"];
+
+/// What a record's envelope must satisfy beyond its schema.
+pub struct Rules<'a> {
+    pub schemas: &'a SchemaSet,
+    pub max_content_bytes: usize,
+    pub now_ms: i64,
+}
+
+/// Parses and checks one envelope; `Err` holds every problem found.
+pub fn check(input: &Value, rules: &Rules<'_>) -> Result<Envelope, Vec<Problem>> {
+    let mut problems = Vec::new();
+    let Value::Object(map) = input else {
+        return Err(vec![Problem::new("$", "invalid_type", "a record must be a JSON object")]);
+    };
+    for name in map.keys() {
+        if !FIELDS.contains(&name.as_str()) && !SERVER_FIELDS.contains(&name.as_str()) {
+            problems.push(Problem::new(
+                json_path::child_key("$", name),
+                "unknown_field",
+                format!("`{name}` is not a record field; fields are {}", FIELDS[..12].join(", ")),
+            ));
+        }
+    }
+
+    let id = optional_string(map, "id", &mut problems).and_then(|id| {
+        check_token(&id, "id", 128, &mut problems);
+        Some(id)
+    });
+    let record_type = required_string(map, "type", &mut problems);
+    let schema_version =
+        optional_string(map, "schema_version", &mut problems).unwrap_or_else(|| "v1".to_owned());
+    let scope = check_scope(map.get("scope"), &mut problems);
+    let valid_from_ms = optional_date(map, "valid_from", &mut problems).unwrap_or(rules.now_ms);
+    let valid_until_ms = optional_date(map, "valid_until", &mut problems).unwrap_or(OPEN_END_MS);
+    if map.contains_key("valid_from") || map.contains_key("valid_until") {
+        if valid_until_ms <= valid_from_ms {
+            problems.push(Problem::new(
+                "$.valid_until",
+                "invalid_time_range",
+                "valid_until must be after valid_from",
+            ));
+        }
+    }
+    let priority = match map.get("priority") {
+        None | Some(Value::Null) => 3,
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(p @ 1..=5) => p as u8,
+            _ => {
+                problems.push(Problem::new(
+                    "$.priority",
+                    "invalid_value",
+                    "priority must be an integer from 1 to 5",
+                ));
+                3
+            }
+        },
+        Some(_) => {
+            problems.push(Problem::new(
+                "$.priority",
+                "invalid_type",
+                "priority must be an integer from 1 to 5",
+            ));
+            3
+        }
+    };
+    let key = optional_string(map, "key", &mut problems).and_then(|key| {
+        if key.is_empty() || key.chars().count() > 256 || key.chars().any(char::is_control) {
+            problems.push(Problem::new(
+                "$.key",
+                "invalid_value",
+                "key must be 1 to 256 characters, no control characters",
+            ));
+        }
+        Some(key)
+    });
+    let aliases = check_aliases(map.get("aliases"), &mut problems);
+    let status = match map.get("status") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Status::parse(s).or_else(|| {
+            problems.push(Problem::new(
+                "$.status",
+                "invalid_value",
+                "status must be active, paused or archived",
+            ));
+            None
+        }),
+        Some(_) => {
+            problems.push(Problem::new("$.status", "invalid_type", "status must be a string"));
+            None
+        }
+    };
+    let metadata = match map.get("metadata") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => {
+            let mut m = m.clone();
+            // Server-kept mirror of updated_at; a stale copy from an export is not the writer's.
+            m.remove("last_updated");
+            m
+        }
+        Some(_) => {
+            problems.push(Problem::new("$.metadata", "invalid_type", "metadata must be a JSON object"));
+            Map::new()
+        }
+    };
+
+    let content = match map.get("content") {
+        Some(content @ Value::Object(_)) => {
+            let size = content.to_string().len();
+            if size > rules.max_content_bytes {
+                problems.push(Problem::new(
+                    "$.content",
+                    "too_large",
+                    format!(
+                        "content is {size} bytes; the limit is {} (records.max_content_bytes)",
+                        rules.max_content_bytes
+                    ),
+                ));
+            } else if let Some(record_type) = &record_type {
+                if let Err(found) = rules.schemas.validate(&schema_version, record_type, content, "$.content")
+                {
+                    problems.extend(found.into_iter().map(|p| Problem {
+                        // Unknown type and version are about those fields, not the content.
+                        path: match p.kind.as_str() {
+                            "unknown_type" => "$.type".to_owned(),
+                            "unknown_schema_version" => "$.schema_version".to_owned(),
+                            _ => p.path,
+                        },
+                        kind: p.kind,
+                        message: p.message,
+                    }));
+                }
+            }
+            content.clone()
+        }
+        Some(_) => {
+            problems.push(Problem::new("$.content", "invalid_type", "content must be a JSON object"));
+            Value::Null
+        }
+        None => {
+            problems.push(Problem::new("$.content", "missing_field", "content is required"));
+            Value::Null
+        }
+    };
+
+    // Secrets anywhere a record can carry text: its content, metadata, key and aliases.
+    for (field, value) in [
+        ("content", map.get("content")),
+        ("metadata", map.get("metadata")),
+        ("key", map.get("key")),
+        ("aliases", map.get("aliases")),
+    ] {
+        if let Some(value) = value {
+            for finding in secrets::scan(value, &json_path::child_key("$", field)) {
+                problems.push(Problem::new(
+                    finding.path,
+                    "secret",
+                    format!(
+                        "looks like a secret ({}); memory must not hold credentials",
+                        finding.kind.as_str()
+                    ),
+                ));
+            }
+        }
+    }
+
+    match (problems.is_empty(), record_type) {
+        (true, Some(record_type)) => Ok(Envelope {
+            id,
+            record_type,
+            schema_version,
+            scope,
+            valid_from_ms,
+            valid_until_ms,
+            priority,
+            key,
+            aliases,
+            content,
+            metadata,
+            status,
+        }),
+        _ => Err(problems),
+    }
+}
+
+/// Lays a partial envelope (a PATCH body) over a record's current envelope. Top-level fields
+/// present in the patch replace the current ones whole; `null` clears an optional field.
+pub fn merge_patch(current: &Value, patch: &Value) -> Result<Value, Vec<Problem>> {
+    let (Value::Object(current), Value::Object(patch)) = (current, patch) else {
+        return Err(vec![Problem::new(
+            "$",
+            "invalid_type",
+            "an update must be a JSON object of record fields",
+        )]);
+    };
+    let mut merged = current.clone();
+    for (name, value) in patch {
+        if name == "id" && value.as_str() != current.get("id").and_then(Value::as_str) {
+            return Err(vec![Problem::new("$.id", "invalid_value", "a record's id cannot change")]);
+        }
+        if value.is_null() {
+            merged.remove(name);
+        } else {
+            merged.insert(name.clone(), value.clone());
+        }
+    }
+    Ok(Value::Object(merged))
+}
+
+fn required_string(map: &Map<String, Value>, field: &str, problems: &mut Vec<Problem>) -> Option<String> {
+    match map.get(field) {
+        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        None | Some(Value::Null) => {
+            problems.push(Problem::new(
+                json_path::child_key("$", field),
+                "missing_field",
+                format!("{field} is required"),
+            ));
+            None
+        }
+        Some(_) => {
+            problems.push(Problem::new(
+                json_path::child_key("$", field),
+                "invalid_type",
+                format!("{field} must be a non-empty string"),
+            ));
+            None
+        }
+    }
+}
+
+fn optional_string(map: &Map<String, Value>, field: &str, problems: &mut Vec<Problem>) -> Option<String> {
+    match map.get(field) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => {
+            problems.push(Problem::new(
+                json_path::child_key("$", field),
+                "invalid_type",
+                format!("{field} must be a string"),
+            ));
+            None
+        }
+    }
+}
+
+fn optional_date(map: &Map<String, Value>, field: &str, problems: &mut Vec<Problem>) -> Option<i64> {
+    let text = optional_string(map, field, problems)?;
+    let parsed = parse_rfc3339_ms(&text);
+    if parsed.is_none() {
+        problems.push(Problem::new(
+            json_path::child_key("$", field),
+            "invalid_date",
+            format!("{field} must be an RFC 3339 date-time such as 2024-06-15T09:00:00Z"),
+        ));
+    }
+    parsed
+}
+
+/// Ids are path segments and cursor material: a conservative alphabet.
+fn check_token(text: &str, field: &str, max: usize, problems: &mut Vec<Problem>) {
+    let ok = !text.is_empty()
+        && text.len() <= max
+        && text.bytes().all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b));
+    if !ok {
+        problems.push(Problem::new(
+            json_path::child_key("$", field),
+            "invalid_value",
+            format!("{field} must be 1 to {max} characters of A-Z, a-z, 0-9, '.', '_', ':' or '-'"),
+        ));
+    }
+}
+
+/// `public`, or `kind:value` with a lower-case kind (`user`, `team`, `role`, `agent`, …).
+pub fn is_valid_scope(scope: &str) -> bool {
+    if scope == "public" {
+        return true;
+    }
+    let Some((kind, value)) = scope.split_once(':') else { return false };
+    let kind_ok = !kind.is_empty()
+        && kind.len() <= 32
+        && kind.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    let value_ok = !value.is_empty()
+        && value.chars().count() <= 200
+        && !value.chars().any(|c| c.is_control() || c.is_whitespace());
+    kind_ok && value_ok
+}
+
+fn check_scope(value: Option<&Value>, problems: &mut Vec<Problem>) -> Vec<String> {
+    let Some(Value::Array(items)) = value else {
+        let kind = if value.is_none() { "missing_field" } else { "invalid_type" };
+        problems.push(Problem::new(
+            "$.scope",
+            kind,
+            "scope must be a non-empty array such as [\"public\"] or [\"user:u-789\"]",
+        ));
+        return Vec::new();
+    };
+    if items.is_empty() {
+        problems.push(Problem::new(
+            "$.scope",
+            "invalid_value",
+            "scope must name at least one audience; use [\"public\"] for everyone in the tenant",
+        ));
+    }
+    let mut scope = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        match item.as_str() {
+            Some(s) if is_valid_scope(s) => scope.push(s.to_owned()),
+            _ => problems.push(Problem::new(
+                json_path::child_index("$.scope", i),
+                "invalid_value",
+                "a scope is `public` or `kind:value`, e.g. `user:u-789`, `team:sales`",
+            )),
+        }
+    }
+    scope.sort();
+    scope.dedup();
+    scope
+}
+
+fn check_aliases(value: Option<&Value>, problems: &mut Vec<Problem>) -> Vec<String> {
+    match value {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => {
+            if items.len() > 32 {
+                problems.push(Problem::new("$.aliases", "too_large", "at most 32 aliases"));
+            }
+            let mut aliases = Vec::new();
+            for (i, item) in items.iter().enumerate() {
+                match item.as_str() {
+                    Some(s) if !s.trim().is_empty() && s.chars().count() <= 256 => aliases.push(s.to_owned()),
+                    _ => problems.push(Problem::new(
+                        json_path::child_index("$.aliases", i),
+                        "invalid_value",
+                        "an alias is a non-empty string of at most 256 characters",
+                    )),
+                }
+            }
+            aliases
+        }
+        Some(_) => {
+            problems.push(Problem::new("$.aliases", "invalid_type", "aliases must be an array of strings"));
+            Vec::new()
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! A memory record as stored and as answered: the contract's envelope plus the server-kept fields.
+
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+/// `valid_until` of a record with no end: 9999-12-31T23:59:59Z, as the contract writes it.
+pub const OPEN_END_MS: i64 = 253_402_300_799_000;
+
+/// Lifecycle of a record. Only `active` records are ever injected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Active,
+    Paused,
+    Archived,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Active => "active",
+            Status::Paused => "paused",
+            Status::Archived => "archived",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Status> {
+        match text {
+            "active" => Some(Status::Active),
+            "paused" => Some(Status::Paused),
+            "archived" => Some(Status::Archived),
+            _ => None,
+        }
+    }
+}
+
+/// The fields a writer controls (the envelope), checked and normalized.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope {
+    pub id: Option<String>,
+    pub record_type: String,
+    pub schema_version: String,
+    /// Sorted and without repeats, so equal scopes compare equal.
+    pub scope: Vec<String>,
+    pub valid_from_ms: i64,
+    pub valid_until_ms: i64,
+    pub priority: u8,
+    pub key: Option<String>,
+    pub aliases: Vec<String>,
+    pub content: Value,
+    pub metadata: Map<String, Value>,
+    pub status: Option<Status>,
+}
+
+/// A stored record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub tenant: String,
+    pub id: String,
+    pub record_type: String,
+    pub schema_version: String,
+    pub scope: Vec<String>,
+    pub valid_from_ms: i64,
+    pub valid_until_ms: i64,
+    pub priority: u8,
+    pub key: Option<String>,
+    pub aliases: Vec<String>,
+    pub content: Value,
+    pub metadata: Map<String, Value>,
+    pub revision: i64,
+    pub status: Status,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+    pub last_accessed_at_ms: Option<i64>,
+    pub access_count: i64,
+}
+
+impl Record {
+    /// The envelope this record was written with, in the shape export and import use.
+    pub fn envelope_json(&self) -> Value {
+        let mut out = json!({
+            "id": self.id,
+            "type": self.record_type,
+            "schema_version": self.schema_version,
+            "scope": self.scope,
+            "valid_from": format_ms(self.valid_from_ms),
+            "valid_until": format_ms(self.valid_until_ms),
+            "priority": self.priority,
+            "aliases": self.aliases,
+            "content": self.content,
+            "metadata": self.metadata,
+            "status": self.status.as_str(),
+        });
+        if let (Some(key), Value::Object(map)) = (&self.key, &mut out) {
+            map.insert("key".into(), Value::String(key.clone()));
+        }
+        out
+    }
+
+    /// The full record as the admin API answers it: envelope plus server-kept fields.
+    /// `metadata.last_updated` mirrors `updated_at`, as the contract says.
+    pub fn to_json(&self) -> Value {
+        let mut out = self.envelope_json();
+        if let Value::Object(map) = &mut out {
+            map.insert("tenant".into(), json!(self.tenant));
+            map.insert("revision".into(), json!(self.revision));
+            map.insert("created_at".into(), json!(format_ms(self.created_at_ms)));
+            map.insert("updated_at".into(), json!(format_ms(self.updated_at_ms)));
+            map.insert(
+                "last_accessed_at".into(),
+                self.last_accessed_at_ms.map_or(Value::Null, |ms| json!(format_ms(ms))),
+            );
+            map.insert("access_count".into(), json!(self.access_count));
+            if let Some(Value::Object(metadata)) = map.get_mut("metadata") {
+                metadata.insert("last_updated".into(), json!(format_ms(self.updated_at_ms)));
+            }
+        }
+        out
+    }
+
+    /// True if `now` lies in `[valid_from, valid_until)`.
+    pub fn is_valid_at(&self, now_ms: i64) -> bool {
+        self.valid_from_ms <= now_ms && now_ms < self.valid_until_ms
+    }
+}
+
+/// The canonical text of a JSON value: object keys sorted (serde_json's default map is ordered),
+/// no insignificant whitespace. Equal content gives equal text.
+pub fn canonical_json(value: &Value) -> String {
+    value.to_string()
+}
+
+/// A 64-bit FNV-1a hash of the canonical content, hex: a cheap index for exact-repeat lookups (a
+/// hit is confirmed by comparing the content itself).
+pub fn content_hash(record_type: &str, scope: &[String], content: &Value) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let text = format!("{record_type}\u{1f}{}\u{1f}{}", scope.join("\u{1e}"), canonical_json(content));
+    for byte in text.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+pub fn now_ms() -> i64 {
+    (OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+/// RFC 3339 in UTC (`2024-06-15T09:00:00Z`, with milliseconds only when there are some).
+pub fn format_ms(ms: i64) -> String {
+    let nanos = i128::from(ms) * 1_000_000;
+    OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .ok()
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .unwrap_or_else(|| ms.to_string())
+}
+
+/// Parses an RFC 3339 date-time (any offset) into milliseconds since the epoch.
+pub fn parse_rfc3339_ms(text: &str) -> Option<i64> {
+    let t = OffsetDateTime::parse(text, &Rfc3339).ok()?;
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_round_trip_and_the_open_end_is_the_contracts() {
+        assert_eq!(format_ms(OPEN_END_MS), "9999-12-31T23:59:59Z");
+        let ms = parse_rfc3339_ms("2024-06-15T09:00:00Z").unwrap();
+        assert_eq!(format_ms(ms), "2024-06-15T09:00:00Z");
+        assert_eq!(parse_rfc3339_ms("2024-06-15T11:00:00+02:00"), Some(ms));
+        assert_eq!(parse_rfc3339_ms("2024-06-15"), None);
+        assert_eq!(parse_rfc3339_ms("2024-13-01T00:00:00Z"), None);
+    }
+
+    #[test]
+    fn canonical_content_ignores_key_order() {
+        let a: Value = serde_json::from_str(r#"{"b":1,"a":{"y":2,"x":[1,2]}}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"a":{"x":[1,2],"y":2},"b":1}"#).unwrap();
+        assert_eq!(canonical_json(&a), canonical_json(&b));
+        let scope = vec!["public".to_string()];
+        assert_eq!(content_hash("fact", &scope, &a), content_hash("fact", &scope, &b));
+        assert_ne!(content_hash("fact", &scope, &a), content_hash("task", &scope, &a));
+    }
+}

@@ -1,0 +1,805 @@
+//! Records and their changelog in SQL. Every write runs in one transaction that changes the record
+//! row, its scope rows and appends to the changelog together, so history never disagrees with the
+//! record. Optimistic concurrency: an update names the revision it read (`If-Match`), and the
+//! `UPDATE … WHERE revision = $n` lets exactly one of two racing writers through.
+
+use super::{Store, StoreError};
+use crate::memory::record::{Envelope, Record, Status, content_hash};
+use serde_json::{Map, Value};
+use sqlx::any::AnyRow;
+use sqlx::{Any, AnyConnection, Row, Transaction};
+
+const COLUMNS: &str = "tenant, id, record_type, schema_version, scope_json, valid_from, valid_until, \
+    priority, topic_key, aliases_json, content_json, metadata_json, revision, status, created_at, \
+    updated_at, last_accessed_at, access_count";
+
+/// Who did a change, and what kind of change it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Create,
+    Update,
+    Supersede,
+    Pause,
+    Archive,
+    Activate,
+    Delete,
+    Import,
+    UndoImport,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Create => "create",
+            Action::Update => "update",
+            Action::Supersede => "supersede",
+            Action::Pause => "pause",
+            Action::Archive => "archive",
+            Action::Activate => "activate",
+            Action::Delete => "delete",
+            Action::Import => "import",
+            Action::UndoImport => "undo_import",
+        }
+    }
+}
+
+/// What a create did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Created {
+    /// A new record.
+    New(Record),
+    /// The same tenant, key and scope existed: it was replaced in place (revision + 1).
+    Superseded(Record),
+    /// The same type, scope and content existed already: nothing was written.
+    ExactRepeat(Record),
+}
+
+/// One entry of a record's changelog.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    pub memory_id: String,
+    pub revision: i64,
+    pub action: String,
+    pub actor: String,
+    pub at_ms: i64,
+    pub before: Option<Value>,
+    pub after: Option<Value>,
+}
+
+/// Filters for listing; all optional, combined with AND.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub scope: Option<String>,
+    pub record_type: Option<String>,
+    pub status: Option<Status>,
+    /// Case-insensitive substring of the key, aliases or content.
+    pub q: Option<String>,
+}
+
+/// How an import line relates to what is stored.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ImportMatch {
+    New,
+    /// A record with this id, or the same content, or the same topic already exists.
+    Existing(String),
+}
+
+impl Store {
+    pub async fn get_memory(&self, tenant: &str, id: &str) -> Result<Record, StoreError> {
+        let mut conn = self.pool().acquire().await?;
+        fetch_record(&mut conn, tenant, id).await?.ok_or(StoreError::NotFound)
+    }
+
+    /// Creates a record, or supersedes the live one with the same key and scope, or — for an exact
+    /// repeat of existing content — returns that record unchanged.
+    pub async fn create_memory(
+        &self,
+        tenant: &str,
+        envelope: &Envelope,
+        new_id: &str,
+        actor: &str,
+        now_ms: i64,
+    ) -> Result<Created, StoreError> {
+        let mut tx = self.begin_write().await?;
+        if let Some(existing) = find_exact_repeat(&mut tx, tenant, envelope).await? {
+            return Ok(Created::ExactRepeat(existing));
+        }
+        if let Some(key) = &envelope.key {
+            if let Some(current) = find_by_topic(&mut tx, tenant, key, &envelope.scope).await? {
+                let next = apply(&current, envelope, now_ms);
+                write_update(&mut tx, &current, &next, Action::Supersede, actor, now_ms).await?;
+                tx.commit().await?;
+                return Ok(Created::Superseded(next));
+            }
+        }
+        let id = envelope.id.clone().unwrap_or_else(|| new_id.to_owned());
+        if fetch_record(&mut tx, tenant, &id).await?.is_some() {
+            return Err(StoreError::IdTaken(id));
+        }
+        let record = new_record(tenant, &id, envelope, now_ms);
+        insert(&mut tx, &record, None).await?;
+        log_change(
+            &mut tx,
+            &record.id,
+            record.revision,
+            Action::Create,
+            actor,
+            now_ms,
+            None,
+            Some(&record),
+            tenant,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Created::New(record))
+    }
+
+    /// Replaces a record's envelope. `expected_revision`, when given, must match the stored one.
+    pub async fn update_memory(
+        &self,
+        tenant: &str,
+        id: &str,
+        envelope: &Envelope,
+        expected_revision: Option<i64>,
+        actor: &str,
+        now_ms: i64,
+    ) -> Result<Record, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let current = fetch_record(&mut tx, tenant, id).await?.ok_or(StoreError::NotFound)?;
+        check_revision(&current, expected_revision)?;
+        let next = apply(&current, envelope, now_ms);
+        write_update(&mut tx, &current, &next, Action::Update, actor, now_ms).await?;
+        tx.commit().await?;
+        Ok(next)
+    }
+
+    /// Pauses, archives or reactivates a record.
+    pub async fn set_memory_status(
+        &self,
+        tenant: &str,
+        id: &str,
+        status: Status,
+        actor: &str,
+        now_ms: i64,
+    ) -> Result<Record, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let current = fetch_record(&mut tx, tenant, id).await?.ok_or(StoreError::NotFound)?;
+        if current.status == status {
+            return Ok(current);
+        }
+        let mut next = current.clone();
+        next.status = status;
+        next.revision += 1;
+        next.updated_at_ms = now_ms;
+        let action = match status {
+            Status::Active => Action::Activate,
+            Status::Paused => Action::Pause,
+            Status::Archived => Action::Archive,
+        };
+        write_update(&mut tx, &current, &next, action, actor, now_ms).await?;
+        tx.commit().await?;
+        Ok(next)
+    }
+
+    /// Deletes a record; its history stays (and says who deleted it).
+    pub async fn delete_memory(
+        &self,
+        tenant: &str,
+        id: &str,
+        actor: &str,
+        now_ms: i64,
+    ) -> Result<Record, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let current = fetch_record(&mut tx, tenant, id).await?.ok_or(StoreError::NotFound)?;
+        remove(&mut tx, tenant, id).await?;
+        log_change(
+            &mut tx,
+            id,
+            current.revision,
+            Action::Delete,
+            actor,
+            now_ms,
+            Some(&current),
+            None,
+            tenant,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(current)
+    }
+
+    pub async fn memory_history(&self, tenant: &str, id: &str) -> Result<Vec<Change>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT memory_id, revision, action, actor, at, before_json, after_json FROM memory_changes \
+             WHERE tenant = $1 AND memory_id = $2 ORDER BY seq",
+        )
+        .bind(tenant)
+        .bind(id)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(change_from_row).collect()
+    }
+
+    /// Erases every record that names `scope`, and every changelog entry that ever named it: no
+    /// trace is left. Returns how many records and changes went.
+    pub async fn forget_scope(&self, tenant: &str, scope: &str) -> Result<(u64, u64), StoreError> {
+        let mut tx = self.begin_write().await?;
+        let ids: Vec<String> =
+            sqlx::query("SELECT memory_id FROM memory_scopes WHERE tenant = $1 AND scope = $2")
+                .bind(tenant)
+                .bind(scope)
+                .fetch_all(&mut *tx)
+                .await?
+                .iter()
+                .map(|row| row.try_get::<String, _>(0))
+                .collect::<Result<_, _>>()?;
+        for id in &ids {
+            remove(&mut tx, tenant, id).await?;
+        }
+        // Changes of the erased records, and any change whose before or after named the scope.
+        let mut changes = 0;
+        for id in &ids {
+            sqlx::query(
+                "DELETE FROM memory_change_scopes WHERE tenant = $1 AND change_id IN \
+                 (SELECT change_id FROM memory_changes WHERE tenant = $1 AND memory_id = $2)",
+            )
+            .bind(tenant)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+            changes += sqlx::query("DELETE FROM memory_changes WHERE tenant = $1 AND memory_id = $2")
+                .bind(tenant)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        }
+        changes += sqlx::query(
+            "DELETE FROM memory_changes WHERE tenant = $1 AND change_id IN \
+             (SELECT change_id FROM memory_change_scopes WHERE tenant = $1 AND scope = $2)",
+        )
+        .bind(tenant)
+        .bind(scope)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        sqlx::query(
+            "DELETE FROM memory_change_scopes WHERE tenant = $1 AND change_id NOT IN \
+             (SELECT change_id FROM memory_changes WHERE tenant = $1)",
+        )
+        .bind(tenant)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok((ids.len() as u64, changes))
+    }
+
+    /// A page of records in id order, starting after `after_id`.
+    pub async fn list_memories(
+        &self,
+        tenant: &str,
+        filter: &ListFilter,
+        after_id: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Record>, StoreError> {
+        // Built from fixed fragments only; every value is a bound parameter.
+        let mut sql = format!("SELECT {COLUMNS} FROM memories WHERE tenant = $1");
+        let mut binds: Vec<String> = vec![tenant.to_owned()];
+        let mut param = |sql: &mut String, fragment: &str, value: String| {
+            binds.push(value);
+            sql.push_str(&fragment.replace("$?", &format!("${}", binds.len())));
+        };
+        if let Some(scope) = &filter.scope {
+            param(
+                &mut sql,
+                " AND id IN (SELECT memory_id FROM memory_scopes WHERE tenant = $1 AND scope = $?)",
+                scope.clone(),
+            );
+        }
+        if let Some(record_type) = &filter.record_type {
+            param(&mut sql, " AND record_type = $?", record_type.clone());
+        }
+        if let Some(status) = filter.status {
+            param(&mut sql, " AND status = $?", status.as_str().to_owned());
+        }
+        if let Some(q) = &filter.q {
+            param(
+                &mut sql,
+                " AND search_text LIKE $? ESCAPE '\\'",
+                format!("%{}%", escape_like(&q.to_lowercase())),
+            );
+        }
+        if let Some(after) = after_id {
+            param(&mut sql, " AND id > $?", after.to_owned());
+        }
+        sql.push_str(&format!(" ORDER BY id LIMIT {}", limit.clamp(1, 1000)));
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for value in binds {
+            query = query.bind(value);
+        }
+        let rows = query.fetch_all(self.pool()).await?;
+        rows.iter().map(record_from_row).collect()
+    }
+
+    /// Every record of every tenant, for loading the in-memory index at startup.
+    pub async fn all_memories(&self) -> Result<Vec<Record>, StoreError> {
+        let rows =
+            sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM memories ORDER BY tenant, id")))
+                .fetch_all(self.pool())
+                .await?;
+        rows.iter().map(record_from_row).collect()
+    }
+
+    /// Whether an import line would add a record, or matches one already stored.
+    pub async fn import_match(&self, tenant: &str, envelope: &Envelope) -> Result<ImportMatch, StoreError> {
+        let mut conn = self.pool().acquire().await?;
+        if let Some(id) = &envelope.id {
+            if fetch_record(&mut conn, tenant, id).await?.is_some() {
+                return Ok(ImportMatch::Existing(id.clone()));
+            }
+        }
+        if let Some(existing) = find_exact_repeat(&mut conn, tenant, envelope).await? {
+            return Ok(ImportMatch::Existing(existing.id));
+        }
+        if let Some(key) = &envelope.key {
+            if let Some(existing) = find_by_topic(&mut conn, tenant, key, &envelope.scope).await? {
+                return Ok(ImportMatch::Existing(existing.id));
+            }
+        }
+        Ok(ImportMatch::New)
+    }
+
+    /// Adds `records` (already known to be new) in one transaction, tagged with `import_id`.
+    pub async fn apply_import(
+        &self,
+        tenant: &str,
+        import_id: &str,
+        records: &[(String, Envelope)],
+        actor: &str,
+        now_ms: i64,
+    ) -> Result<Vec<Record>, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let mut added = Vec::with_capacity(records.len());
+        for (id, envelope) in records {
+            if fetch_record(&mut tx, tenant, id).await?.is_some() {
+                return Err(StoreError::IdTaken(id.clone()));
+            }
+            let record = new_record(tenant, id, envelope, now_ms);
+            insert(&mut tx, &record, Some(import_id)).await?;
+            log_change(
+                &mut tx,
+                id,
+                record.revision,
+                Action::Import,
+                actor,
+                now_ms,
+                None,
+                Some(&record),
+                tenant,
+            )
+            .await?;
+            added.push(record);
+        }
+        sqlx::query("INSERT INTO memory_imports (tenant, id, actor, created_at, added, undone_at) VALUES ($1, $2, $3, $4, $5, NULL)")
+            .bind(tenant)
+            .bind(import_id)
+            .bind(actor)
+            .bind(now_ms)
+            .bind(added.len() as i64)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(added)
+    }
+
+    /// Removes exactly the records an import added (those still there), once.
+    pub async fn undo_import(
+        &self,
+        tenant: &str,
+        import_id: &str,
+        actor: &str,
+        now_ms: i64,
+    ) -> Result<Vec<Record>, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let row = sqlx::query("SELECT undone_at FROM memory_imports WHERE tenant = $1 AND id = $2")
+            .bind(tenant)
+            .bind(import_id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        if row.try_get::<Option<i64>, _>(0)?.is_some() {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLUMNS} FROM memories WHERE tenant = $1 AND import_id = $2 ORDER BY id"
+        )))
+        .bind(tenant)
+        .bind(import_id)
+        .fetch_all(&mut *tx)
+        .await?;
+        let removed: Vec<Record> = rows.iter().map(record_from_row).collect::<Result<_, _>>()?;
+        for record in &removed {
+            remove(&mut tx, tenant, &record.id).await?;
+            log_change(
+                &mut tx,
+                &record.id,
+                record.revision,
+                Action::UndoImport,
+                actor,
+                now_ms,
+                Some(record),
+                None,
+                tenant,
+            )
+            .await?;
+        }
+        sqlx::query("UPDATE memory_imports SET undone_at = $3 WHERE tenant = $1 AND id = $2")
+            .bind(tenant)
+            .bind(import_id)
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(removed)
+    }
+}
+
+fn check_revision(current: &Record, expected: Option<i64>) -> Result<(), StoreError> {
+    match expected {
+        Some(expected) if expected != current.revision => {
+            Err(StoreError::RevisionConflict { expected, actual: current.revision })
+        }
+        _ => Ok(()),
+    }
+}
+
+fn new_record(tenant: &str, id: &str, envelope: &Envelope, now_ms: i64) -> Record {
+    Record {
+        tenant: tenant.to_owned(),
+        id: id.to_owned(),
+        record_type: envelope.record_type.clone(),
+        schema_version: envelope.schema_version.clone(),
+        scope: envelope.scope.clone(),
+        valid_from_ms: envelope.valid_from_ms,
+        valid_until_ms: envelope.valid_until_ms,
+        priority: envelope.priority,
+        key: envelope.key.clone(),
+        aliases: envelope.aliases.clone(),
+        content: envelope.content.clone(),
+        metadata: envelope.metadata.clone(),
+        revision: 1,
+        status: envelope.status.unwrap_or(Status::Active),
+        created_at_ms: now_ms,
+        updated_at_ms: now_ms,
+        last_accessed_at_ms: None,
+        access_count: 0,
+    }
+}
+
+/// The record after writing `envelope` over `current`: revision + 1, server fields kept.
+fn apply(current: &Record, envelope: &Envelope, now_ms: i64) -> Record {
+    let mut next = new_record(&current.tenant, &current.id, envelope, now_ms);
+    next.revision = current.revision + 1;
+    next.created_at_ms = current.created_at_ms;
+    next.status = envelope.status.unwrap_or(current.status);
+    next.last_accessed_at_ms = current.last_accessed_at_ms;
+    next.access_count = current.access_count;
+    next
+}
+
+async fn fetch_record(
+    conn: &mut AnyConnection,
+    tenant: &str,
+    id: &str,
+) -> Result<Option<Record>, StoreError> {
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM memories WHERE tenant = $1 AND id = $2"
+    )))
+    .bind(tenant)
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    row.as_ref().map(record_from_row).transpose()
+}
+
+async fn find_exact_repeat(
+    conn: &mut AnyConnection,
+    tenant: &str,
+    envelope: &Envelope,
+) -> Result<Option<Record>, StoreError> {
+    let hash = content_hash(&envelope.record_type, &envelope.scope, &envelope.content);
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM memories WHERE tenant = $1 AND content_hash = $2"
+    )))
+    .bind(tenant)
+    .bind(&hash)
+    .fetch_all(&mut *conn)
+    .await?;
+    for row in &rows {
+        let record = record_from_row(row)?;
+        let same = record.record_type == envelope.record_type
+            && record.scope == envelope.scope
+            && record.content == envelope.content
+            && envelope.key.as_ref().is_none_or(|key| record.key.as_ref() == Some(key));
+        if same {
+            return Ok(Some(record));
+        }
+    }
+    Ok(None)
+}
+
+async fn find_by_topic(
+    conn: &mut AnyConnection,
+    tenant: &str,
+    key: &str,
+    scope: &[String],
+) -> Result<Option<Record>, StoreError> {
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM memories WHERE tenant = $1 AND topic_key = $2 AND scope_json = $3"
+    )))
+    .bind(tenant)
+    .bind(key)
+    .bind(json_text(scope))
+    .fetch_optional(&mut *conn)
+    .await?;
+    row.as_ref().map(record_from_row).transpose()
+}
+
+async fn insert(
+    tx: &mut Transaction<'_, Any>,
+    record: &Record,
+    import_id: Option<&str>,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO memories (tenant, id, record_type, schema_version, scope_json, valid_from, valid_until, \
+         priority, topic_key, aliases_json, content_json, metadata_json, content_hash, revision, status, \
+         created_at, updated_at, last_accessed_at, access_count, import_id, search_text) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)",
+    )
+    .bind(&record.tenant)
+    .bind(&record.id)
+    .bind(&record.record_type)
+    .bind(&record.schema_version)
+    .bind(json_text(&record.scope))
+    .bind(record.valid_from_ms)
+    .bind(record.valid_until_ms)
+    .bind(i64::from(record.priority))
+    .bind(record.key.clone())
+    .bind(json_text(&record.aliases))
+    .bind(record.content.to_string())
+    .bind(Value::Object(record.metadata.clone()).to_string())
+    .bind(content_hash(&record.record_type, &record.scope, &record.content))
+    .bind(record.revision)
+    .bind(record.status.as_str())
+    .bind(record.created_at_ms)
+    .bind(record.updated_at_ms)
+    .bind(record.last_accessed_at_ms)
+    .bind(record.access_count)
+    .bind(import_id.map(str::to_owned))
+    .bind(search_text(record))
+    .execute(&mut **tx)
+    .await?;
+    insert_scopes(tx, record).await
+}
+
+async fn insert_scopes(tx: &mut Transaction<'_, Any>, record: &Record) -> Result<(), StoreError> {
+    for scope in &record.scope {
+        sqlx::query("INSERT INTO memory_scopes (tenant, memory_id, scope) VALUES ($1, $2, $3)")
+            .bind(&record.tenant)
+            .bind(&record.id)
+            .bind(scope)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Writes `next` over `current` if nobody changed it meanwhile, and logs the change.
+async fn write_update(
+    tx: &mut Transaction<'_, Any>,
+    current: &Record,
+    next: &Record,
+    action: Action,
+    actor: &str,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let updated = sqlx::query(
+        "UPDATE memories SET record_type = $3, schema_version = $4, scope_json = $5, valid_from = $6, \
+         valid_until = $7, priority = $8, topic_key = $9, aliases_json = $10, content_json = $11, \
+         metadata_json = $12, content_hash = $13, revision = $14, status = $15, updated_at = $16, \
+         search_text = $17 WHERE tenant = $1 AND id = $2 AND revision = $18",
+    )
+    .bind(&current.tenant)
+    .bind(&current.id)
+    .bind(&next.record_type)
+    .bind(&next.schema_version)
+    .bind(json_text(&next.scope))
+    .bind(next.valid_from_ms)
+    .bind(next.valid_until_ms)
+    .bind(i64::from(next.priority))
+    .bind(next.key.clone())
+    .bind(json_text(&next.aliases))
+    .bind(next.content.to_string())
+    .bind(Value::Object(next.metadata.clone()).to_string())
+    .bind(content_hash(&next.record_type, &next.scope, &next.content))
+    .bind(next.revision)
+    .bind(next.status.as_str())
+    .bind(next.updated_at_ms)
+    .bind(search_text(next))
+    .bind(current.revision)
+    .execute(&mut **tx)
+    .await?;
+    if updated.rows_affected() == 0 {
+        // Someone else wrote between our read and this update.
+        return Err(StoreError::RevisionConflict {
+            expected: current.revision,
+            actual: current.revision + 1,
+        });
+    }
+    if next.scope != current.scope {
+        sqlx::query("DELETE FROM memory_scopes WHERE tenant = $1 AND memory_id = $2")
+            .bind(&current.tenant)
+            .bind(&current.id)
+            .execute(&mut **tx)
+            .await?;
+        insert_scopes(tx, next).await?;
+    }
+    log_change(tx, &next.id, next.revision, action, actor, now_ms, Some(current), Some(next), &current.tenant)
+        .await
+}
+
+async fn remove(tx: &mut Transaction<'_, Any>, tenant: &str, id: &str) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM memory_scopes WHERE tenant = $1 AND memory_id = $2")
+        .bind(tenant)
+        .bind(id)
+        .execute(&mut **tx)
+        .await?;
+    sqlx::query("DELETE FROM memories WHERE tenant = $1 AND id = $2")
+        .bind(tenant)
+        .bind(id)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn log_change(
+    tx: &mut Transaction<'_, Any>,
+    memory_id: &str,
+    revision: i64,
+    action: Action,
+    actor: &str,
+    now_ms: i64,
+    before: Option<&Record>,
+    after: Option<&Record>,
+    tenant: &str,
+) -> Result<(), StoreError> {
+    let change_id = uuid::Uuid::new_v4().simple().to_string();
+    let seq: i64 = sqlx::query(
+        "SELECT COALESCE(MAX(seq), 0) + 1 FROM memory_changes WHERE tenant = $1 AND memory_id = $2",
+    )
+    .bind(tenant)
+    .bind(memory_id)
+    .fetch_one(&mut **tx)
+    .await?
+    .try_get(0)?;
+    sqlx::query(
+        "INSERT INTO memory_changes (tenant, change_id, memory_id, revision, action, actor, at, seq, before_json, after_json) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+    )
+    .bind(tenant)
+    .bind(&change_id)
+    .bind(memory_id)
+    .bind(revision)
+    .bind(action.as_str())
+    .bind(actor)
+    .bind(now_ms)
+    .bind(seq)
+    .bind(before.map(|r| r.to_json().to_string()))
+    .bind(after.map(|r| r.to_json().to_string()))
+    .execute(&mut **tx)
+    .await?;
+    let mut scopes: Vec<&String> = before.iter().chain(after.iter()).flat_map(|r| r.scope.iter()).collect();
+    scopes.sort();
+    scopes.dedup();
+    for scope in scopes {
+        sqlx::query("INSERT INTO memory_change_scopes (tenant, change_id, scope) VALUES ($1, $2, $3)")
+            .bind(tenant)
+            .bind(&change_id)
+            .bind(scope)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
+fn json_text(items: &[String]) -> String {
+    Value::from(items.to_vec()).to_string()
+}
+
+fn search_text(record: &Record) -> String {
+    let mut text = String::new();
+    if let Some(key) = &record.key {
+        text.push_str(key);
+        text.push('\n');
+    }
+    for alias in &record.aliases {
+        text.push_str(alias);
+        text.push('\n');
+    }
+    collect_strings(&record.content, &mut text);
+    text.to_lowercase()
+}
+
+fn collect_strings(value: &Value, out: &mut String) {
+    match value {
+        Value::String(s) => {
+            out.push_str(s);
+            out.push('\n');
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_strings(v, out)),
+        Value::Object(map) => map.values().for_each(|v| collect_strings(v, out)),
+        Value::Number(n) => {
+            out.push_str(&n.to_string());
+            out.push('\n');
+        }
+        _ => {}
+    }
+}
+
+fn escape_like(text: &str) -> String {
+    text.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")
+}
+
+fn record_from_row(row: &AnyRow) -> Result<Record, StoreError> {
+    let json = |col: &str| -> Result<Value, StoreError> {
+        let text: String = row.try_get(col)?;
+        serde_json::from_str(&text).map_err(|err| StoreError::Corrupt(format!("{col}: {err}")))
+    };
+    let strings = |col: &str| -> Result<Vec<String>, StoreError> {
+        serde_json::from_value(json(col)?).map_err(|err| StoreError::Corrupt(format!("{col}: {err}")))
+    };
+    let metadata = match json("metadata_json")? {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    };
+    let status: String = row.try_get("status")?;
+    let priority: i64 = row.try_get("priority")?;
+    Ok(Record {
+        tenant: row.try_get("tenant")?,
+        id: row.try_get("id")?,
+        record_type: row.try_get("record_type")?,
+        schema_version: row.try_get("schema_version")?,
+        scope: strings("scope_json")?,
+        valid_from_ms: row.try_get("valid_from")?,
+        valid_until_ms: row.try_get("valid_until")?,
+        priority: u8::try_from(priority).map_err(|_| StoreError::Corrupt(format!("priority {priority}")))?,
+        key: row.try_get("topic_key")?,
+        aliases: strings("aliases_json")?,
+        content: json("content_json")?,
+        metadata,
+        revision: row.try_get("revision")?,
+        status: Status::parse(&status).ok_or_else(|| StoreError::Corrupt(format!("status {status}")))?,
+        created_at_ms: row.try_get("created_at")?,
+        updated_at_ms: row.try_get("updated_at")?,
+        last_accessed_at_ms: row.try_get("last_accessed_at")?,
+        access_count: row.try_get("access_count")?,
+    })
+}
+
+fn change_from_row(row: &AnyRow) -> Result<Change, StoreError> {
+    let json = |col: &str| -> Result<Option<Value>, StoreError> {
+        let text: Option<String> = row.try_get(col)?;
+        text.map(|t| serde_json::from_str(&t).map_err(|err| StoreError::Corrupt(format!("{col}: {err}"))))
+            .transpose()
+    };
+    Ok(Change {
+        memory_id: row.try_get("memory_id")?,
+        revision: row.try_get("revision")?,
+        action: row.try_get("action")?,
+        actor: row.try_get("actor")?,
+        at_ms: row.try_get("at")?,
+        before: json("before_json")?,
+        after: json("after_json")?,
+    })
+}

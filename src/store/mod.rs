@@ -1,0 +1,124 @@
+//! The store: records, their history, keys and releases, on SQLite (the embedded default, a file)
+//! or PostgreSQL. One implementation in portable SQL serves both through sqlx's `Any` driver —
+//! the schema and queries are plain SQL both databases speak (`$n` parameters, BIGINT times in
+//! milliseconds, JSON kept as text), so there is one code path to test, and the same test bodies
+//! run against each database. Domain operations live beside their types: `memories`.
+
+pub mod memories;
+
+use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::{AnyPool, Executor};
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("not found")]
+    NotFound,
+    #[error("revision conflict: expected {expected}, the record is at {actual}")]
+    RevisionConflict { expected: i64, actual: i64 },
+    #[error("a record with id `{0}` already exists")]
+    IdTaken(String),
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("stored data is unreadable: {0}")]
+    Corrupt(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+#[derive(Clone)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+impl Store {
+    /// Connects to `sqlite://…` (the file is created if missing) or `postgres://…`.
+    pub async fn connect(url: &str) -> Result<Store, StoreError> {
+        install_default_drivers();
+        let backend = if url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            Backend::Postgres
+        } else {
+            return Err(StoreError::Corrupt(format!(
+                "unsupported database URL scheme in `{}`; use sqlite://FILE or postgres://…",
+                redact_url(url)
+            )));
+        };
+        let url = match backend {
+            Backend::Sqlite if !url.contains("mode=") => {
+                let sep = if url.contains('?') { '&' } else { '?' };
+                format!("{url}{sep}mode=rwc")
+            }
+            _ => url.to_owned(),
+        };
+        let options = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(10));
+        let pool = match backend {
+            // SQLite: one writer at a time; WAL lets readers go on meanwhile, and busy_timeout
+            // makes a second writer wait for the lock instead of failing at once.
+            Backend::Sqlite => {
+                options
+                    .max_connections(4)
+                    .after_connect(|conn, _meta| {
+                        Box::pin(async move {
+                            conn.execute("PRAGMA journal_mode = WAL").await?;
+                            conn.execute("PRAGMA busy_timeout = 10000").await?;
+                            conn.execute("PRAGMA synchronous = NORMAL").await?;
+                            Ok(())
+                        })
+                    })
+                    .connect(&url)
+                    .await?
+            }
+            Backend::Postgres => options.max_connections(16).connect(&url).await?,
+        };
+        Ok(Store { pool, backend })
+    }
+
+    /// Applies pending migrations (`memgate migrate`, and at every start).
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.pool).await.map_err(|err| StoreError::Database(err.into()))
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    pub(crate) fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// A transaction that will write. On SQLite it takes the write lock up front (`BEGIN
+    /// IMMEDIATE`): two deferred transactions that both read and then write would deadlock on the
+    /// lock upgrade and one would fail with "database is locked" instead of waiting its turn.
+    pub(crate) async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
+        Ok(match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => self.pool.begin().await?,
+        })
+    }
+
+    /// A cheap round trip, for `/readyz`.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+}
+
+/// A database URL with any password replaced, for messages and logs.
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}

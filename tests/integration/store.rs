@@ -1,0 +1,362 @@
+//! The store's behaviour, one set of test bodies run against SQLite and against the real
+//! PostgreSQL (each test on a fresh database of its own).
+
+use crate::support::TestDb;
+use memgate::memory::record::Status;
+use memgate::memory::{MemoryError, MemoryService};
+use memgate::records::schemas::SchemaSet;
+use memgate::store::Store;
+use memgate::store::memories::{Created, ListFilter};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+async fn service(db: &TestDb) -> MemoryService {
+    let store = Store::connect(&db.url).await.unwrap();
+    store.migrate().await.unwrap();
+    MemoryService::new(store, Arc::new(SchemaSet::load(None).unwrap()), 64 * 1024)
+}
+
+fn fact(id: &str, scope: &[&str], statement: &str) -> Value {
+    json!({"id": id, "type": "fact", "scope": scope, "content": {"statement": statement}})
+}
+
+fn created(outcome: Created) -> memgate::memory::record::Record {
+    match outcome {
+        Created::New(r) => r,
+        other => panic!("expected a new record, got {other:?}"),
+    }
+}
+
+/// Runs each listed body on SQLite and on PostgreSQL.
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test] async fn $name() { super::$name(crate::support::TestDb::sqlite()).await })*
+        }
+        mod postgres {
+            $(#[tokio::test] async fn $name() { super::$name(crate::support::TestDb::postgres().await).await })*
+        }
+    };
+}
+
+on_both_stores!(
+    create_read_update_keeps_history,
+    same_key_and_scope_supersedes,
+    an_exact_repeat_answers_the_existing_record,
+    concurrent_updates_with_one_if_match_let_exactly_one_through,
+    status_changes_and_filters,
+    delete_keeps_history_and_forget_erases_it,
+    list_search_and_cursor_paging,
+    import_preview_apply_undo_and_export_round_trip,
+    tenants_never_see_each_other,
+);
+
+async fn create_read_update_keeps_history(db: TestDb) {
+    let memories = service(&db).await;
+    let record = created(
+        memories.create("t1", &fact("f-1", &["public"], "Paris is the capital"), "alice").await.unwrap(),
+    );
+    assert_eq!((record.id.as_str(), record.revision, record.status), ("f-1", 1, Status::Active));
+    assert_eq!(memories.get("t1", "f-1").await.unwrap(), record);
+
+    let patch = json!({"content": {"statement": "Paris is the capital of France"}, "priority": 5});
+    let updated = memories.update("t1", "f-1", &patch, Some(1), "bob").await.unwrap();
+    assert_eq!(updated.revision, 2);
+    assert_eq!(updated.priority, 5);
+    assert_eq!(updated.created_at_ms, record.created_at_ms);
+
+    let stale = memories.update("t1", "f-1", &json!({"priority": 1}), Some(1), "bob").await;
+    assert!(matches!(stale, Err(MemoryError::Conflict { expected: 1, actual: 2 })), "{stale:?}");
+
+    let history = memories.history("t1", "f-1").await.unwrap();
+    let actions: Vec<(&str, &str, i64)> =
+        history.iter().map(|c| (c.action.as_str(), c.actor.as_str(), c.revision)).collect();
+    assert_eq!(actions, [("create", "alice", 1), ("update", "bob", 2)]);
+    assert_eq!(history[0].before, None);
+    assert_eq!(history[1].before.as_ref().unwrap()["content"]["statement"], "Paris is the capital");
+    assert_eq!(history[1].after.as_ref().unwrap()["content"]["statement"], "Paris is the capital of France");
+}
+
+async fn same_key_and_scope_supersedes(db: TestDb) {
+    let memories = service(&db).await;
+    let first = json!({"type": "fact", "key": "customer:u-1:plan", "scope": ["user:u-1"], "content": {"statement": "plan: basic"}});
+    let second = json!({"type": "fact", "key": "customer:u-1:plan", "scope": ["user:u-1"], "content": {"statement": "plan: pro"}});
+    let original = created(memories.create("t", &first, "a").await.unwrap());
+    let Created::Superseded(now) = memories.create("t", &second, "a").await.unwrap() else {
+        panic!("not superseded")
+    };
+    assert_eq!((now.id.as_str(), now.revision), (original.id.as_str(), 2));
+    assert_eq!(now.content["statement"], "plan: pro");
+    let listed = memories.list("t", &ListFilter::default(), None, 100).await.unwrap();
+    assert_eq!(listed.len(), 1, "one live record per key and scope");
+    let history = memories.history("t", &original.id).await.unwrap();
+    assert_eq!(history[1].action, "supersede");
+    assert_eq!(history[1].before.as_ref().unwrap()["content"]["statement"], "plan: basic");
+
+    // The same key in another scope is another topic.
+    let team = json!({"type": "fact", "key": "customer:u-1:plan", "scope": ["team:sales"], "content": {"statement": "plan: pro"}});
+    created(memories.create("t", &team, "a").await.unwrap());
+}
+
+async fn an_exact_repeat_answers_the_existing_record(db: TestDb) {
+    let memories = service(&db).await;
+    let body = json!({"type": "fact", "scope": ["team:a", "public"], "content": {"statement": "x", "source": "crm"}});
+    let original = created(memories.create("t", &body, "a").await.unwrap());
+    // Same content with keys in another order and the scope listed differently.
+    let again = json!({"scope": ["public", "team:a"], "type": "fact", "content": {"source": "crm", "statement": "x"}});
+    let Created::ExactRepeat(existing) = memories.create("t", &again, "a").await.unwrap() else {
+        panic!("not a repeat")
+    };
+    assert_eq!(existing.id, original.id);
+    assert_eq!(existing.revision, 1);
+    assert_eq!(memories.list("t", &ListFilter::default(), None, 100).await.unwrap().len(), 1);
+}
+
+async fn concurrent_updates_with_one_if_match_let_exactly_one_through(db: TestDb) {
+    let memories = service(&db).await;
+    created(memories.create("t", &fact("race", &["public"], "v1"), "a").await.unwrap());
+    for round in 1..=5i64 {
+        let a = json!({"content": {"statement": format!("A{round}")}});
+        let b = json!({"content": {"statement": format!("B{round}")}});
+        let (ra, rb) = tokio::join!(
+            memories.update("t", "race", &a, Some(round), "a"),
+            memories.update("t", "race", &b, Some(round), "b"),
+        );
+        let winners: Vec<_> = [&ra, &rb].into_iter().filter(|r| r.is_ok()).collect();
+        assert_eq!(winners.len(), 1, "round {round}: {ra:?} / {rb:?}");
+        let loser = if ra.is_ok() { &rb } else { &ra };
+        assert!(matches!(loser, Err(MemoryError::Conflict { .. })), "{loser:?}");
+        let stored = memories.get("t", "race").await.unwrap();
+        assert_eq!(stored.revision, round + 1);
+        let winner = winners[0].as_ref().unwrap();
+        assert_eq!(stored.content, winner.content, "the winner's write is what is stored");
+    }
+    assert_eq!(memories.history("t", "race").await.unwrap().len(), 6, "every accepted write is in history");
+}
+
+async fn status_changes_and_filters(db: TestDb) {
+    let memories = service(&db).await;
+    for id in ["a", "b", "c"] {
+        created(memories.create("t", &fact(id, &["public"], id), "x").await.unwrap());
+    }
+    assert_eq!(memories.set_status("t", "a", Status::Paused, "x").await.unwrap().revision, 2);
+    memories.set_status("t", "b", Status::Archived, "x").await.unwrap();
+    let only = |status| ListFilter { status: Some(status), ..ListFilter::default() };
+    let ids =
+        |records: Vec<memgate::memory::record::Record>| records.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    assert_eq!(ids(memories.list("t", &only(Status::Paused), None, 10).await.unwrap()), ["a"]);
+    assert_eq!(ids(memories.list("t", &only(Status::Archived), None, 10).await.unwrap()), ["b"]);
+    assert_eq!(ids(memories.list("t", &only(Status::Active), None, 10).await.unwrap()), ["c"]);
+    memories.set_status("t", "a", Status::Active, "x").await.unwrap();
+    let history = memories.history("t", "a").await.unwrap();
+    assert_eq!(
+        history.iter().map(|c| c.action.as_str()).collect::<Vec<_>>(),
+        ["create", "pause", "activate"]
+    );
+    assert!(matches!(
+        memories.set_status("t", "zzz", Status::Paused, "x").await,
+        Err(MemoryError::NotFound(_))
+    ));
+}
+
+async fn delete_keeps_history_and_forget_erases_it(db: TestDb) {
+    let memories = service(&db).await;
+    created(memories.create("t", &fact("mine", &["user:u-789"], "likes tea"), "x").await.unwrap());
+    created(memories.create("t", &fact("shared", &["user:u-789", "team:sales"], "VIP"), "x").await.unwrap());
+    created(memories.create("t", &fact("other", &["user:u-1"], "likes coffee"), "x").await.unwrap());
+    // A record that named the user once and no longer does: its old history names the user.
+    created(memories.create("t", &fact("moved", &["user:u-789"], "old"), "x").await.unwrap());
+    memories.update("t", "moved", &json!({"scope": ["team:ops"]}), None, "x").await.unwrap();
+    // Deleted earlier: history kept, and it names the user.
+    created(memories.create("t", &fact("gone", &["user:u-789"], "deleted"), "x").await.unwrap());
+    memories.delete("t", "gone", "x").await.unwrap();
+    assert!(matches!(memories.get("t", "gone").await, Err(MemoryError::NotFound(_))));
+    assert_eq!(memories.history("t", "gone").await.unwrap().last().unwrap().action, "delete");
+
+    let (records, _changes) = memories.forget("t", "user:u-789").await.unwrap();
+    assert_eq!(records, 2);
+    for id in ["mine", "shared", "gone"] {
+        assert!(matches!(memories.get("t", id).await, Err(MemoryError::NotFound(_))), "{id}");
+        assert!(
+            matches!(memories.history("t", id).await, Err(MemoryError::NotFound(_))),
+            "{id} history survived"
+        );
+    }
+    // The record that moved away keeps its place, but no history entry that named the user.
+    assert_eq!(memories.get("t", "moved").await.unwrap().scope, ["team:ops"]);
+    // Nothing left anywhere names the user: not records, not any history entry.
+    let everything = memories.list("t", &ListFilter::default(), None, 100).await.unwrap();
+    for record in &everything {
+        assert!(!record.to_json().to_string().contains("u-789"), "{}", record.id);
+        for change in memories.history("t", &record.id).await.unwrap() {
+            let text = format!("{:?}{:?}", change.before, change.after);
+            assert!(!text.contains("u-789"), "history of {} still names the user", record.id);
+        }
+    }
+    assert!(everything.iter().any(|r| r.id == "other"), "other users' records stay");
+}
+
+async fn list_search_and_cursor_paging(db: TestDb) {
+    let memories = service(&db).await;
+    for i in 0..23 {
+        let scope = if i % 2 == 0 { "team:even" } else { "team:odd" };
+        created(
+            memories
+                .create("t", &fact(&format!("r{i:02}"), &[scope], &format!("note number {i}")), "x")
+                .await
+                .unwrap(),
+        );
+    }
+    let sop = json!({"id": "sop-1", "type": "internal_sop", "scope": ["public"], "aliases": ["下周发货", "Next Week Delivery"],
+        "content": {"title": "Delivery", "steps": "Check the 库存 first, then ship 100% of it"}});
+    created(memories.create("t", &sop, "x").await.unwrap());
+
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = memories.list("t", &ListFilter::default(), cursor.as_deref(), 5).await.unwrap();
+        seen.extend(page.iter().map(|r| r.id.clone()));
+        if page.len() < 5 {
+            break;
+        }
+        cursor = page.last().map(|r| r.id.clone());
+    }
+    assert_eq!(seen.len(), 24, "paging returns every record once: {seen:?}");
+    let mut sorted = seen.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 24);
+
+    let memories = &memories;
+    let filter = |f: ListFilter| async move { memories.list("t", &f, None, 100).await.unwrap().len() };
+    assert_eq!(filter(ListFilter { scope: Some("team:even".into()), ..Default::default() }).await, 12);
+    assert_eq!(
+        filter(ListFilter { record_type: Some("internal_sop".into()), ..Default::default() }).await,
+        1
+    );
+    assert_eq!(
+        filter(ListFilter { q: Some("NUMBER 1".into()), ..Default::default() }).await,
+        11,
+        "case-insensitive, 1 and 10-19"
+    );
+    assert_eq!(filter(ListFilter { q: Some("下周".into()), ..Default::default() }).await, 1);
+    assert_eq!(filter(ListFilter { q: Some("next week".into()), ..Default::default() }).await, 1);
+    assert_eq!(filter(ListFilter { q: Some("100%".into()), ..Default::default() }).await, 1, "% is literal");
+    assert_eq!(filter(ListFilter { q: Some("1_0".into()), ..Default::default() }).await, 0, "_ is literal");
+}
+
+async fn import_preview_apply_undo_and_export_round_trip(db: TestDb) {
+    let memories = service(&db).await;
+    created(memories.create("t", &fact("exists", &["public"], "already here"), "x").await.unwrap());
+    let lines = [
+        fact("n1", &["public"], "one").to_string(),
+        fact("n2", &["team:a"], "two").to_string(),
+        fact("exists", &["public"], "different text, same id").to_string(),
+        json!({"type": "fact", "scope": ["public"], "content": {"statement": "already here"}}).to_string(),
+        "{not json".to_owned(),
+        json!({"type": "fact", "scope": ["public"], "content": {"wrong": 1}}).to_string(),
+        fact("n1", &["public"], "repeats the id of line 1").to_string(),
+    ];
+    let body = lines.join("\n");
+    let preview = memories.import("t", &body, true, "x").await.unwrap();
+    assert_eq!((preview.counts.new, preview.counts.existing, preview.counts.invalid), (2, 2, 3));
+    assert!(!preview.applied);
+    assert_eq!(
+        memories.list("t", &ListFilter::default(), None, 100).await.unwrap().len(),
+        1,
+        "a dry run writes nothing"
+    );
+
+    // An apply with invalid lines adds nothing at all.
+    let refused = memories.import("t", &body, false, "x").await.unwrap();
+    assert!(!refused.applied && refused.import_id.is_none());
+    assert_eq!(memories.list("t", &ListFilter::default(), None, 100).await.unwrap().len(), 1);
+
+    let good = lines[..4].join("\n");
+    let applied = memories.import("t", &good, false, "x").await.unwrap();
+    assert!(applied.applied);
+    let import_id = applied.import_id.unwrap();
+    assert_eq!(memories.list("t", &ListFilter::default(), None, 100).await.unwrap().len(), 3);
+    assert_eq!(memories.history("t", "n1").await.unwrap()[0].action, "import");
+
+    let removed = memories.undo_import("t", &import_id, "x").await.unwrap();
+    assert_eq!(removed, ["n1", "n2"]);
+    let left: Vec<String> = memories
+        .list("t", &ListFilter::default(), None, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(left, ["exists"], "undo removes exactly what the import added");
+    assert!(
+        memories.undo_import("t", &import_id, "x").await.unwrap().is_empty(),
+        "undo twice removes nothing more"
+    );
+
+    // Export → import into an empty store gives the same records.
+    memories.import("t", &good, false, "x").await.unwrap();
+    memories.set_status("t", "n2", Status::Paused, "x").await.unwrap();
+    let exported = memories.export("t", &ListFilter::default()).await.unwrap();
+    let other_db = TestDb::sqlite();
+    let fresh = service(&other_db).await;
+    let report = fresh.import("t", &exported, false, "x").await.unwrap();
+    assert_eq!(report.counts.new, 3);
+    let before = memories.list("t", &ListFilter::default(), None, 100).await.unwrap();
+    let after = fresh.list("t", &ListFilter::default(), None, 100).await.unwrap();
+    let envelopes =
+        |rs: &[memgate::memory::record::Record]| rs.iter().map(|r| r.envelope_json()).collect::<Vec<_>>();
+    assert_eq!(envelopes(&before), envelopes(&after));
+}
+
+/// A property over random operations: whatever one tenant does, another never sees or changes it.
+async fn tenants_never_see_each_other(db: TestDb) {
+    let memories = service(&db).await;
+    let tenants = ["acme", "globex", "initech"];
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    for step in 0..60 {
+        let tenant = tenants[next(3) as usize];
+        let id = format!("shared-{}", next(8));
+        match next(4) {
+            0 | 1 => {
+                let _ = memories
+                    .create(tenant, &fact(&id, &["public"], &format!("{tenant} says {step}")), tenant)
+                    .await;
+            }
+            2 => {
+                let _ = memories
+                    .update(
+                        tenant,
+                        &id,
+                        &json!({"content": {"statement": format!("{tenant} edit {step}")}}),
+                        None,
+                        tenant,
+                    )
+                    .await;
+            }
+            _ => {
+                let _ = memories.delete(tenant, &id, tenant).await;
+            }
+        }
+    }
+    for tenant in tenants {
+        for record in memories.list(tenant, &ListFilter::default(), None, 1000).await.unwrap() {
+            assert_eq!(record.tenant, tenant);
+            let statement = record.content["statement"].as_str().unwrap();
+            assert!(statement.starts_with(tenant), "{tenant} sees `{statement}`");
+            for change in memories.history(tenant, &record.id).await.unwrap() {
+                assert_eq!(change.actor, tenant, "{tenant}'s history holds another tenant's change");
+            }
+        }
+        let exported = memories.export(tenant, &ListFilter::default()).await.unwrap();
+        for other in tenants.iter().filter(|t| **t != tenant) {
+            assert!(!exported.contains(&format!("{other} ")), "{tenant}'s export holds {other}'s data");
+        }
+    }
+}

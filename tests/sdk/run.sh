@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Run the real-client suite: the official `anthropic` Python SDK against mock-upstream and memgate.
+#
+#   bash tests/sdk/run.sh [pytest args...]
+#
+# Needs only python3 (with venv/pip) and cargo. It creates or reuses a virtualenv at
+# <repo>/.venv-sdk, installs tests/sdk/requirements.txt into it when that file changed, builds
+# target/debug/memgate (unless MEMGATE_BIN names a binary to test), and exits with pytest's code.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$repo"
+
+venv="$repo/.venv-sdk"
+requirements="$repo/tests/sdk/requirements.txt"
+stamp="$venv/.requirements.sha256"
+
+if [[ ! -x "$venv/bin/python" ]]; then
+    echo "tests/sdk: creating virtualenv $venv" >&2
+    python3 -m venv "$venv"
+    # Keep git status clean without touching the repository's .gitignore.
+    printf '*\n' >"$venv/.gitignore"
+fi
+
+want="$("$venv/bin/python" -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$requirements")"
+have="$(cat "$stamp" 2>/dev/null || true)"
+if [[ "$want" != "$have" ]]; then
+    echo "tests/sdk: installing $requirements" >&2
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements"
+    printf '%s\n' "$want" >"$stamp"
+fi
+
+if [[ -z "${MEMGATE_BIN:-}" ]]; then
+    cargo build --quiet --bin memgate
+    export MEMGATE_BIN="$repo/target/debug/memgate"
+fi
+
+set +e
+"$venv/bin/python" -m pytest tests/sdk -q -p no:cacheprovider "$@"
+status=$?
+set -e
+exit "$status"
