@@ -14,7 +14,7 @@
 
 use crate::config::{Config, Limits};
 use crate::error::StartupError;
-use crate::identity::Identity;
+use crate::identity::Authenticator;
 use crate::memory::MemoryService;
 use crate::observability::metrics::Metrics;
 use crate::proxy::upstream::Upstream;
@@ -36,12 +36,13 @@ pub struct AppState {
 
 struct Inner {
     limits: Limits,
-    identity: Identity,
+    identity: Authenticator,
     upstream: Upstream,
     metrics: Metrics,
     draining: AtomicBool,
     memories: MemoryService,
     admin_token: Option<SecretString>,
+    admin_rate_limit_per_minute: u32,
     max_import_bytes: u64,
 }
 
@@ -59,13 +60,16 @@ impl AppState {
         let schemas = SchemaSet::load(config.records.schemas_dir.as_deref()).map_err(|err| {
             StartupError::ConfigInvalid { key: "records.schemas_dir".into(), message: err.to_string() }
         })?;
+        let identity = Authenticator::new(config.identity.clone(), store.clone())
+            .map_err(|message| StartupError::ConfigInvalid { key: "auth.jwt".into(), message })?;
         let memories = MemoryService::new(store, Arc::new(schemas), config.records.max_content_bytes);
         let inner = Inner {
             memories,
             admin_token: config.admin.token.clone(),
             max_import_bytes: config.admin.max_import_bytes,
             limits: config.limits.clone(),
-            identity: Identity::new(config.auth_mode, config.upstream.api_key.clone()),
+            identity,
+            admin_rate_limit_per_minute: config.admin.rate_limit_per_minute,
             upstream: Upstream::new(&config.upstream)?,
             metrics: Metrics::new(),
             draining: AtomicBool::new(false),
@@ -77,7 +81,11 @@ impl AppState {
         &self.inner.limits
     }
 
-    pub fn identity(&self) -> &Identity {
+    pub fn admin_rate_limit_per_minute(&self) -> u32 {
+        self.inner.admin_rate_limit_per_minute
+    }
+
+    pub fn identity(&self) -> &Authenticator {
         &self.inner.identity
     }
 
@@ -129,6 +137,8 @@ pub fn build_app(state: AppState) -> Router {
         .route("/export", get(transfer::export))
         .route("/import", post(transfer::import))
         .route("/imports/{id}/undo", post(transfer::undo))
+        .route("/keys", post(admin::keys::create).get(admin::keys::list))
+        .route("/keys/{id}", axum::routing::delete(admin::keys::revoke))
         .fallback(proxy::not_found)
         .layer(axum::middleware::from_fn_with_state(state.clone(), admin::require_admin));
     Router::new()

@@ -6,6 +6,8 @@
 //! whose fields are known good, or fails naming the key. `memgate.example.toml` documents every key.
 
 use crate::error::StartupError;
+use crate::identity::jwt::JwtConfig;
+use crate::identity::{ClaimMapping, IdentityConfig};
 use secrecy::SecretString;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -49,6 +51,7 @@ pub struct RawDatabase {
 pub struct RawAdmin {
     pub token: Option<String>,
     pub max_import_bytes: Option<u64>,
+    pub rate_limit_per_minute: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -74,6 +77,25 @@ pub struct RawUpstream {
 #[serde(deny_unknown_fields)]
 pub struct RawAuth {
     pub mode: Option<String>,
+    pub rate_limit_per_minute: Option<u32>,
+    #[serde(default)]
+    pub jwt: RawJwt,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawJwt {
+    pub hs256_secret: Option<String>,
+    pub public_key_file: Option<PathBuf>,
+    pub jwks_file: Option<PathBuf>,
+    pub issuer: Option<String>,
+    pub audience: Option<String>,
+    pub leeway_secs: Option<u64>,
+    pub tenant_claim: Option<String>,
+    pub subject_scope_prefix: Option<String>,
+    pub team_claim: Option<String>,
+    pub scopes_claim: Option<String>,
+    pub permissions_claim: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -141,6 +163,7 @@ pub struct Config {
     pub listen: SocketAddr,
     pub upstream: UpstreamConfig,
     pub auth_mode: AuthMode,
+    pub identity: IdentityConfig,
     pub limits: Limits,
     pub shutdown_grace: Duration,
     pub log_format: LogFormat,
@@ -155,6 +178,8 @@ pub struct AdminConfig {
     /// Bearer token of the admin API; `None` turns the admin API off.
     pub token: Option<SecretString>,
     pub max_import_bytes: u64,
+    /// Per client address.
+    pub rate_limit_per_minute: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -228,6 +253,15 @@ impl RawConfig {
         set(&mut self.log.level, "MEMGATE_LOG_LEVEL");
         set(&mut self.database.url, "MEMGATE_DATABASE_URL");
         set(&mut self.admin.token, "MEMGATE_ADMIN_TOKEN");
+        set(&mut self.auth.jwt.hs256_secret, "MEMGATE_JWT_HS256_SECRET");
+        set(&mut self.auth.jwt.issuer, "MEMGATE_JWT_ISSUER");
+        set(&mut self.auth.jwt.audience, "MEMGATE_JWT_AUDIENCE");
+        if let Some(path) = env("MEMGATE_JWT_PUBLIC_KEY_FILE").filter(|v| !v.is_empty()) {
+            self.auth.jwt.public_key_file = Some(path.into());
+        }
+        if let Some(path) = env("MEMGATE_JWKS_FILE").filter(|v| !v.is_empty()) {
+            self.auth.jwt.jwks_file = Some(path.into());
+        }
     }
 
     fn apply_flags(&mut self, flags: &ConfigFlags) {
@@ -359,7 +393,58 @@ impl RawConfig {
         let admin = AdminConfig {
             token: admin_token.map(SecretString::from),
             max_import_bytes: self.admin.max_import_bytes.unwrap_or(64 * 1024 * 1024),
+            rate_limit_per_minute: self.admin.rate_limit_per_minute.unwrap_or(600),
         };
+        let jwt = self.auth.jwt;
+        let identity = IdentityConfig {
+            mode: auth_mode,
+            upstream_key: upstream.api_key.clone(),
+            jwt: JwtConfig {
+                hmac_secret: jwt.hs256_secret.filter(|s| !s.is_empty()).map(SecretString::from),
+                public_key_file: jwt.public_key_file,
+                jwks_file: jwt.jwks_file,
+                issuer: jwt.issuer,
+                audience: jwt.audience,
+                leeway_secs: jwt.leeway_secs.unwrap_or(30),
+            },
+            claims: {
+                let defaults = ClaimMapping::default();
+                let optional = |value: Option<String>, default: Option<String>| match value {
+                    Some(v) if v.is_empty() => None,
+                    Some(v) => Some(v),
+                    None => default,
+                };
+                ClaimMapping {
+                    tenant_claim: jwt.tenant_claim.unwrap_or(defaults.tenant_claim),
+                    subject_scope_prefix: jwt.subject_scope_prefix.unwrap_or(defaults.subject_scope_prefix),
+                    team_claim: optional(jwt.team_claim, defaults.team_claim),
+                    scopes_claim: optional(jwt.scopes_claim, defaults.scopes_claim),
+                    permissions_claim: optional(jwt.permissions_claim, defaults.permissions_claim),
+                }
+            },
+            default_rate_limit_per_minute: self.auth.rate_limit_per_minute.unwrap_or(600),
+        };
+        if identity
+            .jwt
+            .hmac_secret
+            .as_ref()
+            .is_some_and(|s| secrecy::ExposeSecret::expose_secret(s).len() < 32)
+        {
+            return Err(invalid(
+                "auth.jwt.hs256_secret",
+                "must be at least 32 bytes (MEMGATE_JWT_HS256_SECRET)".into(),
+            ));
+        }
+        for (key, path) in [
+            ("auth.jwt.public_key_file", &identity.jwt.public_key_file),
+            ("auth.jwt.jwks_file", &identity.jwt.jwks_file),
+        ] {
+            if let Some(path) = path {
+                if !path.is_file() {
+                    return Err(invalid(key, format!("{} is not a readable file", path.display())));
+                }
+            }
+        }
         let records = RecordsConfig {
             schemas_dir: self.records.schemas_dir,
             max_content_bytes: self.records.max_content_bytes.unwrap_or(64 * 1024),
@@ -375,6 +460,7 @@ impl RawConfig {
             listen,
             upstream,
             auth_mode,
+            identity,
             limits,
             shutdown_grace,
             log_format,

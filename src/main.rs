@@ -24,6 +24,9 @@ enum Command {
     /// Import or export memory records as JSON Lines.
     #[command(subcommand)]
     Memory(MemoryCommand),
+    /// Issue gateway keys.
+    #[command(subcommand)]
+    Key(KeyCommand),
     /// A stand-in Anthropic API for tests, demos and load tests (see docs/mock-upstream.md).
     MockUpstream(memgate::mock_upstream::MockArgs),
 }
@@ -45,6 +48,27 @@ enum MemoryCommand {
         scope: Option<String>,
         #[arg(long = "type")]
         record_type: Option<String>,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeyCommand {
+    /// Issue a key; its secret is printed once and never stored.
+    Create {
+        /// A label for people, e.g. `support-bot`.
+        #[arg(long)]
+        name: String,
+        /// A scope the key may read (repeatable), e.g. `team:support`; `public` is always included.
+        #[arg(long = "scope")]
+        scopes: Vec<String>,
+        /// `pin_release`, `assert_subject` or `debug` (repeatable).
+        #[arg(long = "permission")]
+        permissions: Vec<String>,
+        /// Requests a minute; default: auth.rate_limit_per_minute.
+        #[arg(long)]
+        rate_limit_per_minute: Option<u32>,
         #[command(flatten)]
         target: Target,
     },
@@ -72,6 +96,7 @@ fn main() -> ExitCode {
             Command::Serve(flags) => serve(flags).await,
             Command::Migrate(flags) => migrate(flags).await,
             Command::Memory(command) => memory(command).await,
+            Command::Key(command) => key(command).await,
             Command::MockUpstream(args) => memgate::mock_upstream::run(args, |addr| {
                 println!("mock-upstream listening on http://{addr}");
             })
@@ -148,4 +173,28 @@ async fn memory(command: MemoryCommand) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+async fn key(command: KeyCommand) -> Result<(), String> {
+    let KeyCommand::Create { name, scopes, permissions, rate_limit_per_minute, target } = command;
+    let config = load_config(&target.config)?;
+    let state = memgate::AppState::new(&config).await.map_err(|e| e.to_string())?;
+    let new = memgate::identity::keys::NewKey {
+        tenant: target.tenant,
+        name,
+        scopes,
+        permissions,
+        rate_limit_per_minute,
+    };
+    let (record, secret) = state.identity().keys().issue(&new).await.map_err(|e| e.to_string())?;
+    let answer = serde_json::json!({
+        "id": record.id,
+        "tenant": record.tenant,
+        "scopes": record.scopes,
+        "permissions": record.permissions,
+        "key": secret,
+    });
+    println!("{answer}");
+    eprintln!("memgate: keep the key now; it is not stored and cannot be shown again");
+    Ok(())
 }

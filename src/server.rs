@@ -28,7 +28,8 @@ pub async fn run(config: Config, on_ready: impl FnOnce(SocketAddr)) -> Result<()
         draining_state.begin_draining();
         let _ = signalled_tx.send(());
     };
-    let server = axum::serve(listener, build_app(state)).with_graceful_shutdown(stop_accepting);
+    let app = build_app(state).into_make_service_with_connect_info::<SocketAddr>();
+    let server = axum::serve(listener, app).with_graceful_shutdown(stop_accepting);
 
     let grace = config.shutdown_grace;
     let deadline = async move {

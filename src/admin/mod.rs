@@ -2,6 +2,7 @@
 //! token the whole API is off), the tenant from `X-Memory-Tenant`, and the handlers per resource.
 //! Every handler works inside one tenant: nothing here can read or change another's records.
 
+pub mod keys;
 pub mod memories;
 pub mod transfer;
 
@@ -9,13 +10,14 @@ use crate::app::AppState;
 use crate::error::{ApiError, ErrorKind};
 use crate::identity::DEFAULT_TENANT;
 use crate::memory::MemoryError;
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
 use axum::http::HeaderMap;
 use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use secrecy::ExposeSecret;
 use serde_json::{Value, json};
+use std::net::SocketAddr;
 use subtle::ConstantTimeEq;
 
 /// The largest JSON body a single-record admin call accepts.
@@ -33,6 +35,21 @@ pub async fn require_admin(State(state): State<AppState>, request: Request, next
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
+    // Counted per client address before the token is checked, so guessing is rate limited too.
+    let client = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or_else(|| "unknown".to_owned(), |ConnectInfo(addr)| addr.ip().to_string());
+    if let Err(wait) =
+        state.identity().limits().check(&format!("admin:{client}"), state.admin_rate_limit_per_minute())
+    {
+        return ApiError::new(
+            ErrorKind::RateLimited,
+            format!("admin API rate limit reached; retry in {wait} s"),
+        )
+        .with_retry_after(wait)
+        .into_response();
+    }
     let matches: bool = presented.as_bytes().ct_eq(token.expose_secret().as_bytes()).into();
     if !matches {
         return ApiError::new(

@@ -1,49 +1,289 @@
-//! Who is calling. Today two modes: `passthrough` (the caller's own Anthropic key goes upstream;
-//! the caller sees only `public` records of the default tenant) and `managed` (memgate's key goes
-//! upstream, the caller's credential never does). Gateway keys and JWTs plug in here: they will
-//! turn `authenticate` into a lookup that can refuse, and give callers their own tenant and scopes.
+//! Who is calling, and what they may see.
+//!
+//! `Authenticator::authenticate` turns a request's headers into a `Caller`: tenant, subject,
+//! scopes (always including `public`) and permissions. Deny by default: outside `passthrough`
+//! mode a request needs a gateway key (`x-api-key: mgk_…`) or a JWT (`Authorization: Bearer`).
+//! In `passthrough` mode the caller's own Anthropic key goes upstream and the caller sees only
+//! `public` records of the default tenant. Rate limits are checked here too, per caller.
+
+pub mod jwt;
+pub mod keys;
+pub mod rate_limit;
 
 use crate::config::AuthMode;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorKind};
+use crate::memory::envelope::is_valid_scope;
 use crate::proxy::headers::UpstreamCredential;
+use crate::store::Store;
 use axum::http::HeaderMap;
+use jwt::{JwtConfig, JwtVerifier};
+use keys::GatewayKeys;
+use rate_limit::RateLimits;
 use secrecy::SecretString;
+use serde_json::{Map, Value};
+use std::collections::BTreeSet;
 
 pub const DEFAULT_TENANT: &str = "default";
+pub const SUBJECT_HEADER: &str = "x-memory-subject";
+
+/// What a caller may do beyond reading its own scopes' records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Permissions {
+    /// May choose a release with `X-Memory-Version`.
+    pub pin_release: bool,
+    /// May name the end user with `X-Memory-Subject`.
+    pub assert_subject: bool,
+    /// May ask for the funnel trace with `X-Memory-Debug: 1`.
+    pub debug: bool,
+}
+
+impl Permissions {
+    pub fn from_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Permissions {
+        let mut p = Permissions::default();
+        for name in names {
+            match name {
+                "pin_release" => p.pin_release = true,
+                "assert_subject" => p.assert_subject = true,
+                "debug" => p.debug = true,
+                _ => {}
+            }
+        }
+        p
+    }
+}
 
 /// The principal a request acts for.
 #[derive(Clone)]
 pub struct Caller {
     pub tenant: String,
+    /// The end user, when known (a JWT's `sub`, or an asserted `X-Memory-Subject`).
+    pub subject: Option<String>,
     /// Scopes this caller may read; always includes `public`.
-    pub scopes: Vec<String>,
+    pub scopes: BTreeSet<String>,
+    pub permissions: Permissions,
+    /// What the rate limit counts against: the key, the JWT subject, or the passthrough key.
+    pub rate_key: String,
+    pub rate_limit_per_minute: u32,
     pub upstream_credential: UpstreamCredential,
 }
 
-pub struct Identity {
-    mode: AuthMode,
-    upstream_key: Option<SecretString>,
+impl Caller {
+    /// The scope rule of the funnel: same tenant, and at least one scope in common.
+    pub fn can_see(&self, tenant: &str, record_scopes: &[String]) -> bool {
+        tenant == self.tenant && record_scopes.iter().any(|scope| self.scopes.contains(scope))
+    }
 }
 
-impl Identity {
-    pub fn new(mode: AuthMode, upstream_key: Option<SecretString>) -> Identity {
-        Identity { mode, upstream_key }
+/// How JWT claims become a caller.
+#[derive(Debug, Clone)]
+pub struct ClaimMapping {
+    /// Claim naming the tenant; absent → the default tenant.
+    pub tenant_claim: String,
+    /// `sub` becomes `<subject_scope_prefix><sub>` (default `user:`).
+    pub subject_scope_prefix: String,
+    /// A claim (string or list) whose values become `team:<value>`.
+    pub team_claim: Option<String>,
+    /// A claim holding a list of raw scopes (`role:admin`, …).
+    pub scopes_claim: Option<String>,
+    /// A claim holding a list of permissions (`pin_release`, `assert_subject`, `debug`).
+    pub permissions_claim: Option<String>,
+}
+
+impl Default for ClaimMapping {
+    fn default() -> Self {
+        ClaimMapping {
+            tenant_claim: "tenant".into(),
+            subject_scope_prefix: "user:".into(),
+            team_claim: Some("team".into()),
+            scopes_claim: Some("scopes".into()),
+            permissions_claim: Some("memgate_permissions".into()),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct IdentityConfig {
+    pub mode: AuthMode,
+    pub upstream_key: Option<SecretString>,
+    pub jwt: JwtConfig,
+    pub claims: ClaimMapping,
+    pub default_rate_limit_per_minute: u32,
+}
+
+pub struct Authenticator {
+    config: IdentityConfig,
+    keys: GatewayKeys,
+    jwt: Option<JwtVerifier>,
+    limits: RateLimits,
+}
+
+impl Authenticator {
+    pub fn new(config: IdentityConfig, store: Store) -> Result<Authenticator, String> {
+        let jwt = if config.jwt.is_enabled() { Some(JwtVerifier::new(config.jwt.clone())?) } else { None };
+        Ok(Authenticator { keys: GatewayKeys::new(store), jwt, limits: RateLimits::default(), config })
     }
 
-    pub fn authenticate(&self, _headers: &HeaderMap) -> Result<Caller, ApiError> {
-        let upstream_credential = match (self.mode, &self.upstream_key) {
-            (AuthMode::Managed, Some(key)) => UpstreamCredential::Replace(key.clone()),
-            // Config validation refuses managed mode without a key; forwarding would leak the
-            // caller's credential, so fail loudly instead of falling back.
-            (AuthMode::Managed, None) => {
-                return Err(ApiError::internal("managed auth mode without an upstream key"));
-            }
-            (AuthMode::Passthrough, _) => UpstreamCredential::Forward,
+    pub fn keys(&self) -> &GatewayKeys {
+        &self.keys
+    }
+
+    pub fn limits(&self) -> &RateLimits {
+        &self.limits
+    }
+
+    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+        let mut caller = match self.config.mode {
+            AuthMode::Passthrough => self.passthrough_caller(headers),
+            AuthMode::Managed => self.managed_caller(headers).await?,
         };
-        Ok(Caller {
+        if let Some(value) = headers.get(SUBJECT_HEADER) {
+            if !caller.permissions.assert_subject {
+                return Err(ApiError::new(
+                    ErrorKind::Permission,
+                    "this caller may not assert X-Memory-Subject; issue a key with the assert_subject permission",
+                ));
+            }
+            let subject = value.to_str().ok().filter(|s| is_valid_subject(s)).ok_or_else(|| {
+                ApiError::invalid_request(
+                    "X-Memory-Subject must be 1 to 128 printable characters without spaces or commas",
+                )
+            })?;
+            caller.scopes.insert(format!("user:{subject}"));
+            caller.rate_key = format!("{}/subject:{subject}", caller.rate_key);
+            caller.subject = Some(subject.to_owned());
+        }
+        self.limits.check(&caller.rate_key, caller.rate_limit_per_minute).map_err(|wait| {
+            ApiError::new(
+                ErrorKind::RateLimited,
+                format!(
+                    "rate limit of {} requests a minute reached; retry in {wait} s",
+                    caller.rate_limit_per_minute
+                ),
+            )
+            .with_retry_after(wait)
+        })?;
+        Ok(caller)
+    }
+
+    fn passthrough_caller(&self, headers: &HeaderMap) -> Caller {
+        // The caller's Anthropic key is its identity for rate limiting; only a hash is kept.
+        let presented = headers
+            .get("x-api-key")
+            .or_else(|| headers.get("authorization"))
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        Caller {
             tenant: DEFAULT_TENANT.to_owned(),
-            scopes: vec!["public".to_owned()],
-            upstream_credential,
+            subject: None,
+            scopes: BTreeSet::from(["public".to_owned()]),
+            permissions: Permissions::default(),
+            rate_key: format!("passthrough:{}", &keys::sha256_hex(presented)[..16]),
+            rate_limit_per_minute: self.config.default_rate_limit_per_minute,
+            upstream_credential: UpstreamCredential::Forward,
+        }
+    }
+
+    async fn managed_caller(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+        let Some(upstream_key) = self.config.upstream_key.clone() else {
+            return Err(ApiError::internal("managed auth mode without an upstream key"));
+        };
+        let unauthorized = |message: &str| ApiError::new(ErrorKind::Authentication, message);
+        if let Some(value) = headers.get("x-api-key") {
+            let presented =
+                value.to_str().map_err(|_| unauthorized("x-api-key is not a memgate gateway key"))?;
+            let key = self.keys.verify(presented).await.map_err(ApiError::internal)?.ok_or_else(|| {
+                unauthorized("x-api-key is not a valid memgate gateway key (unknown, revoked or mistyped)")
+            })?;
+            let mut scopes: BTreeSet<String> = key.scopes.iter().cloned().collect();
+            scopes.insert("public".into());
+            return Ok(Caller {
+                tenant: key.tenant.clone(),
+                subject: None,
+                scopes,
+                permissions: Permissions::from_names(key.permissions.iter().map(String::as_str)),
+                rate_key: format!("key:{}", key.id),
+                rate_limit_per_minute: key
+                    .rate_limit_per_minute
+                    .unwrap_or(self.config.default_rate_limit_per_minute),
+                upstream_credential: UpstreamCredential::Replace(upstream_key),
+            });
+        }
+        let bearer = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
+        let Some(token) = bearer else {
+            return Err(unauthorized(
+                "authentication required: send a memgate gateway key as x-api-key or a JWT as Authorization: Bearer",
+            ));
+        };
+        let Some(verifier) = &self.jwt else {
+            return Err(unauthorized(
+                "JWT authentication is not configured on this gateway; use a gateway key",
+            ));
+        };
+        let claims = verifier.verify(token).map_err(|err| unauthorized(&err.to_string()))?;
+        let mut caller = self.caller_from_claims(&claims).map_err(|msg| unauthorized(&msg))?;
+        caller.upstream_credential = UpstreamCredential::Replace(upstream_key);
+        Ok(caller)
+    }
+
+    /// Maps verified claims to a caller as configured.
+    pub fn caller_from_claims(&self, claims: &Map<String, Value>) -> Result<Caller, String> {
+        let mapping = &self.config.claims;
+        let tenant = match claims.get(&mapping.tenant_claim) {
+            None | Some(Value::Null) => DEFAULT_TENANT.to_owned(),
+            Some(Value::String(t)) if is_valid_tenant(t) => t.clone(),
+            Some(_) => {
+                return Err(format!("the `{}` claim is not a valid tenant name", mapping.tenant_claim));
+            }
+        };
+        let subject = match claims.get("sub") {
+            Some(Value::String(s)) if is_valid_subject(s) => Some(s.clone()),
+            None => None,
+            Some(_) => return Err("the `sub` claim is not a valid subject".into()),
+        };
+        let mut scopes = BTreeSet::from(["public".to_owned()]);
+        if let Some(sub) = &subject {
+            scopes.insert(format!("{}{sub}", mapping.subject_scope_prefix));
+        }
+        let strings = |claim: &Option<String>| -> Vec<String> {
+            match claim.as_ref().and_then(|c| claims.get(c)) {
+                Some(Value::String(s)) => vec![s.clone()],
+                Some(Value::Array(items)) => {
+                    items.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect()
+                }
+                _ => Vec::new(),
+            }
+        };
+        for team in strings(&mapping.team_claim) {
+            scopes.insert(format!("team:{team}"));
+        }
+        scopes.extend(strings(&mapping.scopes_claim));
+        scopes.retain(|s| is_valid_scope(s));
+        let permissions =
+            Permissions::from_names(strings(&mapping.permissions_claim).iter().map(String::as_str));
+        Ok(Caller {
+            rate_key: format!("jwt:{tenant}:{}", subject.as_deref().unwrap_or("-")),
+            tenant,
+            subject,
+            scopes,
+            permissions,
+            rate_limit_per_minute: self.config.default_rate_limit_per_minute,
+            upstream_credential: UpstreamCredential::Forward,
         })
     }
+}
+
+pub fn is_valid_tenant(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 64
+        && text.bytes().all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b))
+}
+
+/// A subject becomes part of a scope (`user:<subject>`): printable, no spaces, no commas.
+pub fn is_valid_subject(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 128
+        && !text.chars().any(|c| c.is_whitespace() || c.is_control() || c == ',')
 }

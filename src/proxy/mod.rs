@@ -29,7 +29,7 @@ pub async fn count_tokens(State(state): State<AppState>, request: Request) -> Re
 /// Any other `/v1/*` path and method: body streamed through, nothing read.
 pub async fn passthrough(State(state): State<AppState>, request: Request) -> Result<Response, ApiError> {
     let (parts, body) = request.into_parts();
-    let caller = state.identity().authenticate(&parts.headers)?;
+    let caller = state.identity().authenticate(&parts.headers).await?;
     // A request without a body (GET /v1/models) must not grow a chunked empty one on the way.
     let body =
         (body.size_hint().exact() != Some(0)).then(|| reqwest::Body::wrap_stream(body.into_data_stream()));
@@ -39,7 +39,7 @@ pub async fn passthrough(State(state): State<AppState>, request: Request) -> Res
 
 async fn forward_messages_request(state: &AppState, request: Request) -> Result<Response, ApiError> {
     let (parts, body) = request.into_parts();
-    let caller = state.identity().authenticate(&parts.headers)?;
+    let caller = state.identity().authenticate(&parts.headers).await?;
     let limits = state.limits();
     let bytes =
         request_body::read_limited(&parts.headers, body, limits.max_body_bytes, limits.body_read_timeout)

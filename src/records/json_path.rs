@@ -18,7 +18,9 @@ pub fn child_key(parent: &str, key: &str) -> String {
 
 /// The path of element `i` of the array at `parent`.
 pub fn child_index(parent: &str, i: usize) -> String {
-    format!("{parent}[{i}]")
+    let mut path = parent.to_owned();
+    push_index(&mut path, i);
+    path
 }
 
 /// The path of the place a JSON Pointer names, under `base`, without the document at hand: a
@@ -28,7 +30,7 @@ pub fn from_pointer(base: &str, pointer: &str) -> String {
     let mut path = base.to_owned();
     for segment in pointer_segments(pointer) {
         match array_index(&segment) {
-            Some(i) => path.push_str(&format!("[{i}]")),
+            Some(i) => push_index(&mut path, i),
             None => push_key(&mut path, &segment),
         }
     }
@@ -50,7 +52,7 @@ pub fn from_pointer_in(base: &str, pointer: &str, doc: &Value) -> String {
             }
             Some(Value::Array(items)) => match array_index(&segment) {
                 Some(i) => {
-                    path.push_str(&format!("[{i}]"));
+                    push_index(&mut path, i);
                     here = items.get(i);
                 }
                 None => {
@@ -60,7 +62,7 @@ pub fn from_pointer_in(base: &str, pointer: &str, doc: &Value) -> String {
             },
             _ => {
                 match array_index(&segment) {
-                    Some(i) => path.push_str(&format!("[{i}]")),
+                    Some(i) => push_index(&mut path, i),
                     None => push_key(&mut path, &segment),
                 }
                 here = None;
@@ -137,6 +139,12 @@ fn array_index(segment: &str) -> Option<usize> {
     if canonical { segment.parse().ok() } else { None }
 }
 
+fn push_index(path: &mut String, i: usize) {
+    path.push('[');
+    path.push_str(&i.to_string());
+    path.push(']');
+}
+
 fn push_key(path: &mut String, key: &str) {
     if is_identifier(key) {
         path.push('.');
@@ -160,6 +168,8 @@ fn is_ident_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_'
 }
 
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
 /// JSON string escaping, as `serde_json` writes it: quotes, backslashes and control characters.
 fn push_json_escaped(out: &mut String, s: &str) {
     for c in s.chars() {
@@ -171,7 +181,11 @@ fn push_json_escaped(out: &mut String, s: &str) {
             '\t' => out.push_str("\\t"),
             '\u{08}' => out.push_str("\\b"),
             '\u{0c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c if (c as u32) < 0x20 => {
+                out.push_str("\\u00");
+                out.push(char::from(HEX[(c as usize) >> 4]));
+                out.push(char::from(HEX[(c as usize) & 0xf]));
+            }
             c => out.push(c),
         }
     }

@@ -348,7 +348,7 @@ fn quoted(value: &str) -> String {
     const MAX_CHARS: usize = 64;
     if value.chars().count() > MAX_CHARS {
         let cut: String = value.chars().take(MAX_CHARS).collect();
-        format!("{:?}…", cut)
+        format!("{cut:?}…")
     } else {
         format!("{value:?}")
     }

@@ -247,16 +247,18 @@ fn mix(bytes: &[u8]) -> Mix {
 fn has_private_key(lower: &[u8]) -> bool {
     positions(lower, b"-----begin ").any(|start| {
         let label_start = start + b"-----begin ".len();
-        let Some(label_len) = lower.get(label_start..).and_then(|rest| positions(rest, b"-----").next())
-        else {
+        let label_window = &lower[label_start..lower.len().min(label_start + 80)];
+        let Some(label_len) = positions(label_window, b"-----").next() else {
             return false;
         };
         let label = &lower[label_start..label_start + label_len];
-        if label_len > 60 || positions(label, b"private key").next().is_none() {
+        if positions(label, b"private key").next().is_none() {
             return false;
         }
-        // Key bodies come in 64-character lines; prose has no such runs.
-        let body = &lower[label_start + label_len + 5..];
+        // Key bodies come in 64-character lines; prose has no such runs. The first line follows
+        // the header closely (after at most a few `Proc-Type:` lines).
+        let body_start = label_start + label_len + 5;
+        let body = &lower[body_start..lower.len().min(body_start + 512)];
         let body_end = positions(body, b"-----end").next().unwrap_or(body.len());
         body[..body_end]
             .split(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=')))
@@ -315,11 +317,12 @@ fn base64url_decode(input: &[u8]) -> Option<Vec<u8>> {
 /// `sk-ant-` and at least 20 more key characters, some of them digits.
 fn has_anthropic_key(bytes: &[u8]) -> bool {
     positions(bytes, b"sk-ant-").any(|start| {
+        if !token_starts_at(bytes, start) {
+            return false;
+        }
         let body_start = start + b"sk-ant-".len();
         let body_len = run_len(bytes, body_start, is_token_byte);
-        token_starts_at(bytes, start)
-            && body_len >= 20
-            && mix(&bytes[body_start..body_start + body_len]).digit
+        body_len >= 20 && mix(&bytes[body_start..body_start + body_len]).digit
     })
 }
 
@@ -356,11 +359,12 @@ fn has_github_token(bytes: &[u8]) -> bool {
 fn has_slack_token(bytes: &[u8], lower: &[u8]) -> bool {
     let token = [b"xoxb-", b"xoxp-", b"xoxa-", b"xoxr-", b"xoxs-", b"xoxe-"].iter().any(|prefix| {
         positions(bytes, *prefix).any(|start| {
+            if !token_starts_at(bytes, start) {
+                return false;
+            }
             let body_start = start + 5;
             let body_len = run_len(bytes, body_start, |b| b.is_ascii_alphanumeric() || b == b'-');
-            token_starts_at(bytes, start)
-                && body_len >= 10
-                && mix(&bytes[body_start..body_start + body_len]).digit
+            body_len >= 10 && mix(&bytes[body_start..body_start + body_len]).digit
         })
     });
     let marker = b"hooks.slack.com/services/";
@@ -375,11 +379,11 @@ fn has_slack_token(bytes: &[u8], lower: &[u8]) -> bool {
 fn has_aws_access_key(bytes: &[u8]) -> bool {
     [b"AKIA", b"ASIA"].iter().any(|prefix| {
         positions(bytes, *prefix).any(|start| {
+            if start > 0 && bytes[start - 1].is_ascii_alphanumeric() {
+                return false;
+            }
             let body = run_len(bytes, start + 4, |b| b.is_ascii_uppercase() || b.is_ascii_digit());
-            let end = start + 4 + body;
-            body == 16
-                && (start == 0 || !bytes[start - 1].is_ascii_alphanumeric())
-                && bytes.get(end).is_none_or(|b| !b.is_ascii_alphanumeric())
+            body == 16 && bytes.get(start + 20).is_none_or(|b| !b.is_ascii_alphanumeric())
         })
     })
 }
@@ -524,8 +528,13 @@ fn is_cjk(c: char) -> bool {
     matches!(c, '\u{4e00}'..='\u{9fff}' | '\u{3400}'..='\u{4dbf}')
 }
 
+/// How far past a credential's name a value is read. Passwords are shorter; the bound keeps a
+/// string made of many `password="` from costing quadratic time.
+const MAX_VALUE_BYTES: usize = 512;
+
 /// Whether what follows a credential's name at `i` assigns it a value that looks like one.
 fn value_after_name(bytes: &[u8], lower: &[u8], mut i: usize) -> bool {
+    let bytes = &bytes[..bytes.len().min(i + MAX_VALUE_BYTES)];
     let skip_blanks = |mut i: usize| {
         while matches!(bytes.get(i), Some(b' ' | b'\t')) {
             i += 1;
@@ -590,9 +599,10 @@ fn trim_trailing_punctuation(value: &[u8]) -> &[u8] {
 
 /// True when the sentence goes on with another word on the same line.
 fn prose_continues(rest: &[u8]) -> bool {
-    let text = String::from_utf8_lossy(rest);
-    let mut chars = text.chars().skip_while(|c| *c == ' ' || *c == '\t');
-    chars.next().is_some_and(char::is_alphabetic)
+    let blanks = rest.iter().take_while(|b| matches!(b, b' ' | b'\t')).count();
+    // One character is at most four bytes.
+    let next = String::from_utf8_lossy(&rest[blanks..rest.len().min(blanks + 4)]);
+    next.chars().next().is_some_and(char::is_alphabetic)
 }
 
 fn looks_like_password(value: &[u8], sentence_goes_on: bool) -> bool {

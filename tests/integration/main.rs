@@ -4,6 +4,8 @@
 
 mod support;
 
+mod e2e_admin;
+mod e2e_identity;
 mod e2e_proxy;
 mod e2e_shutdown;
 mod router;

@@ -455,3 +455,80 @@ fn public_keys_certificates_and_mentions_are_clean() {
         assert_clean(text);
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Robustness: the scan runs on every write, on whatever a client sends.
+
+#[test]
+fn arbitrary_text_never_panics() {
+    let pieces = [
+        "password",
+        "PWD",
+        "=",
+        ":",
+        "：",
+        "\"",
+        "'",
+        " ",
+        "\n",
+        "is ",
+        "sk-",
+        "sk-ant-",
+        "ghp_",
+        "github_pat_",
+        "xoxb-",
+        "AKIA",
+        "eyJ",
+        ".",
+        "-----BEGIN ",
+        "PRIVATE KEY",
+        "-----",
+        "://",
+        "@",
+        "a",
+        "Z",
+        "7",
+        "密码",
+        "пароль",
+        "é",
+        "🙂",
+        "hooks.slack.com/services/",
+        "aws_secret_access_key",
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    ];
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    for _ in 0..3000 {
+        let mut text = String::new();
+        for _ in 0..(state % 24) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            text.push_str(pieces[(state % pieces.len() as u64) as usize]);
+        }
+        let _ = scan(&json!({ text.clone(): text }), "$");
+    }
+}
+
+#[test]
+fn adversarial_input_stays_linear() {
+    let inputs = [
+        "password=\"".repeat(20_000),
+        "password: ".repeat(20_000),
+        "eyJ".repeat(60_000),
+        "AKIA".repeat(50_000),
+        "sk-ant-".repeat(30_000),
+        "xoxb-".repeat(40_000),
+        "-----BEGIN PRIVATE KEY-----".repeat(8_000),
+        "a://b".repeat(40_000),
+        "密码：".repeat(20_000),
+        format!("aws_secret_access_key={}", "A".repeat(200_000)),
+    ];
+    let started = std::time::Instant::now();
+    for input in &inputs {
+        let one = std::time::Instant::now();
+        let _ = scan(&json!(input), "$");
+        eprintln!("TIMING {:?} {}", one.elapsed(), &input[..12]);
+    }
+    // Quadratic behaviour on ~200 KB strings would take minutes; linear takes well under this.
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "{:?}", started.elapsed());
+}

@@ -1,0 +1,84 @@
+//! `/admin/v1/keys`: issue (the secret is shown once), list (never the secret) and revoke.
+
+use super::{AdminContext, json_body};
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::identity::keys::{KeyError, NewKey};
+use crate::memory::record::format_ms;
+use crate::store::StoreError;
+use crate::store::keys::KeyRecord;
+use axum::Json;
+use axum::extract::{Path, Request, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateKey {
+    name: String,
+    #[serde(default)]
+    scopes: Vec<String>,
+    #[serde(default)]
+    permissions: Vec<String>,
+    rate_limit_per_minute: Option<u32>,
+}
+
+pub async fn create(
+    State(state): State<AppState>,
+    ctx: AdminContext,
+    request: Request,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let (parts, body) = request.into_parts();
+    let input = json_body(&state, &parts.headers, body).await?;
+    let input: CreateKey = serde_json::from_value(input).map_err(|err| {
+        ApiError::invalid_request(format!(
+            "a key is {{\"name\", \"scopes\": [], \"permissions\": [], \"rate_limit_per_minute\"}}: {err}"
+        ))
+    })?;
+    let new = NewKey {
+        tenant: ctx.tenant,
+        name: input.name,
+        scopes: input.scopes,
+        permissions: input.permissions,
+        rate_limit_per_minute: input.rate_limit_per_minute,
+    };
+    let (record, secret) = state.identity().keys().issue(&new).await.map_err(|err| match err {
+        KeyError::Invalid(message) => ApiError::invalid_request(message),
+        KeyError::Store(err) => ApiError::internal(err),
+    })?;
+    let mut answer = key_json(&record);
+    answer["key"] = json!(secret);
+    Ok((StatusCode::CREATED, Json(answer)))
+}
+
+pub async fn list(State(state): State<AppState>, ctx: AdminContext) -> Result<Json<Value>, ApiError> {
+    let keys = state.store().list_keys(&ctx.tenant).await.map_err(ApiError::internal)?;
+    Ok(Json(json!({"data": keys.iter().map(key_json).collect::<Vec<_>>()})))
+}
+
+pub async fn revoke(
+    State(state): State<AppState>,
+    ctx: AdminContext,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    match state.identity().keys().revoke(&ctx.tenant, &id).await {
+        Ok(()) => Ok(Json(json!({"id": id, "revoked": true}))),
+        Err(StoreError::NotFound) => Err(ApiError::not_found(format!("no key `{id}` in this tenant"))),
+        Err(err) => Err(ApiError::internal(err)),
+    }
+}
+
+fn key_json(key: &KeyRecord) -> Value {
+    json!({
+        "id": key.id,
+        "tenant": key.tenant,
+        "name": key.name,
+        "prefix": format!("mgk_{}_", key.id),
+        "scopes": key.scopes,
+        "permissions": key.permissions,
+        "rate_limit_per_minute": key.rate_limit_per_minute,
+        "created_at": format_ms(key.created_at_ms),
+        "revoked_at": key.revoked_at_ms.map(format_ms),
+    })
+}
