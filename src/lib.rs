@@ -5,9 +5,12 @@
 pub mod admin;
 pub mod app;
 pub mod config;
+pub mod embed;
 pub mod error;
+pub mod funnel;
 pub mod health;
 pub mod identity;
+pub mod inject;
 pub mod memory;
 pub mod mock_upstream;
 pub mod observability;

@@ -4,6 +4,7 @@
 //! milliseconds, JSON kept as text), so there is one code path to test, and the same test bodies
 //! run against each database. Domain operations live beside their types: `memories`.
 
+pub mod embeddings;
 pub mod keys;
 pub mod memories;
 

@@ -19,6 +19,7 @@ const NO_UPSTREAM: &str = "http://127.0.0.1:9";
 struct Admin {
     gw: Proc,
     http: reqwest::Client,
+    _config: Option<TempDir>,
 }
 
 impl Admin {
@@ -29,7 +30,17 @@ impl Admin {
     fn start_with(extra: &[&str], env: &[(&str, &str)]) -> Admin {
         let mut all_env = vec![("MEMGATE_ADMIN_TOKEN", TOKEN)];
         all_env.extend_from_slice(env);
-        Admin { gw: Proc::gateway_to(NO_UPSTREAM, extra, &all_env), http: client() }
+        Admin { gw: Proc::gateway_to(NO_UPSTREAM, extra, &all_env), http: client(), _config: None }
+    }
+
+    /// A gateway that reads `toml` as its config file.
+    fn start_with_config(toml: &str) -> Admin {
+        let dir = TempDir::new("admin-config");
+        let file = dir.path.join("memgate.toml");
+        std::fs::write(&file, toml).unwrap();
+        let mut admin = Admin::start_with(&["--config", file.to_str().unwrap()], &[]);
+        admin._config = Some(dir);
+        admin
     }
 
     /// An authorized request to `/admin/v1{path}`, in `tenant` (the default one when `None`).
@@ -139,6 +150,29 @@ async fn send(request: RequestBuilder) -> Answer {
     let text = response.text().await.unwrap();
     let json = serde_json::from_str(&text).unwrap_or(Value::Null);
     Answer { status, headers, text, json }
+}
+
+/// An admin request written on a bare socket: `head` ends the header block, `body` follows. For
+/// oversized bodies, which the gateway answers before reading them: an HTTP client that insists
+/// on sending the whole body first may see the connection reset instead of the answer.
+async fn raw_http(admin: &Admin, method: &str, path: &str, head: &str, body: &[u8]) -> Answer {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = admin.gw.base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "{method} /admin/v1{path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Type: application/json\r\nConnection: close\r\n{head}"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    stream.write_all(body).await.unwrap();
+    let mut raw = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut raw)).await;
+    assert!(read.is_ok_and(|r| r.is_ok()) || !raw.is_empty(), "no answer to {method} {path}");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let json = serde_json::from_str(body).unwrap_or(Value::Null);
+    Answer { status, headers: reqwest::header::HeaderMap::new(), text: body.to_owned(), json }
 }
 
 impl Answer {
@@ -319,6 +353,20 @@ async fn create_read_update_delete_supersede_and_exact_repeat() {
     renamed.assert_problem("$.id", "invalid_value", "patch the id");
     let after = admin.get(None, id).await;
     assert_eq!((after.json["revision"].as_i64(), after.json["priority"].as_i64()), (Some(5), Some(2)));
+
+    // Status changes: each a revision; paused and archived records leave the active list.
+    for (action, status, revision) in [
+        ("pause", "paused", 6),
+        ("archive", "archived", 7),
+        ("archive", "archived", 7),
+        ("activate", "active", 8),
+    ] {
+        let answer = admin.action(None, id, action).await;
+        let record = answer.expect(200, action);
+        assert_eq!((record["status"].as_str(), record["revision"].as_i64()), (Some(status), Some(revision)));
+        let active = ids_of(&admin.list_all(None, "status=active", 50).await);
+        assert_eq!(active.contains(id), status == "active", "{action}");
+    }
 
     // DELETE: gone for GET, PATCH, DELETE and lists.
     let deleted = admin.req(Method::DELETE, &format!("/memories/{id}"), None);
@@ -631,6 +679,20 @@ async fn export_then_import_into_an_empty_store_reproduces_the_same_records() {
             assert_eq!(a[field], b[field], "{id}.{field}");
         }
     }
+    // An import and export over several pages of 500.
+    let many: String =
+        (0..1001).map(|i| format!("{}\n", fact(&format!("Bulk fact {i:04}"), &["team:bulk"]))).collect();
+    let bulk = target.import(Some("bulk"), &many, false).await;
+    assert_eq!(bulk.expect(201, "bulk import")["counts"]["new"], 1001);
+    let bulk_export = target.export(Some("bulk"), "").await;
+    assert_eq!(export_ids(&bulk_export).len(), 1001);
+    assert_eq!(bulk_export.lines().count(), 1001);
+    assert_eq!(target.list_all(Some("bulk"), "", 500).await.len(), 1001);
+    let import_id = bulk.json["import_id"].as_str().unwrap();
+    let undone = send(target.req(Method::POST, &format!("/imports/{import_id}/undo"), Some("bulk"))).await;
+    assert_eq!(undone.expect(200, "undo the bulk import")["removed"], 1001);
+    assert_eq!(target.export(Some("bulk"), "").await, "");
+
     let again = target.import(Some("acme"), &exported, true).await;
     let counts = &again.expect(200, "dry run again")["counts"];
     assert_eq!(counts, &json!({"new": 0, "existing": ids.len(), "invalid": 0}));
@@ -1096,12 +1158,16 @@ async fn assert_no_secret_in(admin: &Admin, answers: &[Answer], secrets: &[(&str
         std::future::ready(complete.then_some(log))
     })
     .await;
+    let mut leaks = Vec::new();
     for (kind, _, needle) in secrets {
-        for answer in answers {
-            assert!(!answer.text.contains(needle), "the {kind} came back in an answer: {}", answer.text);
+        for answer in answers.iter().filter(|a| a.text.contains(needle)) {
+            leaks.push(format!("the {kind} came back in an answer: {}", answer.text));
         }
-        assert!(!log.contains(needle), "the {kind} is in the gateway's log");
+        if log.contains(needle) {
+            leaks.push(format!("the {kind} is in the gateway's log"));
+        }
     }
+    assert!(leaks.is_empty(), "{} leak(s):\n{}", leaks.len(), leaks.join("\n"));
 }
 
 #[tokio::test]
@@ -1116,6 +1182,7 @@ async fn a_secret_used_as_a_field_name_is_not_echoed() {
         with(fact("Keys in use", &["public"]), "metadata", json!({"keys": {aws.clone(): "prod"}})),
         with(fact("Keys in use", &["public"]), "content", json!({"statement": "x", github.clone(): "ci"})),
         with(fact("Keys in use", &["public"]), anthropic, json!(true)),
+        with(fact("Keys in use", &["public"]), "aliases", json!([{aws.clone(): 1}])),
     ];
     let mut answers = Vec::new();
     for record in &records {
@@ -1162,6 +1229,60 @@ async fn concurrent_patches_with_the_same_if_match_let_exactly_one_through() {
         let last = updates.last().unwrap();
         assert_eq!(last["after"]["content"]["statement"], won.as_str());
         assert_eq!(last["before"]["revision"], revision);
+    }
+}
+
+#[tokio::test]
+async fn concurrent_creates_of_one_id_or_one_topic_leave_one_record() {
+    let admin = Admin::start();
+    for round in 0..6 {
+        let id = format!("mem-race-{round}");
+        let a = with(fact(&format!("{id} by A"), &["public"]), "id", json!(id));
+        let b = with(fact(&format!("{id} by B"), &["public"]), "id", json!(id));
+        let (a, b) = tokio::join!(admin.create(None, &a), admin.create(None, &b));
+        let mut statuses = [a.status, b.status];
+        statuses.sort_unstable();
+        assert_eq!(statuses, [201, 409], "same id, round {round}: {} / {}", a.text, b.text);
+        let winner = if a.status == 201 { &a } else { &b };
+        assert_eq!(admin.get(None, &id).await.json["content"], winner.json["record"]["content"]);
+
+        let key = format!("topic:{round}");
+        let a = with(fact(&format!("{key} by A"), &["user:u-1"]), "key", json!(key));
+        let b = with(fact(&format!("{key} by B"), &["user:u-1"]), "key", json!(key));
+        let (a, b) = tokio::join!(admin.create(None, &a), admin.create(None, &b));
+        let mut statuses = [a.status, b.status];
+        statuses.sort_unstable();
+        assert_eq!(statuses, [200, 201], "same topic, round {round}: {} / {}", a.text, b.text);
+        let (first, second) = if a.status == 201 { (&a, &b) } else { (&b, &a) };
+        assert_eq!(second.json["superseded"], true, "{}", second.text);
+        assert_eq!(first.json["id"], second.json["id"]);
+        let live = admin.list_all(None, &format!("q={key}"), 50).await;
+        assert_eq!(live.len(), 1, "round {round}: {live:?}");
+        assert_eq!(live[0]["content"], second.json["record"]["content"]);
+        assert_eq!(live[0]["revision"], 2);
+    }
+}
+
+#[tokio::test]
+async fn a_tenant_named_in_the_body_never_chooses_the_tenant() {
+    let admin = Admin::start();
+    let record =
+        with(with(fact("Alpha's note", &["public"]), "tenant", json!("t-beta")), "id", json!("mem-t"));
+    let created = admin.create(Some("t-alpha"), &record).await;
+    assert_eq!(created.expect(201, "create")["record"]["tenant"], "t-alpha");
+    let patched =
+        admin.patch(Some("t-alpha"), "mem-t", None, &json!({"tenant": "t-beta", "priority": 4})).await;
+    assert_eq!(patched.expect(200, "patch")["tenant"], "t-alpha");
+    let line =
+        with(with(fact("Imported by alpha", &["public"]), "tenant", json!("t-beta")), "id", json!("mem-i"));
+    admin.import(Some("t-alpha"), &line.to_string(), false).await.expect(201, "import");
+    assert_eq!(
+        export_ids(&admin.export(Some("t-alpha"), "").await),
+        BTreeSet::from(["mem-i".into(), "mem-t".into()])
+    );
+    for tenant in [Some("t-beta"), None] {
+        assert_eq!(admin.export(tenant, "").await, "", "{tenant:?} got alpha's records");
+        admin.get(tenant, "mem-t").await.assert_error(404, "not_found_error", "another tenant's id");
     }
 }
 
@@ -1260,10 +1381,6 @@ async fn hostile_input_gets_a_4xx_in_anthropics_shape_and_the_gateway_lives_on()
     let admin = Admin::start();
     let id = admin.create_ok(None, &fact("Still here", &["public"])).await;
     let record_path = format!("/memories/{id}");
-    let big = format!(
-        "{{\"type\":\"fact\",\"scope\":[\"public\"],\"content\":{{\"statement\":\"{}\"}}}}",
-        "x".repeat(1024 * 1024 + 10)
-    );
     let deep_array = "[".repeat(100_000) + &"]".repeat(100_000);
     let deep_content = format!(
         "{{\"type\":\"fact\",\"scope\":[\"public\"],\"content\":{{\"statement\":\"x\",\"n\":{}1{}}}}}",
@@ -1283,18 +1400,6 @@ async fn hostile_input_gets_a_4xx_in_anthropics_shape_and_the_gateway_lives_on()
             "invalid_request_error",
         ),
         ("empty body", admin.req(Method::POST, "/memories", None), 400, "invalid_request_error"),
-        (
-            "body over 1 MiB",
-            admin.req(Method::POST, "/memories", None).body(big.clone()),
-            413,
-            "request_too_large",
-        ),
-        (
-            "patch body over 1 MiB",
-            admin.req(Method::PATCH, &record_path, None).body(big.clone()),
-            413,
-            "request_too_large",
-        ),
         (
             "an array body",
             admin.req(Method::POST, "/memories", None).body("[1, 2]"),
@@ -1455,13 +1560,16 @@ async fn hostile_input_gets_a_4xx_in_anthropics_shape_and_the_gateway_lives_on()
     for (what, request, status, error_type) in cases {
         send(request).await.assert_error(status, error_type, what);
     }
-    // A large body sent without a content-length is cut off at the limit all the same.
-    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
-        big.as_bytes().chunks(64 * 1024).map(|c| Ok(c.to_vec())).collect();
-    let chunked = admin
-        .req(Method::POST, "/memories", None)
-        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(chunks)));
-    send(chunked).await.assert_error(413, "request_too_large", "chunked body over 1 MiB");
+    // Bodies over 1 MiB, declared or chunked, are refused without reading them whole.
+    let declared = format!("Content-Length: {}\r\n\r\n", 1024 * 1024 + 1);
+    let over = raw_http(&admin, "POST", "/memories", &declared, &[]).await;
+    over.assert_error(413, "request_too_large", "a declared body over 1 MiB");
+    let over = raw_http(&admin, "PATCH", &record_path, &declared, &[]).await;
+    over.assert_error(413, "request_too_large", "a declared patch over 1 MiB");
+    let size = 1024 * 1024 + 1;
+    let chunk = [format!("{size:x}\r\n").into_bytes(), vec![b'x'; size]].concat();
+    let over = raw_http(&admin, "POST", "/memories", "Transfer-Encoding: chunked\r\n\r\n", &chunk).await;
+    over.assert_error(413, "request_too_large", "a chunked body over 1 MiB");
 
     admin.healthy().await;
     let record = admin.get(None, &id).await;
@@ -1603,7 +1711,8 @@ async fn check_history(admin: &Admin, tenant: Option<&str>, model: &TenantModel,
 
 #[tokio::test]
 async fn tenants_never_read_or_change_each_others_records() {
-    let admin = Admin::start();
+    // Some 2,000 requests in a few seconds: over the admin API's default rate limit.
+    let admin = Admin::start_with_config("[admin]\nrate_limit_per_minute = 1000000\n");
     let scopes = ["user:u-1", "user:u-2", "public"];
     let mut models: Vec<TenantModel> = TENANTS.iter().map(|_| TenantModel::default()).collect();
     let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);

@@ -1,0 +1,160 @@
+//! Manual measurements, never run by the test suite (`#[ignore]`), asserting nothing: the
+//! figures in docs/embedding.md come from
+//!
+//! ```text
+//! source .assets/env.sh
+//! cargo test --release --lib embed::bench -- --ignored --nocapture --test-threads 1
+//! ```
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use super::tests::{PASSAGES, QUERIES, real_config};
+use super::*;
+
+/// Distinct short support questions, so that the cache (off here anyway) never helps.
+fn questions(n: usize) -> Vec<String> {
+    let stems = [
+        "When will order {} ship?",
+        "订单 {} 什么时候发货？",
+        "Когда придёт заказ {}?",
+        "How do I reset the password for account {}?",
+        "Can I get a refund for invoice {}?",
+    ];
+    (0..n).map(|i| stems[i % stems.len()].replace("{}", &format!("{}", 10_000 + i))).collect()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn load(threads: usize) -> Option<Embedder> {
+    let config = EmbedConfig { threads, cache_entries: 0, ..real_config()? };
+    Some(Embedder::load(&config).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, run by hand"]
+async fn latency_and_throughput() {
+    for threads in [1, 2] {
+        let Some(embedder) = load(threads) else { return };
+        // warm-up
+        for q in questions(20) {
+            embedder.embed_query(&q).await.unwrap();
+        }
+        let mut times = Vec::new();
+        for q in questions(300).into_iter().map(|q| format!("{q} (seq)")) {
+            let start = Instant::now();
+            embedder.embed_query(&q).await.unwrap();
+            times.push(start.elapsed());
+        }
+        times.sort();
+        eprintln!(
+            "threads={threads}: one caller: p50 {:.1} ms, p99 {:.1} ms",
+            percentile(&times, 0.5).as_secs_f64() * 1e3,
+            percentile(&times, 0.99).as_secs_f64() * 1e3
+        );
+
+        let callers = 8;
+        let per_caller = 100;
+        let all = questions(callers * per_caller);
+        let before = embedder.stats();
+        let start = Instant::now();
+        let tasks: Vec<_> = all
+            .chunks(per_caller)
+            .map(|chunk| {
+                let embedder = embedder.clone();
+                let chunk = chunk.to_vec();
+                tokio::spawn(async move {
+                    let mut times = Vec::new();
+                    for q in chunk {
+                        let t = Instant::now();
+                        embedder.embed_query(&format!("{q} (par)")).await.unwrap();
+                        times.push(t.elapsed());
+                    }
+                    times
+                })
+            })
+            .collect();
+        let mut times = Vec::new();
+        for task in tasks {
+            times.extend(task.await.unwrap());
+        }
+        let elapsed = start.elapsed();
+        times.sort();
+        let stats = embedder.stats();
+        eprintln!(
+            "threads={threads}: {callers} callers: {:.0} queries/s, p50 {:.1} ms, p99 {:.1} ms, {:.1} texts per run",
+            all.len() as f64 / elapsed.as_secs_f64(),
+            percentile(&times, 0.5).as_secs_f64() * 1e3,
+            percentile(&times, 0.99).as_secs_f64() * 1e3,
+            (stats.texts - before.texts) as f64 / (stats.runs - before.runs) as f64
+        );
+    }
+}
+
+/// Cosine scores of relevant and unrelated query/passage pairs, and of near-duplicate and
+/// different passage pairs, to calibrate the funnel's and the dedup's thresholds.
+#[tokio::test]
+#[ignore = "a measurement, run by hand"]
+async fn calibration() {
+    let Some(embedder) = load(1) else { return };
+    let texts: Vec<String> = PASSAGES.iter().map(|p| p.2.to_owned()).collect();
+    let passages = embedder.embed_passages(&texts).await.unwrap();
+    let (mut relevant, mut same_lang_unrelated, mut unrelated) = (Vec::new(), Vec::new(), Vec::new());
+    let mut cross_lingual_relevant = Vec::new();
+    for (lang, topic, query) in QUERIES {
+        let q = embedder.embed_query(query).await.unwrap();
+        for ((l, t, _), p) in PASSAGES.iter().zip(&passages) {
+            let s = cosine(&q, p);
+            match (*l == lang, *t == topic) {
+                (true, true) => relevant.push(s),
+                (false, true) => cross_lingual_relevant.push(s),
+                (true, false) => same_lang_unrelated.push(s),
+                (false, false) => unrelated.push(s),
+            }
+        }
+    }
+    let range = |v: &[f32]| {
+        let min = v.iter().copied().fold(f32::MAX, f32::min);
+        let max = v.iter().copied().fold(f32::MIN, f32::max);
+        format!("{min:.3}..{max:.3} (n={})", v.len())
+    };
+    eprintln!("query -> relevant passage, same language:   {}", range(&relevant));
+    eprintln!("query -> relevant passage, other language:  {}", range(&cross_lingual_relevant));
+    eprintln!("query -> unrelated passage, same language:  {}", range(&same_lang_unrelated));
+    eprintln!("query -> unrelated passage, other language: {}", range(&unrelated));
+
+    // Near-duplicates (a record rewritten) vs different records of the same kind.
+    let rewrites = [
+        (
+            "Shipping delay: orders placed after June 10 ship next week because of a backlog at the Rotterdam warehouse.",
+            "Because the Rotterdam warehouse is backlogged, orders made after 10 June will ship next week.",
+        ),
+        ("退款政策：退货后14天内将款项退回原支付方式。", "退款规则：商品退回后，14天内原路退款。"),
+        (
+            "Регламент сброса пароля: проверьте электронную почту клиента, отправьте ссылку для сброса и предупредите, что она действует один час.",
+            "Сброс пароля: сверьте e-mail клиента, вышлите ссылку для сброса; ссылка действует час.",
+        ),
+        (
+            "Customer prefers delivery on weekdays before noon.",
+            "The customer wants deliveries on weekday mornings.",
+        ),
+    ];
+    let mut dup = Vec::new();
+    for (a, b) in rewrites {
+        let v = embedder.embed_passages(&[a.to_owned(), b.to_owned()]).await.unwrap();
+        dup.push(cosine(&v[0], &v[1]));
+    }
+    let mut different = Vec::new();
+    for i in 0..passages.len() {
+        for j in i + 1..passages.len() {
+            if PASSAGES[i].0 == PASSAGES[j].0 {
+                different.push(cosine(&passages[i], &passages[j]));
+            }
+        }
+    }
+    eprintln!("passage rewrites (near-duplicates):          {}", range(&dup));
+    eprintln!("different passages, same language:          {}", range(&different));
+}

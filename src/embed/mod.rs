@@ -1,0 +1,294 @@
+//! The embedding service: text in, L2-normalized vectors out, for the funnel's semantic layer
+//! (queries) and for record writes (passages).
+//!
+//! How a query travels:
+//! 1. [`Embedder::embed_query`] looks the text up in a bounded cache (`cache.rs`); a hit returns
+//!    the very `Arc` it returned before, without touching the model.
+//! 2. A miss sends a job down a bounded channel to the embedding thread (`batcher.rs`), the one
+//!    owner of the model. It takes every job that is waiting (up to `max_batch` texts), runs the
+//!    model once for all of them, and answers each job on its own oneshot channel. Nothing waits
+//!    to fill a batch: while one run is busy, the next batch queues up by itself.
+//! 3. The model (`model.rs`) is fastembed's ONNX text embedding: tokenize with the prefix
+//!    (`query: ` / `passage: ` for e5), run the graph, mean-pool over the attention mask,
+//!    L2-normalize. ONNX Runtime itself is a shared library loaded at first use from
+//!    `ORT_DYLIB_PATH`.
+//!
+//! Why a dedicated OS thread rather than a lock and `spawn_blocking`: fastembed's `embed` takes
+//! `&mut self`, so runs are serial anyway; a thread that owns the model needs no lock, never
+//! blocks the async workers, and gives batching for free. ONNX Runtime's own intra-op threads
+//! (`threads`) parallelize inside one run.
+//!
+//! Scores: e5's cosines bunch in 0.7–0.9 even for unrelated texts, so similarity thresholds are
+//! calibrated per model ([`Embedder::model_id`] names it; docs/embedding.md has the figures).
+
+mod batcher;
+mod cache;
+mod model;
+
+#[cfg(test)]
+mod bench;
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::{mpsc, oneshot};
+
+use self::batcher::Job;
+use self::cache::QueryCache;
+
+/// The ONNX Runtime library file that scripts/fetch-assets extracts.
+pub const ORT_LIBRARY_FILE: &str = "libonnxruntime.so.1.31.1";
+/// The default model's folder name under `<assets>/models/`.
+pub const DEFAULT_MODEL: &str = "multilingual-e5-small";
+
+/// How to build an [`Embedder`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbedConfig {
+    /// A local model folder: `model.onnx` (plus `model.onnx_data` if the graph keeps its weights
+    /// outside), `tokenizer.json`, `config.json`, `special_tokens_map.json`,
+    /// `tokenizer_config.json`, and optionally a sentence-transformers `1_Pooling/config.json`
+    /// (CLS pooling when it says so; mean pooling otherwise). With `model_name` set, the folder
+    /// where hub downloads are cached instead.
+    pub model_dir: PathBuf,
+    /// The ONNX Runtime shared library (>= 1.24). ort reads it from the `ORT_DYLIB_PATH`
+    /// environment variable, so when this is set the variable must name the same file (see
+    /// [`export_ort_dylib_path`]). `None`: `ORT_DYLIB_PATH`, else the system's library path.
+    pub ort_dylib_path: Option<PathBuf>,
+    /// A fastembed hub model code (e.g. `intfloat/multilingual-e5-small`), for deployments with
+    /// internet access; `None` uses the local `model_dir`.
+    pub model_name: Option<String>,
+    /// Put in front of every query (`"query: "` for e5 models, `""` for most others).
+    pub query_prefix: String,
+    /// Put in front of every passage (`"passage: "` for e5 models).
+    pub passage_prefix: String,
+    /// ONNX Runtime intra-op threads per model run. 1 serves the most queries per second under
+    /// load on small machines; more lowers the latency of a lone query (docs/embedding.md).
+    pub threads: usize,
+    /// The most texts one model run takes.
+    pub max_batch: usize,
+    /// How many query embeddings the cache keeps (0 turns it off).
+    pub cache_entries: usize,
+}
+
+impl EmbedConfig {
+    /// Defaults for the multilingual-e5-small model that scripts/fetch-assets puts under
+    /// `repo_assets` (the repository's `.assets/`).
+    pub fn default_for(repo_assets: &Path) -> Self {
+        EmbedConfig {
+            model_dir: repo_assets.join("models").join(DEFAULT_MODEL),
+            ort_dylib_path: Some(repo_assets.join("onnxruntime").join(ORT_LIBRARY_FILE)),
+            model_name: None,
+            query_prefix: "query: ".to_owned(),
+            passage_prefix: "passage: ".to_owned(),
+            threads: 1,
+            max_batch: 16,
+            cache_entries: 4096,
+        }
+    }
+}
+
+/// Why embedding failed. Load errors say what to run or set.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedError {
+    #[error("model file {0} missing: run scripts/fetch-assets (or point MEMGATE_MODEL_DIR at a model folder)")]
+    ModelFileMissing(PathBuf),
+    #[error("cannot read model file {path}: {source}")]
+    ModelFileUnreadable { path: PathBuf, source: std::io::Error },
+    #[error("ONNX Runtime library not found at {0}: set ORT_DYLIB_PATH or run scripts/fetch-assets")]
+    OrtLibraryMissing(PathBuf),
+    #[error(
+        "ONNX Runtime library is configured at {configured} but ORT_DYLIB_PATH names {found}: ort loads only what ORT_DYLIB_PATH says, so make them the same file"
+    )]
+    OrtPathMismatch { configured: PathBuf, found: PathBuf },
+    #[error(
+        "ONNX Runtime library is configured at {0} but ORT_DYLIB_PATH is not set, and ort reads only that variable: export ORT_DYLIB_PATH={0} (scripts/fetch-assets writes .assets/env.sh to source)"
+    )]
+    OrtPathNotExported(PathBuf),
+    #[error("ONNX Runtime could not be loaded: {0} (set ORT_DYLIB_PATH to an ONNX Runtime >= 1.24 library, or run scripts/fetch-assets)")]
+    OrtLoad(String),
+    #[error("unknown embedding model name {0:?}: use a fastembed model code such as intfloat/multilingual-e5-small")]
+    UnknownModel(String),
+    #[error("invalid embedding configuration: {0}")]
+    InvalidConfig(String),
+    #[error("embedding model failed: {0}")]
+    Model(String),
+    #[error("the embedding thread has stopped")]
+    Stopped,
+}
+
+/// The embedding service. Cheap to clone; the model and its thread live as long as any clone.
+#[derive(Clone)]
+pub struct Embedder {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    model_id: String,
+    dimensions: usize,
+    query_prefix: String,
+    passage_prefix: String,
+    max_batch: usize,
+    cache: QueryCache,
+    counters: Arc<Counters>,
+    /// Dropping the last sender (with the last `Embedder` clone) ends the embedding thread.
+    jobs: mpsc::Sender<Job>,
+}
+
+impl std::fmt::Debug for Embedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embedder")
+            .field("model_id", &self.inner.model_id)
+            .field("dimensions", &self.inner.dimensions)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How many jobs may wait for the embedding thread before callers wait to enqueue.
+const JOB_QUEUE: usize = 1024;
+
+impl Embedder {
+    /// Loads the model (a second or two), runs it once to learn its dimensions, and starts the
+    /// embedding thread. Blocking: call it at startup, or from `spawn_blocking`.
+    pub fn load(config: &EmbedConfig) -> Result<Embedder, EmbedError> {
+        if config.threads == 0 {
+            return Err(EmbedError::InvalidConfig("threads must be at least 1".into()));
+        }
+        if config.max_batch == 0 {
+            return Err(EmbedError::InvalidConfig("max_batch must be at least 1".into()));
+        }
+        let mut loaded = model::load(config)?;
+        let probe = loaded.model.embed(&[format!("{}memgate", config.query_prefix)])?;
+        let dimensions = probe.first().map(Vec::len).unwrap_or(0);
+        if dimensions == 0 {
+            return Err(EmbedError::Model("the model returned an empty embedding".into()));
+        }
+        let counters = Arc::new(Counters::default());
+        let (jobs, receiver) = mpsc::channel(JOB_QUEUE);
+        batcher::spawn(loaded.model, receiver, config.max_batch, counters.clone())?;
+        tracing::info!(
+            model_id = %loaded.model_id,
+            dimensions,
+            threads = config.threads,
+            max_batch = config.max_batch,
+            "embedding model loaded"
+        );
+        Ok(Embedder {
+            inner: Arc::new(Inner {
+                model_id: loaded.model_id,
+                dimensions,
+                query_prefix: config.query_prefix.clone(),
+                passage_prefix: config.passage_prefix.clone(),
+                max_batch: config.max_batch,
+                cache: QueryCache::new(config.cache_entries),
+                counters,
+                jobs,
+            }),
+        })
+    }
+
+    /// A stable id of the model, its tokenizer, pooling and prefixes, e.g.
+    /// `multilingual-e5-small:3f2a9c0d1e2b4a5c`. Store it beside record embeddings: a different id
+    /// means the vectors are not comparable and the records must be embedded again.
+    pub fn model_id(&self) -> &str {
+        &self.inner.model_id
+    }
+
+    /// The length of every vector this embedder returns.
+    pub fn dimensions(&self) -> usize {
+        self.inner.dimensions
+    }
+
+    /// The L2-normalized embedding of a search query (the query prefix is added here). Repeated
+    /// texts come from the cache as the same `Arc`; concurrent misses share model runs.
+    pub async fn embed_query(&self, text: &str) -> Result<Arc<[f32]>, EmbedError> {
+        let inner = &self.inner;
+        if let Some(hit) = inner.cache.get(text) {
+            inner.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(hit);
+        }
+        inner.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
+        let mut vectors = self.run(vec![format!("{}{}", inner.query_prefix, text)]).await?;
+        let vector: Arc<[f32]> =
+            vectors.pop().ok_or_else(|| EmbedError::Model("no embedding came back".into()))?.into();
+        Ok(inner.cache.insert(text, vector))
+    }
+
+    /// The L2-normalized embeddings of record texts (the passage prefix is added here), in order.
+    /// Large inputs go through in runs of `max_batch`, so queries still get their turn between.
+    pub async fn embed_passages(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let inner = &self.inner;
+        let mut out = Vec::with_capacity(texts.len());
+        for chunk in texts.chunks(inner.max_batch) {
+            let prefixed = chunk.iter().map(|t| format!("{}{}", inner.passage_prefix, t)).collect();
+            out.extend(self.run(prefixed).await?);
+        }
+        Ok(out)
+    }
+
+    /// Counters since load, for metrics: how well batching and the cache work.
+    pub fn stats(&self) -> EmbedStats {
+        let c = &self.inner.counters;
+        EmbedStats {
+            runs: c.runs.load(Ordering::Relaxed),
+            texts: c.texts.load(Ordering::Relaxed),
+            cache_hits: c.cache_hits.load(Ordering::Relaxed),
+            cache_misses: c.cache_misses.load(Ordering::Relaxed),
+        }
+    }
+
+    async fn run(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let expected = texts.len();
+        let (reply, answer) = oneshot::channel();
+        self.inner.jobs.send(Job { texts, reply }).await.map_err(|_| EmbedError::Stopped)?;
+        let vectors = answer.await.map_err(|_| EmbedError::Stopped)??;
+        if vectors.len() != expected {
+            return Err(EmbedError::Model(format!("asked for {expected} embeddings, got {}", vectors.len())));
+        }
+        Ok(vectors)
+    }
+}
+
+/// What an [`Embedder`] has done since it was loaded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EmbedStats {
+    /// Model runs (one per batch).
+    pub runs: u64,
+    /// Texts embedded by those runs (identical texts in one run count once).
+    pub texts: u64,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    runs: AtomicU64,
+    texts: AtomicU64,
+    cache_hits: AtomicU64,
+    cache_misses: AtomicU64,
+}
+
+/// Cosine similarity of two L2-normalized vectors: their dot product. Vectors of different
+/// lengths (different models) score 0.
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    if a.len() != b.len() {
+        return 0.0;
+    }
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Sets `ORT_DYLIB_PATH` for this process, so that ort loads the library `path`.
+///
+/// ort reads the library's location only from that variable (the explicit `ort::init_from` is
+/// not reachable through fastembed), and changing the environment is unsound while other threads
+/// may read it.
+///
+/// # Safety
+/// Call it before any other thread exists: first thing in `main`, before building the Tokio
+/// runtime. Not from tests (the test harness runs tests on many threads).
+pub unsafe fn export_ort_dylib_path(path: &Path) {
+    // SAFETY: the caller promises that no other thread is running (see above).
+    unsafe { std::env::set_var("ORT_DYLIB_PATH", path) };
+}

@@ -1,0 +1,120 @@
+//! Exact terms: the words that make a record pass the semantic layer without a score. A record's
+//! terms are its `key`, its aliases and the identifiers in its content (emails, order and SKU
+//! numbers, ids like `u-789`); a query's are its identifiers and its short phrases, so a query that
+//! names `ORD-2024-0615`, `alice@example.com` or the alias `下周发货` finds the record exactly.
+
+/// Normalizes a term for lookup: lower case, inner white space collapsed to one space.
+pub fn normalize(term: &str) -> String {
+    term.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase()
+}
+
+/// Characters that keep an identifier in one piece (`ORD-2024-0615`, `a.b@c.io`, `customer:u-1`).
+fn is_word_char(c: char) -> bool {
+    c.is_alphanumeric() || matches!(c, '-' | '_' | ':' | '.' | '@' | '/' | '#' | '+')
+}
+
+fn is_cjk(c: char) -> bool {
+    matches!(c as u32, 0x3040..=0x30FF | 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xAC00..=0xD7AF | 0xF900..=0xFAFF)
+}
+
+/// Words of a text, trailing punctuation trimmed (`ORD-1.` → `ORD-1`).
+fn words(text: &str) -> Vec<&str> {
+    text.split(|c: char| !is_word_char(c))
+        .map(|w| w.trim_matches(|c: char| matches!(c, '.' | ':' | '/' | '-' | '_' | '#' | '+')))
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// An identifier worth matching exactly: an email, or a token of 4+ characters mixing digits with
+/// letters or separators (`ORD-2024-0615`, `SKU88421`, `u-789`). Plain words and plain numbers
+/// (years, quantities) are not identifiers.
+pub fn is_identifier(word: &str) -> bool {
+    if word.contains('@') {
+        let mut parts = word.splitn(2, '@');
+        let (local, domain) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        return !local.is_empty() && domain.contains('.');
+    }
+    let chars = word.chars().count();
+    let digits = word.chars().filter(char::is_ascii_digit).count();
+    let letters = word.chars().filter(|c| c.is_alphabetic()).count();
+    let separators = word.chars().filter(|c| matches!(c, '-' | '_' | ':' | '#')).count();
+    chars >= 4 && digits > 0 && (letters > 0 || separators > 0) && digits < chars
+}
+
+/// Identifiers found in any string of a JSON value.
+pub fn identifiers_in(value: &serde_json::Value, out: &mut Vec<String>) {
+    match value {
+        serde_json::Value::String(s) => {
+            out.extend(words(s).into_iter().filter(|w| is_identifier(w)).map(normalize));
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| identifiers_in(v, out)),
+        serde_json::Value::Object(map) => map.values().for_each(|v| identifiers_in(v, out)),
+        _ => {}
+    }
+}
+
+/// Every phrase of a query that could name a record exactly: single words, runs of up to four
+/// words, and (for Chinese, Japanese and Korean, written without spaces) every substring of 2 to
+/// 12 characters of each run of such characters.
+pub fn query_phrases(query: &str) -> Vec<String> {
+    let words = words(query);
+    let mut phrases = Vec::new();
+    for start in 0..words.len() {
+        for len in 1..=4.min(words.len() - start) {
+            phrases.push(normalize(&words[start..start + len].join(" ")));
+        }
+    }
+    let chars: Vec<char> = query.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        if !is_cjk(chars[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < chars.len() && is_cjk(chars[i]) {
+            i += 1;
+        }
+        let run = &chars[start..i];
+        for a in 0..run.len() {
+            for b in (a + 2)..=(a + 12).min(run.len()) {
+                phrases.push(run[a..b].iter().collect::<String>().to_lowercase());
+            }
+        }
+    }
+    phrases.sort();
+    phrases.dedup();
+    phrases
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn identifiers_are_ids_and_emails_not_words_or_years() {
+        for id in ["ORD-2024-0615", "SKU88421", "u-789", "alice@example.com", "INV#10023"] {
+            assert!(is_identifier(id), "{id}");
+        }
+        for word in ["delivery", "2024", "12", "a-b", "hello.", "x@y"] {
+            assert!(!is_identifier(word), "{word}");
+        }
+    }
+
+    #[test]
+    fn content_identifiers_are_found_and_normalized() {
+        let mut out = Vec::new();
+        identifiers_in(&json!({"orders": ["Order ORD-2024-0615 shipped."], "email": "Bob@Example.com"}), &mut out);
+        assert!(out.contains(&"ord-2024-0615".to_owned()), "{out:?}");
+        assert!(out.contains(&"bob@example.com".to_owned()), "{out:?}");
+    }
+
+    #[test]
+    fn query_phrases_cover_ids_multiword_aliases_and_cjk() {
+        let phrases = query_phrases("Where is ORD-2024-0615? Next Week Delivery, 我想知道下周发货的情况");
+        for expected in ["ord-2024-0615", "next week delivery", "下周发货"] {
+            assert!(phrases.contains(&expected.to_owned()), "{expected}: {phrases:?}");
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! What each layer of the funnel took in, let through and removed — and why. Counts are always
+//! kept; the ids and reasons of removed records only when a trace was asked for (`X-Memory-Debug`,
+//! `/admin/v1/explain`), and then at most `MAX_LISTED` per layer.
+
+use serde::Serialize;
+
+pub const MAX_LISTED: usize = 50;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Removed {
+    pub id: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LayerTrace {
+    pub layer: &'static str,
+    pub input: usize,
+    pub output: usize,
+    pub removed_count: usize,
+    /// Set only for detailed traces; at most `MAX_LISTED` entries.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub removed: Vec<Removed>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Trace {
+    pub layers: Vec<LayerTrace>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// Collects one layer's removals.
+pub struct LayerLog {
+    layer: &'static str,
+    input: usize,
+    detailed: bool,
+    removed_count: usize,
+    removed: Vec<Removed>,
+}
+
+impl LayerLog {
+    pub fn new(layer: &'static str, input: usize, detailed: bool) -> LayerLog {
+        LayerLog { layer, input, detailed, removed_count: 0, removed: Vec::new() }
+    }
+
+    pub fn wants_detail(&self) -> bool {
+        self.detailed && self.removed.len() < MAX_LISTED
+    }
+
+    /// Counts a removal; `reason` is only called when the detail will be kept.
+    pub fn remove(&mut self, id: &str, reason: impl FnOnce() -> String) {
+        self.removed_count += 1;
+        if self.wants_detail() {
+            self.removed.push(Removed { id: id.to_owned(), reason: reason() });
+        }
+    }
+
+    pub fn add_uncounted_removals(&mut self, count: usize) {
+        self.removed_count += count;
+    }
+
+    pub fn finish(self, output: usize, trace: &mut Trace) {
+        trace.layers.push(LayerTrace {
+            layer: self.layer,
+            input: self.input,
+            output,
+            removed_count: self.removed_count,
+            removed: self.removed,
+        });
+    }
+}

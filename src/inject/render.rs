@@ -1,0 +1,438 @@
+//! Rendering the `<MEMORY_CONTEXT>` block from a release's template.
+//!
+//! Safety does not depend on the template author. Every record reaches the template as a finished
+//! line of JSON from [`record_line`], with `<`, `>` and `&` already escaped, so a template has no
+//! unescaped record text to print. Every rendered block is then checked (`check_block`): it must
+//! open with exactly this release's tag, close with exactly one closing tag, and hold no other.
+//! Templates are compiled once, with `UndefinedBehavior::Strict`, and each is rendered against a
+//! sample at load, so a typo in a variable name stops startup instead of failing requests.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use minijinja::syntax::SyntaxConfig;
+use minijinja::value::Serde;
+use minijinja::{AutoEscape, Environment, UndefinedBehavior, Value as TemplateValue};
+use serde::Serialize;
+use serde_json::Value;
+
+/// The file in `templates/<release>/` holding the block's template.
+pub const TEMPLATE_FILE: &str = "memory.j2";
+/// The file in `templates/<release>/` holding the contract placed in front of the records.
+pub const CONTRACT_FILE: &str = "contract.txt";
+/// The release used when configuration names none.
+pub const DEFAULT_RELEASE: &str = "v1";
+
+const CLOSING_TAG: &str = "</MEMORY_CONTEXT>";
+
+/// The variables a template may use, besides minijinja's own globals (`range`, `namespace`, …).
+const CONTEXT_VARIABLES: &[&str] = &["release", "contract", "records", "count", "stub_count", "groups"];
+
+/// One record to inject, already chosen and ordered by the funnel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenderItem {
+    pub id: String,
+    pub record_type: String,
+    pub priority: u8,
+    /// RFC 3339, as the store keeps it.
+    pub updated_at: String,
+    pub content: Value,
+    /// `Some(summary)` for a one-line stub of a record that did not fit the budget; the line then
+    /// carries `"stub"` instead of `"content"`.
+    pub stub: Option<String>,
+}
+
+/// Why templates could not be loaded or a block could not be rendered. Load errors name the file.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("cannot read {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("no memory releases under {dir}: add a folder {dir}/<release>/ with {TEMPLATE_FILE} and {CONTRACT_FILE}")]
+    NoReleases { dir: PathBuf },
+    #[error(
+        "release name `{name}` ({path}): use letters, digits, '.', '_' and '-', starting with a letter or digit"
+    )]
+    BadReleaseName { name: String, path: PathBuf },
+    #[error("{path} is empty: write the contract that goes in front of the records")]
+    EmptyContract { path: PathBuf },
+    #[error("template {path} does not compile: {message}")]
+    Compile { path: PathBuf, message: String },
+    #[error("template {path} uses undefined variable(s) {names}; a template may use {allowed}")]
+    UndefinedVariables { path: PathBuf, names: String, allowed: String },
+    #[error("template {path} fails on a sample render: {message}")]
+    Sample { path: PathBuf, message: String },
+    #[error("unknown memory release `{release}` (known: {known})")]
+    UnknownRelease { release: String, known: String },
+    #[error("rendering release `{release}` failed: {message}")]
+    Render { release: String, message: String },
+    #[error("release `{release}` rendered an unsafe block: {reason}; fix its template or contract")]
+    UnsafeBlock { release: String, reason: String },
+}
+
+/// Every release's template and contract, compiled once at startup.
+#[derive(Debug, Clone)]
+pub struct Templates {
+    env: Environment<'static>,
+    /// Release name → contract text. Also the list of releases, sorted.
+    contracts: BTreeMap<String, String>,
+}
+
+/// A release given as text rather than files (for releases kept in the store, and for tests).
+#[derive(Debug, Clone)]
+pub struct ReleaseSource {
+    pub name: String,
+    pub template: String,
+    pub contract: String,
+}
+
+impl Templates {
+    /// Loads every `templates/<name>/memory.j2` (+ contract.txt) under `dir`; a template that fails
+    /// to compile, uses an unknown variable or renders an unsafe sample is an error naming the file.
+    pub fn load(dir: &Path) -> Result<Templates, RenderError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| RenderError::Io { path, source }
+        };
+        let mut folders = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(io(dir))? {
+            let entry = entry.map_err(io(dir))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') || !entry.file_type().map_err(io(&entry.path()))?.is_dir() {
+                continue;
+            }
+            folders.push((name, entry.path()));
+        }
+        folders.sort();
+        let mut sources = Vec::with_capacity(folders.len());
+        for (name, folder) in folders {
+            let template_path = folder.join(TEMPLATE_FILE);
+            let contract_path = folder.join(CONTRACT_FILE);
+            let template = std::fs::read_to_string(&template_path).map_err(io(&template_path))?;
+            let contract = std::fs::read_to_string(&contract_path).map_err(io(&contract_path))?;
+            sources.push((ReleaseSource { name, template, contract }, template_path, contract_path));
+        }
+        if sources.is_empty() {
+            return Err(RenderError::NoReleases { dir: dir.to_path_buf() });
+        }
+        Templates::build(sources)
+    }
+
+    /// Compiles releases given as text; errors name `<release>/memory.j2`.
+    pub fn from_sources(sources: Vec<ReleaseSource>) -> Result<Templates, RenderError> {
+        let sources = sources
+            .into_iter()
+            .map(|source| {
+                let folder = PathBuf::from(&source.name);
+                (source, folder.join(TEMPLATE_FILE), folder.join(CONTRACT_FILE))
+            })
+            .collect();
+        Templates::build(sources)
+    }
+
+    fn build(sources: Vec<(ReleaseSource, PathBuf, PathBuf)>) -> Result<Templates, RenderError> {
+        let mut env = Environment::new();
+        env.set_undefined_behavior(UndefinedBehavior::Strict);
+        // Lines arrive escaped for JSON; HTML escaping on top would corrupt them (`"` → `&quot;`).
+        env.set_auto_escape_callback(|_| AutoEscape::None);
+        // Block tags on lines of their own leave no blank lines behind; the file's final newline
+        // is dropped, so a block ends exactly with its closing tag.
+        let syntax = SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .keep_trailing_newline(false)
+            .build()
+            .map_err(|err| RenderError::Compile { path: PathBuf::new(), message: err.to_string() })?;
+        env.set_syntax(syntax);
+
+        let mut contracts = BTreeMap::new();
+        let mut paths = Vec::with_capacity(sources.len());
+        for (source, template_path, contract_path) in sources {
+            if !valid_release_name(&source.name) {
+                return Err(RenderError::BadReleaseName { name: source.name, path: template_path });
+            }
+            let contract = source.contract.trim().to_owned();
+            if contract.is_empty() {
+                return Err(RenderError::EmptyContract { path: contract_path });
+            }
+            env.add_template_owned(template_name(&source.name), source.template).map_err(|err| {
+                RenderError::Compile { path: template_path.clone(), message: err.to_string() }
+            })?;
+            contracts.insert(source.name.clone(), contract);
+            paths.push((source.name, template_path));
+        }
+        let templates = Templates { env, contracts };
+        for (release, path) in &paths {
+            templates.check_variables(release, path)?;
+            templates.check_samples(release, path)?;
+        }
+        Ok(templates)
+    }
+
+    /// The releases, sorted by name.
+    pub fn names(&self) -> Vec<String> {
+        self.contracts.keys().cloned().collect()
+    }
+
+    pub fn contains(&self, release: &str) -> bool {
+        self.contracts.contains_key(release)
+    }
+
+    /// The contract text of `release`, as placed in front of its records.
+    pub fn contract(&self, release: &str) -> Option<&str> {
+        self.contracts.get(release).map(String::as_str)
+    }
+
+    /// Renders the block for `release`. `items` are the records to inject, already chosen and
+    /// ordered. The same items always give the same bytes.
+    pub fn render(&self, release: &str, items: &[RenderItem]) -> Result<String, RenderError> {
+        let contract = self.contracts.get(release).ok_or_else(|| RenderError::UnknownRelease {
+            release: release.to_owned(),
+            known: self.names().join(", "),
+        })?;
+        let context = BlockContext::new(release, contract, items);
+        let rendered = self
+            .env
+            .get_template(&template_name(release))
+            .and_then(|template| template.render(TemplateValue::from(Serde(&context))))
+            .map_err(|err| RenderError::Render { release: release.to_owned(), message: err.to_string() })?;
+        check_block(release, &rendered)
+            .map_err(|reason| RenderError::UnsafeBlock { release: release.to_owned(), reason })?;
+        Ok(rendered)
+    }
+
+    /// Strict mode catches an undefined variable only on the path a render takes; this catches one
+    /// in a branch the samples never reach.
+    fn check_variables(&self, release: &str, path: &Path) -> Result<(), RenderError> {
+        let template = self
+            .env
+            .get_template(&template_name(release))
+            .map_err(|err| RenderError::Compile { path: path.to_path_buf(), message: err.to_string() })?;
+        let mut allowed: Vec<&str> = CONTEXT_VARIABLES.to_vec();
+        let globals: Vec<(&str, TemplateValue)> = self.env.globals().collect();
+        allowed.extend(globals.iter().map(|(name, _)| *name));
+        let mut unknown: Vec<String> =
+            template.undeclared_variables(false).into_iter().filter(|name| !allowed.contains(&&**name)).collect();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        unknown.sort();
+        Err(RenderError::UndefinedVariables {
+            path: path.to_path_buf(),
+            names: unknown.join(", "),
+            allowed: CONTEXT_VARIABLES.join(", "),
+        })
+    }
+
+    /// Renders samples (no records; records of two types with a stub) so that a template that fails
+    /// on data, drops records or produces an unsafe block stops startup, not a request.
+    fn check_samples(&self, release: &str, path: &Path) -> Result<(), RenderError> {
+        let sample = sample_items();
+        for items in [&[][..], &sample[..]] {
+            let block = self.render(release, items).map_err(|err| RenderError::Sample {
+                path: path.to_path_buf(),
+                message: match err {
+                    RenderError::Render { message, .. } => message,
+                    other => other.to_string(),
+                },
+            })?;
+            let lines: Vec<&str> = block.lines().collect();
+            if let Some(missing) = items.iter().map(record_line).find(|line| !lines.contains(&line.as_str())) {
+                return Err(RenderError::Sample {
+                    path: path.to_path_buf(),
+                    message: format!("record line {missing} is not on a line of its own in the block"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One record as one line of JSON: keys in a fixed order (`id`, `type`, `priority`, `updated_at`,
+/// then `content` or `stub`; object keys inside `content` sorted), no insignificant whitespace,
+/// and `<`, `>`, `&` inside strings escaped as `\u003c`, `\u003e`, `\u0026` — so no record can
+/// close the block or forge another. U+0085, U+2028 and U+2029 are escaped too, so no reader that
+/// splits lines on them can cut a record in two.
+pub fn record_line(item: &RenderItem) -> String {
+    let mut out = String::with_capacity(96);
+    out.push_str("{\"id\":");
+    push_string(&mut out, &item.id);
+    out.push_str(",\"type\":");
+    push_string(&mut out, &item.record_type);
+    let _ = write!(out, ",\"priority\":{}", item.priority);
+    out.push_str(",\"updated_at\":");
+    push_string(&mut out, &item.updated_at);
+    match &item.stub {
+        Some(summary) => {
+            out.push_str(",\"stub\":");
+            push_string(&mut out, summary);
+        }
+        None => {
+            out.push_str(",\"content\":");
+            push_value(&mut out, &item.content);
+        }
+    }
+    out.push('}');
+    out
+}
+
+/// Canonical JSON: object keys sorted by their UTF-8 bytes, so the line does not depend on the
+/// order in which a store handed the keys back (Postgres `jsonb` reorders them, SQLite does not).
+fn push_value(out: &mut String, value: &Value) {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(flag) => out.push_str(if *flag { "true" } else { "false" }),
+        Value::Number(number) => {
+            let _ = write!(out, "{number}");
+        }
+        Value::String(text) => push_string(out, text),
+        Value::Array(values) => {
+            out.push('[');
+            for (index, value) in values.iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                push_value(out, value);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (index, (key, value)) in entries.into_iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                push_string(out, key);
+                out.push(':');
+                push_value(out, value);
+            }
+            out.push('}');
+        }
+    }
+}
+
+/// A JSON string literal with the block-safe escapes described on [`record_line`].
+fn push_string(out: &mut String, text: &str) {
+    out.push('"');
+    push_escaped(out, text);
+    out.push('"');
+}
+
+fn push_escaped(out: &mut String, text: &str) {
+    for ch in text.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '<' | '>' | '&' | '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{2028}' | '\u{2029}' => {
+                let _ = write!(out, "\\u{:04x}", u32::from(ch));
+            }
+            _ => out.push(ch),
+        }
+    }
+}
+
+/// What a template sees. Strings that come from records are escaped already.
+#[derive(Serialize)]
+struct BlockContext<'a> {
+    release: &'a str,
+    contract: &'a str,
+    /// One finished JSON line per record, in the funnel's order.
+    records: Vec<String>,
+    count: usize,
+    stub_count: usize,
+    /// The same lines grouped by record type, groups in order of first appearance.
+    groups: Vec<Group>,
+}
+
+#[derive(Serialize)]
+struct Group {
+    /// The type name escaped as inside a JSON string (without the quotes), so a header line
+    /// cannot break the block either.
+    record_type: String,
+    count: usize,
+    lines: Vec<String>,
+}
+
+impl<'a> BlockContext<'a> {
+    fn new(release: &'a str, contract: &'a str, items: &[RenderItem]) -> BlockContext<'a> {
+        let records: Vec<String> = items.iter().map(record_line).collect();
+        let mut groups: Vec<(&str, Group)> = Vec::new();
+        for (item, line) in items.iter().zip(&records) {
+            match groups.iter_mut().find(|(record_type, _)| *record_type == item.record_type) {
+                Some((_, group)) => {
+                    group.count += 1;
+                    group.lines.push(line.clone());
+                }
+                None => {
+                    let mut label = String::new();
+                    push_escaped(&mut label, &item.record_type);
+                    let group = Group { record_type: label, count: 1, lines: vec![line.clone()] };
+                    groups.push((&item.record_type, group));
+                }
+            }
+        }
+        BlockContext {
+            release,
+            contract,
+            count: records.len(),
+            stub_count: items.iter().filter(|item| item.stub.is_some()).count(),
+            records,
+            groups: groups.into_iter().map(|(_, group)| group).collect(),
+        }
+    }
+}
+
+/// Checks the block's frame: it starts with this release's opening tag, ends with the closing tag,
+/// and holds no other tag of either kind (compared without case, as a model would read them).
+fn check_block(release: &str, block: &str) -> Result<(), String> {
+    let opening = format!("<MEMORY_CONTEXT version=\"{release}\">");
+    if !block.starts_with(&opening) {
+        return Err(format!("it must start with {opening}"));
+    }
+    if !block.ends_with(CLOSING_TAG) {
+        return Err(format!("it must end with {CLOSING_TAG}"));
+    }
+    let lower = block.to_ascii_lowercase();
+    let opened = lower.matches("<memory_context").count();
+    let closed = lower.matches("</memory_context").count();
+    if opened != 1 || closed != 1 {
+        return Err(format!(
+            "it must hold exactly one opening and one closing MEMORY_CONTEXT tag (found {opened} and {closed}); \
+             is the tag written in the contract?"
+        ));
+    }
+    Ok(())
+}
+
+fn template_name(release: &str) -> String {
+    format!("{release}/{TEMPLATE_FILE}")
+}
+
+/// The name goes into the `version` attribute and the `X-Memory-Version` header, so it is kept
+/// to characters that need no escaping in either.
+fn valid_release_name(name: &str) -> bool {
+    name.len() <= 64
+        && name.chars().next().is_some_and(|first| first.is_ascii_alphanumeric())
+        && name.chars().all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '.' | '_' | '-'))
+}
+
+fn sample_items() -> Vec<RenderItem> {
+    let item = |id: &str, record_type: &str, stub: Option<&str>| RenderItem {
+        id: id.to_owned(),
+        record_type: record_type.to_owned(),
+        priority: 4,
+        updated_at: "2024-06-15T09:00:00Z".to_owned(),
+        content: serde_json::json!({"text": "sample <b>&</b>", "n": 1}),
+        stub: stub.map(str::to_owned),
+    };
+    vec![
+        item("sample-1", "customer_profile", None),
+        item("sample-2", "internal_sop", None),
+        item("sample-3", "customer_profile", Some("a sample stub")),
+    ]
+}

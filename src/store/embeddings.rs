@@ -1,0 +1,79 @@
+//! Record embeddings in SQL, keyed by tenant and record id, tagged with the model that made them.
+
+use super::{Store, StoreError};
+use sqlx::Row;
+use std::collections::HashMap;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+
+impl Store {
+    pub async fn put_embedding(&self, tenant: &str, id: &str, model_id: &str, vector: &[f32]) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query("DELETE FROM memory_embeddings WHERE tenant = $1 AND memory_id = $2")
+            .bind(tenant)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("INSERT INTO memory_embeddings (tenant, memory_id, model_id, vector) VALUES ($1, $2, $3, $4)")
+            .bind(tenant)
+            .bind(id)
+            .bind(model_id)
+            .bind(encode(vector))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Every embedding made by `model_id`, by (tenant, record id).
+    pub async fn embeddings_of_model(&self, model_id: &str) -> Result<HashMap<(String, String), Vec<f32>>, StoreError> {
+        let rows = sqlx::query("SELECT tenant, memory_id, vector FROM memory_embeddings WHERE model_id = $1")
+            .bind(model_id)
+            .fetch_all(self.pool())
+            .await?;
+        let mut out = HashMap::with_capacity(rows.len());
+        for row in rows {
+            let text: String = row.try_get("vector")?;
+            let vector = decode(&text).ok_or_else(|| StoreError::Corrupt("an embedding is not valid base64 f32".into()))?;
+            out.insert((row.try_get("tenant")?, row.try_get("memory_id")?), vector);
+        }
+        Ok(out)
+    }
+
+    /// Drops embeddings whose record is gone (deleted, forgotten, undone imports).
+    pub async fn prune_embeddings(&self) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "DELETE FROM memory_embeddings WHERE NOT EXISTS (SELECT 1 FROM memories m \
+             WHERE m.tenant = memory_embeddings.tenant AND m.id = memory_embeddings.memory_id)",
+        )
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected())
+    }
+}
+
+fn encode(vector: &[f32]) -> String {
+    let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
+    STANDARD.encode(bytes)
+}
+
+fn decode(text: &str) -> Option<Vec<f32>> {
+    let bytes = STANDARD.decode(text).ok()?;
+    if bytes.len() % 4 != 0 {
+        return None;
+    }
+    Some(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn vectors_round_trip_through_base64() {
+        for len in [0, 1, 2, 3, 384] {
+            let v: Vec<f32> = (0..len).map(|i| i as f32 * -0.37 + 0.001).collect();
+            assert_eq!(super::decode(&super::encode(&v)).unwrap(), v);
+        }
+        assert!(super::decode("!!!!").is_none());
+    }
+}
