@@ -12,19 +12,25 @@
 //! `memory::MemoryService`, which checks records (`memory::envelope`, `records::schemas`,
 //! `records::secrets`) and writes them through `store`.
 
-use crate::config::{Config, Limits};
+use crate::config::{Config, Limits, MemoryConfig};
+use crate::embed::Embedder;
 use crate::error::StartupError;
+use crate::funnel::index::MemoryIndex;
 use crate::identity::Authenticator;
+use crate::inject::{DEFAULT_RELEASE, Templates};
 use crate::memory::MemoryService;
 use crate::observability::metrics::Metrics;
 use crate::proxy::upstream::Upstream;
 use crate::records::schemas::SchemaSet;
+use crate::rollout::Release;
+use crate::rollout::release::load_releases;
 use crate::store::Store;
 use crate::{admin, health, observability, proxy};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{any, get, post};
 use secrecy::SecretString;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -44,6 +50,10 @@ struct Inner {
     admin_token: Option<SecretString>,
     admin_rate_limit_per_minute: u32,
     max_import_bytes: u64,
+    templates: Templates,
+    releases: BTreeMap<String, Release>,
+    memory_config: MemoryConfig,
+    active: Release,
 }
 
 impl AppState {
@@ -62,8 +72,37 @@ impl AppState {
         })?;
         let identity = Authenticator::new(config.identity.clone(), store.clone())
             .map_err(|message| StartupError::ConfigInvalid { key: "auth.jwt".into(), message })?;
-        let memories = MemoryService::new(store, Arc::new(schemas), config.records.max_content_bytes);
+        let model = config.embedding.model.clone();
+        let embedder = tokio::task::spawn_blocking(move || Embedder::load(&model))
+            .await
+            .map_err(|err| StartupError::Embedder(err.to_string()))?
+            .map_err(|err| StartupError::Embedder(err.to_string()))?;
+        let templates = Templates::load(&config.memory.templates_dir).map_err(|err| {
+            StartupError::ConfigInvalid { key: "memory.templates_dir".into(), message: err.to_string() }
+        })?;
+        let releases = load_releases(config, &templates)
+            .map_err(|message| StartupError::ConfigInvalid { key: "releases".into(), message })?;
+        let memories = MemoryService::new(
+            store,
+            Arc::new(schemas),
+            config.records.max_content_bytes,
+            embedder,
+            config.embedding.dedupe_threshold,
+        );
+        let records = memories.load_index().await.map_err(|err| StartupError::Store {
+            url: crate::store::redact_url(&config.database_url),
+            message: format!("loading records: {err}"),
+        })?;
+        tracing::info!(records, releases = ?releases.keys().collect::<Vec<_>>(), "memory index loaded");
+        let active = releases.get(DEFAULT_RELEASE).cloned().ok_or_else(|| StartupError::ConfigInvalid {
+            key: "releases".into(),
+            message: format!("the default release `{DEFAULT_RELEASE}` is missing"),
+        })?;
         let inner = Inner {
+            active,
+            templates,
+            releases,
+            memory_config: config.memory.clone(),
             memories,
             admin_token: config.admin.token.clone(),
             max_import_bytes: config.admin.max_import_bytes,
@@ -105,6 +144,31 @@ impl AppState {
         self.inner.memories.store()
     }
 
+    pub fn index(&self) -> &MemoryIndex {
+        self.inner.memories.index()
+    }
+
+    pub fn embedder(&self) -> &Embedder {
+        self.inner.memories.embedder()
+    }
+
+    pub fn templates(&self) -> &Templates {
+        &self.inner.templates
+    }
+
+    pub fn memory_config(&self) -> &MemoryConfig {
+        &self.inner.memory_config
+    }
+
+    /// The release a request uses.
+    pub fn release(&self, name: &str) -> Option<&Release> {
+        self.inner.releases.get(name)
+    }
+
+    pub fn active_release(&self) -> &Release {
+        &self.inner.active
+    }
+
     pub fn admin_token(&self) -> Option<&SecretString> {
         self.inner.admin_token.as_ref()
     }
@@ -138,8 +202,10 @@ pub fn build_app(state: AppState) -> Router {
         .route("/import", post(transfer::import))
         .route("/imports/{id}/undo", post(transfer::undo))
         .route("/keys", post(admin::keys::create).get(admin::keys::list))
+        .route("/explain", post(admin::explain::explain))
         .route("/keys/{id}", axum::routing::delete(admin::keys::revoke))
         .fallback(proxy::not_found)
+        .method_not_allowed_fallback(proxy::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state.clone(), admin::require_admin));
     Router::new()
         .nest("/admin/v1", admin)
@@ -150,6 +216,7 @@ pub fn build_app(state: AppState) -> Router {
         .route("/v1/messages/count_tokens", post(proxy::count_tokens).fallback(proxy::passthrough))
         .route("/v1/{*rest}", any(proxy::passthrough))
         .fallback(proxy::not_found)
+        .method_not_allowed_fallback(proxy::method_not_allowed)
         // Body limits are enforced by the handlers, which answer in Anthropic's error shape.
         .layer(DefaultBodyLimit::disable())
         .layer(axum::middleware::from_fn_with_state(state.clone(), observability::middleware::observe))

@@ -14,6 +14,11 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// Calibrated for multilingual-e5-small, whose cosines bunch in 0.7–0.9 (docs/embedding.md).
+pub const DEFAULT_SIMILARITY: f32 = 0.80;
+/// A near-duplicate write for the same model: far above what two different facts score.
+pub const DEFAULT_DEDUPE: f32 = 0.95;
+
 /// Anthropic's own limit for a Messages request body.
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 32 * 1024 * 1024;
 
@@ -38,6 +43,47 @@ pub struct RawConfig {
     pub admin: RawAdmin,
     #[serde(default)]
     pub records: RawRecords,
+    #[serde(default)]
+    pub embedding: RawEmbedding,
+    #[serde(default)]
+    pub memory: RawMemory,
+    #[serde(default)]
+    pub releases: std::collections::BTreeMap<String, RawRelease>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEmbedding {
+    pub model_dir: Option<PathBuf>,
+    pub ort_dylib_path: Option<PathBuf>,
+    pub model_name: Option<String>,
+    pub query_prefix: Option<String>,
+    pub passage_prefix: Option<String>,
+    pub threads: Option<usize>,
+    pub max_batch: Option<usize>,
+    pub cache_entries: Option<usize>,
+    pub similarity_threshold: Option<f32>,
+    pub dedupe_threshold: Option<f32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMemory {
+    pub funnel_timeout_ms: Option<u64>,
+    pub fail_closed: Option<bool>,
+    pub templates_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRelease {
+    pub schema_versions: Option<Vec<String>>,
+    pub similarity_threshold: Option<f32>,
+    pub budget_tokens: Option<usize>,
+    pub max_items: Option<usize>,
+    pub max_stubs: Option<usize>,
+    pub placement: Option<String>,
+    pub empty_block: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -171,6 +217,28 @@ pub struct Config {
     pub database_url: String,
     pub admin: AdminConfig,
     pub records: RecordsConfig,
+    pub embedding: EmbeddingConfig,
+    pub memory: MemoryConfig,
+    /// Release definitions from the file; built-in `v1` and `v2` fill in what is absent.
+    pub releases: std::collections::BTreeMap<String, RawRelease>,
+}
+
+#[derive(Debug, Clone)]
+pub struct EmbeddingConfig {
+    pub model: crate::embed::EmbedConfig,
+    /// Default semantic threshold for releases that set none; calibrated per model.
+    pub similarity_threshold: f32,
+    /// Cosine at or above which a write of the same type and scope updates its near twin.
+    pub dedupe_threshold: f32,
+}
+
+#[derive(Debug, Clone)]
+pub struct MemoryConfig {
+    /// Time allowed for the query embedding and the funnel; past it the request goes on without
+    /// memory (`degraded`), or fails when `fail_closed`.
+    pub funnel_timeout: Duration,
+    pub fail_closed: bool,
+    pub templates_dir: PathBuf,
 }
 
 #[derive(Debug, Clone)]
@@ -253,6 +321,12 @@ impl RawConfig {
         set(&mut self.log.level, "MEMGATE_LOG_LEVEL");
         set(&mut self.database.url, "MEMGATE_DATABASE_URL");
         set(&mut self.admin.token, "MEMGATE_ADMIN_TOKEN");
+        if let Some(dir) = env("MEMGATE_MODEL_DIR").filter(|v| !v.is_empty()) {
+            self.embedding.model_dir = Some(dir.into());
+        }
+        if let Some(path) = env("ORT_DYLIB_PATH").filter(|v| !v.is_empty()) {
+            self.embedding.ort_dylib_path = Some(path.into());
+        }
         set(&mut self.auth.jwt.hs256_secret, "MEMGATE_JWT_HS256_SECRET");
         set(&mut self.auth.jwt.issuer, "MEMGATE_JWT_ISSUER");
         set(&mut self.auth.jwt.audience, "MEMGATE_JWT_AUDIENCE");
@@ -453,7 +527,69 @@ impl RawConfig {
             return Err(invalid("records.max_content_bytes", "use at least 256 bytes".into()));
         }
 
+        let assets = PathBuf::from(".assets");
+        let defaults = crate::embed::EmbedConfig::default_for(&assets);
+        let e = self.embedding;
+        let model = crate::embed::EmbedConfig {
+            model_dir: e.model_dir.unwrap_or(defaults.model_dir),
+            ort_dylib_path: e.ort_dylib_path.or(defaults.ort_dylib_path),
+            model_name: e.model_name.filter(|n| !n.is_empty()),
+            query_prefix: e.query_prefix.unwrap_or(defaults.query_prefix),
+            passage_prefix: e.passage_prefix.unwrap_or(defaults.passage_prefix),
+            threads: e.threads.unwrap_or(defaults.threads),
+            max_batch: e.max_batch.unwrap_or(defaults.max_batch),
+            cache_entries: e.cache_entries.unwrap_or(defaults.cache_entries),
+        };
+        if model.threads == 0 || model.max_batch == 0 {
+            return Err(invalid("embedding.threads", "threads and max_batch must be at least 1".into()));
+        }
+        let unit = |key: &str, value: f32| {
+            if (0.0..=1.0).contains(&value) {
+                Ok(value)
+            } else {
+                Err(invalid(key, format!("{value} is not a cosine between 0 and 1")))
+            }
+        };
+        let embedding = EmbeddingConfig {
+            model,
+            similarity_threshold: unit(
+                "embedding.similarity_threshold",
+                e.similarity_threshold.unwrap_or(DEFAULT_SIMILARITY),
+            )?,
+            dedupe_threshold: unit(
+                "embedding.dedupe_threshold",
+                e.dedupe_threshold.unwrap_or(DEFAULT_DEDUPE),
+            )?,
+        };
+        let memory = MemoryConfig {
+            funnel_timeout: millis("memory.funnel_timeout_ms", self.memory.funnel_timeout_ms, 50)?,
+            fail_closed: self.memory.fail_closed.unwrap_or(false),
+            templates_dir: self.memory.templates_dir.unwrap_or_else(|| PathBuf::from("templates")),
+        };
+        for (name, release) in &self.releases {
+            if !crate::identity::is_valid_tenant(name) {
+                return Err(invalid(
+                    &format!("releases.{name}"),
+                    "a release name is 1 to 64 characters of A-Z a-z 0-9 . _ : -".into(),
+                ));
+            }
+            if let Some(t) = release.similarity_threshold {
+                unit(&format!("releases.{name}.similarity_threshold"), t)?;
+            }
+            if let Some(p) = &release.placement {
+                if !["auto", "system", "last_user_turn"].contains(&p.as_str()) {
+                    return Err(invalid(
+                        &format!("releases.{name}.placement"),
+                        format!("`{p}`: use auto, system or last_user_turn"),
+                    ));
+                }
+            }
+        }
+
         Ok(Config {
+            embedding,
+            memory,
+            releases: self.releases,
             database_url,
             admin,
             records,

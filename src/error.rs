@@ -23,6 +23,8 @@ pub enum StartupError {
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("database {url}: {message}")]
     Store { url: String, message: String },
+    #[error("embedding model: {0}")]
+    Embedder(String),
     #[error("cannot build the upstream HTTP client: {0}")]
     UpstreamClient(String),
     #[error("server stopped with an I/O error: {0}")]

@@ -15,7 +15,9 @@ pub mod memory;
 pub mod mock_upstream;
 pub mod observability;
 pub mod proxy;
+pub mod recall;
 pub mod records;
+pub mod rollout;
 pub mod server;
 pub mod store;
 

@@ -25,10 +25,14 @@ pub async fn create(
         Created::New(record) => (StatusCode::CREATED, record, None),
         Created::Superseded(record) => (StatusCode::OK, record, Some("superseded")),
         Created::ExactRepeat(record) => (StatusCode::OK, record, Some("exact_repeat")),
+        Created::Deduplicated { record, .. } => (StatusCode::OK, record, Some("deduplicated")),
     };
     let mut answer = json!({"id": record.id, "revision": record.revision, "record": record.to_json()});
     if let (Some(flag), Value::Object(map)) = (flag, &mut answer) {
         map.insert(flag.into(), Value::Bool(true));
+        if let Created::Deduplicated { similarity, .. } = &created {
+            map.insert("similarity".into(), serde_json::json!(similarity));
+        }
     }
     Ok((status, Json(answer)).into_response())
 }

@@ -2,6 +2,7 @@
 //! token the whole API is off), the tenant from `X-Memory-Tenant`, and the handlers per resource.
 //! Every handler works inside one tenant: nothing here can read or change another's records.
 
+pub mod explain;
 pub mod keys;
 pub mod memories;
 pub mod transfer;
@@ -124,7 +125,7 @@ impl From<MemoryError> for ApiError {
                     .with_detail("problems", json!(problems))
             }
             MemoryError::NotFound(_) => ApiError::not_found(err.to_string()),
-            MemoryError::Conflict { .. } | MemoryError::IdTaken(_) => {
+            MemoryError::Conflict { .. } | MemoryError::IdTaken(_) | MemoryError::TopicTaken => {
                 ApiError::new(ErrorKind::Conflict, err.to_string())
             }
             MemoryError::Store(inner) => ApiError::internal(inner),

@@ -18,8 +18,8 @@ use std::sync::atomic::Ordering;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Counters, EmbedError};
 use super::model::Model;
+use super::{Counters, EmbedError};
 
 pub(super) struct Job {
     /// Already prefixed.

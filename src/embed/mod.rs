@@ -93,7 +93,9 @@ impl EmbedConfig {
 /// Why embedding failed. Load errors say what to run or set.
 #[derive(Debug, thiserror::Error)]
 pub enum EmbedError {
-    #[error("model file {0} missing: run scripts/fetch-assets (or point MEMGATE_MODEL_DIR at a model folder)")]
+    #[error(
+        "model file {0} missing: run scripts/fetch-assets (or point MEMGATE_MODEL_DIR at a model folder)"
+    )]
     ModelFileMissing(PathBuf),
     #[error("cannot read model file {path}: {source}")]
     ModelFileUnreadable { path: PathBuf, source: std::io::Error },
@@ -107,9 +109,13 @@ pub enum EmbedError {
         "ONNX Runtime library is configured at {0} but ORT_DYLIB_PATH is not set, and ort reads only that variable: export ORT_DYLIB_PATH={0} (scripts/fetch-assets writes .assets/env.sh to source)"
     )]
     OrtPathNotExported(PathBuf),
-    #[error("ONNX Runtime could not be loaded: {0} (set ORT_DYLIB_PATH to an ONNX Runtime >= 1.24 library, or run scripts/fetch-assets)")]
+    #[error(
+        "ONNX Runtime could not be loaded: {0} (set ORT_DYLIB_PATH to an ONNX Runtime >= 1.24 library, or run scripts/fetch-assets)"
+    )]
     OrtLoad(String),
-    #[error("unknown embedding model name {0:?}: use a fastembed model code such as intfloat/multilingual-e5-small")]
+    #[error(
+        "unknown embedding model name {0:?}: use a fastembed model code such as intfloat/multilingual-e5-small"
+    )]
     UnknownModel(String),
     #[error("invalid embedding configuration: {0}")]
     InvalidConfig(String),

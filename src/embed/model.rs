@@ -44,9 +44,8 @@ pub(super) struct Loaded {
 
 pub(super) fn load(config: &EmbedConfig) -> Result<Loaded, EmbedError> {
     check_ort_library(config.ort_dylib_path.as_deref())?;
-    let mut options = InitOptionsUserDefined::new()
-        .with_max_length(MAX_TOKENS)
-        .with_intra_threads(config.threads);
+    let mut options =
+        InitOptionsUserDefined::new().with_max_length(MAX_TOKENS).with_intra_threads(config.threads);
     // An idle ORT worker spins for a while waiting for more work; with more than one thread on a
     // small machine that spinning steals the CPU from the other requests (docs/embedding.md).
     if config.threads > 1 {
@@ -177,7 +176,19 @@ fn guard_ort<T>(build: impl FnOnce() -> fastembed::Result<T>) -> Result<T, Embed
     }
 }
 
+/// Files up to this size are hashed whole for the model id; larger ones are sampled.
+const HASH_WHOLE_UP_TO: usize = 8 << 20;
+/// How many windows of a large file the model id hashes, and how big each is (4 MiB in all).
+const SAMPLE_WINDOWS: usize = 256;
+const SAMPLE_WINDOW: usize = 16 << 10;
+
 /// Builds the model id: `<name>:<16 hex digits>` over everything that changes the vectors.
+///
+/// A large file (the ONNX graph, a big tokenizer.json) enters by its length and 256 windows
+/// spread evenly over it, first and last included, rather than whole: hashing 150 MB costs
+/// seconds in unoptimized builds (tests, end-to-end runs), and any retrained, re-quantized or
+/// re-converted model differs in length or in those windows. The id tells models apart; it is
+/// not an integrity check (scripts/fetch-assets pins full sha256 hashes for that).
 struct IdHasher(Sha256);
 
 impl IdHasher {
@@ -192,7 +203,15 @@ impl IdHasher {
     /// Length-prefixed, so parts cannot run into each other.
     fn part(&mut self, bytes: &[u8]) {
         self.0.update((bytes.len() as u64).to_le_bytes());
-        self.0.update(bytes);
+        if bytes.len() <= HASH_WHOLE_UP_TO {
+            self.0.update(bytes);
+            return;
+        }
+        let last_start = bytes.len() - SAMPLE_WINDOW;
+        for i in 0..SAMPLE_WINDOWS {
+            let start = last_start * i / (SAMPLE_WINDOWS - 1);
+            self.0.update(&bytes[start..start + SAMPLE_WINDOW]);
+        }
     }
 
     fn finish(self, name: &str) -> String {

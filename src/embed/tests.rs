@@ -60,15 +60,39 @@ fn uncached() -> Option<Embedder> {
 
 /// Three support notes in three languages: a shipping delay, a refund policy, a password reset.
 pub(super) const PASSAGES: [(&str, &str, &str); 9] = [
-    ("en", "shipping", "Shipping delay: orders placed after June 10 ship next week because of a backlog at the Rotterdam warehouse."),
-    ("en", "refund", "Refund policy: refunds are issued within 14 days of the return, to the original payment method."),
-    ("en", "password", "Password reset SOP: verify the customer's email, send the reset link, and remind them it expires in one hour."),
+    (
+        "en",
+        "shipping",
+        "Shipping delay: orders placed after June 10 ship next week because of a backlog at the Rotterdam warehouse.",
+    ),
+    (
+        "en",
+        "refund",
+        "Refund policy: refunds are issued within 14 days of the return, to the original payment method.",
+    ),
+    (
+        "en",
+        "password",
+        "Password reset SOP: verify the customer's email, send the reset link, and remind them it expires in one hour.",
+    ),
     ("zh", "shipping", "发货延迟：由于鹿特丹仓库积压，6月10日之后下的订单将在下周发货。"),
     ("zh", "refund", "退款政策：退货后14天内将款项退回原支付方式。"),
     ("zh", "password", "重置密码流程：核实客户邮箱，发送重置链接，并提醒链接一小时后失效。"),
-    ("ru", "shipping", "Задержка доставки: заказы, оформленные после 10 июня, будут отправлены на следующей неделе из-за завала на складе в Роттердаме."),
-    ("ru", "refund", "Политика возврата: деньги возвращаются в течение 14 дней после возврата товара тем же способом оплаты."),
-    ("ru", "password", "Регламент сброса пароля: проверьте электронную почту клиента, отправьте ссылку для сброса и предупредите, что она действует один час."),
+    (
+        "ru",
+        "shipping",
+        "Задержка доставки: заказы, оформленные после 10 июня, будут отправлены на следующей неделе из-за завала на складе в Роттердаме.",
+    ),
+    (
+        "ru",
+        "refund",
+        "Политика возврата: деньги возвращаются в течение 14 дней после возврата товара тем же способом оплаты.",
+    ),
+    (
+        "ru",
+        "password",
+        "Регламент сброса пароля: проверьте электронную почту клиента, отправьте ссылку для сброса и предупредите, что она действует один час.",
+    ),
 ];
 
 /// A customer's question in each language, and the topic it is about.

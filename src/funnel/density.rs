@@ -28,7 +28,13 @@ pub struct Packed {
     pub tokens: usize,
 }
 
-pub fn pack(index: &TenantIndex, hits: Vec<Hit>, budget: &Budget, detailed: bool, trace: &mut Trace) -> Packed {
+pub fn pack(
+    index: &TenantIndex,
+    hits: Vec<Hit>,
+    budget: &Budget,
+    detailed: bool,
+    trace: &mut Trace,
+) -> Packed {
     let mut log = LayerLog::new("token_density", hits.len(), detailed);
     let mut ranked: Vec<Chosen> = hits
         .into_iter()

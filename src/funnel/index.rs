@@ -35,7 +35,9 @@ impl IndexedRecord {
         terms.sort();
         terms.dedup();
         terms.retain(|t| !t.is_empty());
-        let line = serde_json::json!({"id": record.id, "type": record.record_type, "content": record.content}).to_string();
+        let line =
+            serde_json::json!({"id": record.id, "type": record.record_type, "content": record.content})
+                .to_string();
         let tokens = tiktoken_rs::cl100k_base_singleton().encode_ordinary(&line).len();
         IndexedRecord { record, vector, tokens, terms }
     }
@@ -138,7 +140,9 @@ impl TenantIndex {
             .slots
             .iter()
             .enumerate()
-            .filter_map(|(slot, item)| item.as_ref().and_then(|i| i.vector.as_deref()).map(|v| (slot as u32, v)))
+            .filter_map(|(slot, item)| {
+                item.as_ref().and_then(|i| i.vector.as_deref()).map(|v| (slot as u32, v))
+            })
             .collect();
         let Some(dims) = items.first().map(|(_, v)| v.len()) else { return };
         if items.len() < ANN_MIN_RECORDS {
@@ -184,6 +188,37 @@ impl MemoryIndex {
         if let Some(index) = self.tenant(tenant) {
             index.write().unwrap_or_else(|p| p.into_inner()).remove(id);
         }
+    }
+
+    /// Records (of any tenant) that have no embedding yet.
+    pub fn missing_vectors(&self) -> Vec<Record> {
+        let tenants: Vec<_> =
+            self.tenants.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        let mut missing = Vec::new();
+        for index in tenants {
+            let index = index.read().unwrap_or_else(|p| p.into_inner());
+            missing.extend(
+                index.slots.iter().flatten().filter(|i| i.vector.is_none()).map(|i| i.record.clone()),
+            );
+        }
+        missing
+    }
+
+    /// Gives a record its embedding, unless it changed meanwhile (then its writer embedded it).
+    pub fn set_vector(&self, tenant: &str, id: &str, revision: i64, vector: Arc<[f32]>) {
+        let Some(index) = self.tenant(tenant) else { return };
+        let mut index = index.write().unwrap_or_else(|p| p.into_inner());
+        let Some(current) = index.get(id).filter(|i| i.record.revision == revision && i.vector.is_none())
+        else {
+            return;
+        };
+        let updated = IndexedRecord {
+            record: current.record.clone(),
+            vector: Some(vector),
+            tokens: current.tokens,
+            terms: current.terms.clone(),
+        };
+        index.upsert(Arc::new(updated));
     }
 
     /// Replaces everything (startup): builds each tenant's index in one go.

@@ -122,9 +122,16 @@ impl Ivf {
     }
 
     /// Slots whose similarity to `query` is at least `threshold`, among the `probes` nearest lists.
-    pub fn search(&self, query: &[f32], probes: usize, threshold: f32, mut keep: impl FnMut(u32) -> bool) -> Vec<(u32, f32)> {
-        let mut order: Vec<(usize, f32)> =
-            (0..self.lists.len()).map(|c| (c, dot(&self.centroids[c * self.dims..(c + 1) * self.dims], query))).collect();
+    pub fn search(
+        &self,
+        query: &[f32],
+        probes: usize,
+        threshold: f32,
+        mut keep: impl FnMut(u32) -> bool,
+    ) -> Vec<(u32, f32)> {
+        let mut order: Vec<(usize, f32)> = (0..self.lists.len())
+            .map(|c| (c, dot(&self.centroids[c * self.dims..(c + 1) * self.dims], query)))
+            .collect();
         order.sort_by(|a, b| b.1.total_cmp(&a.1));
         let mut hits = Vec::new();
         for (c, _) in order.into_iter().take(probes.max(1)) {
@@ -174,7 +181,8 @@ mod tests {
     fn finds_the_exact_top_hits_with_enough_probes_and_handles_removal() {
         let dims = 32;
         let vectors: Vec<Vec<f32>> = (0..2000).map(|i| unit(i, dims)).collect();
-        let items: Vec<(u32, &[f32])> = vectors.iter().enumerate().map(|(i, v)| (i as u32, v.as_slice())).collect();
+        let items: Vec<(u32, &[f32])> =
+            vectors.iter().enumerate().map(|(i, v)| (i as u32, v.as_slice())).collect();
         let mut ivf = Ivf::build(dims, &items);
         let query = &vectors[42];
         let hits = ivf.search(query, ivf.lists.len(), 0.99, |_| true);

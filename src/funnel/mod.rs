@@ -53,7 +53,11 @@ pub fn run(
     let visible = scope::visible(index, caller, detailed, &mut trace);
     let current = temporal::current(index, visible, now_ms, &settings.schema_versions, detailed, &mut trace);
     let hits = semantic::matching(index, &current, query, detailed, &mut trace);
-    let budget = Budget { tokens: settings.budget_tokens, max_items: settings.max_items, max_stubs: settings.max_stubs };
+    let budget = Budget {
+        tokens: settings.budget_tokens,
+        max_items: settings.max_items,
+        max_stubs: settings.max_stubs,
+    };
     let packed = density::pack(index, hits, &budget, detailed, &mut trace);
     FunnelOutput { packed, trace }
 }

@@ -33,7 +33,13 @@ pub struct SemanticQuery<'a> {
     pub probes: usize,
 }
 
-pub fn matching(index: &TenantIndex, candidates: &[u32], query: &SemanticQuery<'_>, detailed: bool, trace: &mut Trace) -> Vec<Hit> {
+pub fn matching(
+    index: &TenantIndex,
+    candidates: &[u32],
+    query: &SemanticQuery<'_>,
+    detailed: bool,
+    trace: &mut Trace,
+) -> Vec<Hit> {
     let mut log = LayerLog::new("semantic", candidates.len(), detailed);
     let mut is_candidate = vec![false; index.slots.len()];
     for slot in candidates {
@@ -53,7 +59,9 @@ pub fn matching(index: &TenantIndex, candidates: &[u32], query: &SemanticQuery<'
     if let Some(vector) = query.vector {
         match &index.ann {
             Some(ann) if candidates.len() > EXACT_SCAN_MAX => {
-                for (slot, score) in ann.search(vector, query.probes, query.threshold, |s| is_candidate[s as usize]) {
+                for (slot, score) in
+                    ann.search(vector, query.probes, query.threshold, |s| is_candidate[s as usize])
+                {
                     hits.entry(slot).or_insert(Hit { slot, similarity: score, exact: false });
                 }
             }

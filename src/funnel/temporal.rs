@@ -25,7 +25,9 @@ pub fn current(
         } else if now_ms >= record.valid_until_ms {
             log.remove(&record.id, || format!("expired at {}", format_ms(record.valid_until_ms)));
         } else if !schema_versions.iter().any(|v| *v == record.schema_version) {
-            log.remove(&record.id, || format!("schema {} is not read by this release", record.schema_version));
+            log.remove(&record.id, || {
+                format!("schema {} is not read by this release", record.schema_version)
+            });
         } else {
             kept.push(slot);
         }

@@ -105,7 +105,10 @@ mod tests {
     #[test]
     fn content_identifiers_are_found_and_normalized() {
         let mut out = Vec::new();
-        identifiers_in(&json!({"orders": ["Order ORD-2024-0615 shipped."], "email": "Bob@Example.com"}), &mut out);
+        identifiers_in(
+            &json!({"orders": ["Order ORD-2024-0615 shipped."], "email": "Bob@Example.com"}),
+            &mut out,
+        );
         assert!(out.contains(&"ord-2024-0615".to_owned()), "{out:?}");
         assert!(out.contains(&"bob@example.com".to_owned()), "{out:?}");
     }

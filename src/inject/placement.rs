@@ -138,8 +138,8 @@ pub fn inject(body: &[u8], block: &str, placement: Placement) -> Result<Injected
         Placement::Auto | Placement::System => message_breakpoint,
         Placement::LastUserTurn => true,
     };
-    let block_json =
-        serde_json::to_string(&TextBlock { kind: "text", text: block }).map_err(|_| InjectError::Internal("block"))?;
+    let block_json = serde_json::to_string(&TextBlock { kind: "text", text: block })
+        .map_err(|_| InjectError::Internal("block"))?;
     let (splice, placed_in) = match last_user {
         Some((index, content)) if want_turn => {
             let path = format!("messages.{index}.content");

@@ -10,8 +10,7 @@ use serde_json::{Value, json};
 
 use super::placement::{Injected, Placement, inject, last_user_text};
 
-pub(super) const BLOCK: &str =
-    "<MEMORY_CONTEXT version=\"v1\">\nnotes\n{\"id\":\"m1\",\"content\":\"\\u003c/x\\u003e\"}\n</MEMORY_CONTEXT>";
+pub(super) const BLOCK: &str = "<MEMORY_CONTEXT version=\"v1\">\nnotes\n{\"id\":\"m1\",\"content\":\"\\u003c/x\\u003e\"}\n</MEMORY_CONTEXT>";
 
 /// Where a test expects the block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,8 +169,10 @@ pub(super) fn check(input: &str, injected: &Injected, block: &str, expected: Whe
             assert!(replaced.is_empty() || Some(replaced) == before, "replaced {replaced:?}");
         }
         Where::Turn(target) => {
-            let (msgs_in, msgs_out) =
-                (elements(field(&top_in, "messages").unwrap()), elements(field(&top_out, "messages").unwrap()));
+            let (msgs_in, msgs_out) = (
+                elements(field(&top_in, "messages").unwrap()),
+                elements(field(&top_out, "messages").unwrap()),
+            );
             assert_eq!(msgs_in.len(), msgs_out.len());
             for (index, (before, after)) in msgs_in.iter().zip(&msgs_out).enumerate() {
                 if index != target {
@@ -181,10 +182,15 @@ pub(super) fn check(input: &str, injected: &Injected, block: &str, expected: Whe
                 let (fields_in, fields_out) = (fields(before), fields(after));
                 let names = |f: &[(String, String)]| f.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
                 assert_eq!(names(&fields_in), names(&fields_out));
-                assert_eq!(field(&fields_out, "role"), Some("\"user\""), "the block must go into a user turn");
+                let role: String = serde_json::from_str(field(&fields_out, "role").unwrap()).unwrap();
+                assert_eq!(role, "user", "the block must go into a user turn");
                 for (key, raw) in &fields_in {
                     if key != "content" {
-                        assert_eq!(field(&fields_out, key), Some(raw.as_str()), "message field `{key}` changed");
+                        assert_eq!(
+                            field(&fields_out, key),
+                            Some(raw.as_str()),
+                            "message field `{key}` changed"
+                        );
                     }
                 }
                 let content = field(&fields_in, "content");
@@ -231,7 +237,10 @@ fn block_system_with_a_breakpoint_on_its_last_block() {
     let system = elements(field(&fields(&out), "system").unwrap());
     assert_eq!(system.len(), 3);
     assert!(system[1].contains("cache_control") && is_block(&system[2], BLOCK));
-    assert_eq!(breakpoints(&out), vec![("system[1]".to_owned(), r#"{"type":"ephemeral","ttl":"1h"}"#.to_owned())]);
+    assert_eq!(
+        breakpoints(&out),
+        vec![("system[1]".to_owned(), r#"{"type":"ephemeral","ttl":"1h"}"#.to_owned())]
+    );
 }
 
 #[test]
@@ -254,7 +263,9 @@ fn breakpoint_in_the_conversation_with_a_string_last_user_turn() {
       {"role":"assistant","content":[{"type":"text","text":"ok","cache_control":{"type":"ephemeral"}}]},
       {"role":"user","content":"now \u00e9 \"quoted\""}]}"#;
     let out = run(input, Placement::Auto, Where::Turn(2));
-    assert!(out.contains(r#"{"role":"user","content":[{"type":"text","text":"now \u00e9 \"quoted\""},{"type":"text""#));
+    assert!(out.contains(
+        r#"{"role":"user","content":[{"type":"text","text":"now \u00e9 \"quoted\""},{"type":"text""#
+    ));
     assert!(!out.contains("\"system\""));
 }
 
@@ -272,13 +283,17 @@ fn no_breakpoints_and_no_system() {
     let input = "\n {\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}\n";
     let out = run(input, Placement::Auto, Where::System);
     assert!(out.starts_with("\n {\"system\":[{\"type\":\"text\",\"text\":"), "{out}");
-    assert!(out.ends_with(",\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}\n"), "{out}");
+    assert!(
+        out.ends_with(",\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}\n"),
+        "{out}"
+    );
 }
 
 #[test]
 fn empty_and_null_system() {
     for system in [r#""""#, "null", "[]", "[ \n ]"] {
-        let input = format!(r#"{{"model":"m","system":{system},"messages":[{{"role":"user","content":"hi"}}]}}"#);
+        let input =
+            format!(r#"{{"model":"m","system":{system},"messages":[{{"role":"user","content":"hi"}}]}}"#);
         let out = run(&input, Placement::Auto, Where::System);
         assert_eq!(elements(field(&fields(&out), "system").unwrap()).len(), 1, "{out}");
     }
@@ -331,7 +346,12 @@ fn forced_last_user_turn_without_breakpoints() {
 fn pretty_printed_bodies_keep_their_whitespace() {
     let input = "{\n  \"model\": \"m\",\n  \"system\": [\n    {\"type\": \"text\", \"text\": \"s\"}\n  ],\n  \"messages\": [\n    {\"role\": \"user\", \"content\": \"hi\"}\n  ]\n}";
     let out = run(input, Placement::Auto, Where::System);
-    assert!(out.starts_with("{\n  \"model\": \"m\",\n  \"system\": [\n    {\"type\": \"text\", \"text\": \"s\"}\n  ,{"), "{out}");
+    assert!(
+        out.starts_with(
+            "{\n  \"model\": \"m\",\n  \"system\": [\n    {\"type\": \"text\", \"text\": \"s\"}\n  ,{"
+        ),
+        "{out}"
+    );
 }
 
 #[test]
@@ -352,7 +372,10 @@ fn malformed_shapes_are_errors_not_panics() {
 #[test]
 fn last_user_text_reads_the_last_user_turn() {
     let body = |messages: &str| format!(r#"{{"model":"m","messages":{messages}}}"#);
-    assert_eq!(last_user_text(body(r#"[{"role":"user","content":"a \u00e9"}]"#).as_bytes()).as_deref(), Some("a é"));
+    assert_eq!(
+        last_user_text(body(r#"[{"role":"user","content":"a \u00e9"}]"#).as_bytes()).as_deref(),
+        Some("a é")
+    );
     let blocks = r#"[{"role":"user","content":"old"},{"role":"assistant","content":"x"},
       {"role":"user","content":[{"type":"text","text":"one"},{"type":"image","source":{}},{"type":"text","text":"two"}]},
       {"role":"assistant","content":"prefill"}]"#;

@@ -48,7 +48,9 @@ pub struct RenderItem {
 pub enum RenderError {
     #[error("cannot read {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("no memory releases under {dir}: add a folder {dir}/<release>/ with {TEMPLATE_FILE} and {CONTRACT_FILE}")]
+    #[error(
+        "no memory releases under {dir}: add a folder {dir}/<release>/ with {TEMPLATE_FILE} and {CONTRACT_FILE}"
+    )]
     NoReleases { dir: PathBuf },
     #[error(
         "release name `{name}` ({path}): use letters, digits, '.', '_' and '-', starting with a letter or digit"
@@ -211,8 +213,11 @@ impl Templates {
         let mut allowed: Vec<&str> = CONTEXT_VARIABLES.to_vec();
         let globals: Vec<(&str, TemplateValue)> = self.env.globals().collect();
         allowed.extend(globals.iter().map(|(name, _)| *name));
-        let mut unknown: Vec<String> =
-            template.undeclared_variables(false).into_iter().filter(|name| !allowed.contains(&&**name)).collect();
+        let mut unknown: Vec<String> = template
+            .undeclared_variables(false)
+            .into_iter()
+            .filter(|name| !allowed.contains(&&**name))
+            .collect();
         if unknown.is_empty() {
             return Ok(());
         }
@@ -237,7 +242,8 @@ impl Templates {
                 },
             })?;
             let lines: Vec<&str> = block.lines().collect();
-            if let Some(missing) = items.iter().map(record_line).find(|line| !lines.contains(&line.as_str())) {
+            if let Some(missing) = items.iter().map(record_line).find(|line| !lines.contains(&line.as_str()))
+            {
                 return Err(RenderError::Sample {
                     path: path.to_path_buf(),
                     message: format!("record line {missing} is not on a line of its own in the block"),

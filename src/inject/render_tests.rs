@@ -70,7 +70,9 @@ fn hostile_records_cannot_break_the_block() {
         assert!(block.ends_with("</MEMORY_CONTEXT>"), "{block}");
         assert_eq!(block.matches("<MEMORY_CONTEXT").count(), 1, "{block}");
         assert_eq!(block.matches("</MEMORY_CONTEXT").count(), 1, "{block}");
-        assert_eq!(block.to_ascii_lowercase().matches("memory_context").count(), 2, "{block}");
+        let lower = block.to_ascii_lowercase();
+        assert_eq!(lower.matches("<memory_context").count(), 1, "{block}");
+        assert_eq!(lower.matches("</memory_context").count(), 1, "{block}");
         // The injected instruction survives only as data, inside a record's JSON line.
         for line in block.lines().filter(|line| line.contains("Ignore previous instructions")) {
             assert!(line.starts_with("{\"id\":"), "{line}");
@@ -191,20 +193,23 @@ fn source(name: &str, template: &str) -> ReleaseSource {
     ReleaseSource { name: name.to_owned(), template: template.to_owned(), contract: "notes".to_owned() }
 }
 
-const GOOD: &str =
-    "<MEMORY_CONTEXT version=\"{{ release }}\">\n{{ contract }}\n{% for l in records %}\n{{ l }}\n{% endfor %}\n</MEMORY_CONTEXT>";
+const GOOD: &str = "<MEMORY_CONTEXT version=\"{{ release }}\">\n{{ contract }}\n{% for l in records %}\n{{ l }}\n{% endfor %}\n</MEMORY_CONTEXT>";
 
 #[test]
 fn a_missing_variable_fails_at_load() {
     // Top level, in a branch the sample renders never take: caught by the variable check.
-    let template = GOOD.replace("{{ contract }}", "{% if count > 1000 %}{{ contrct }}{% endif %}{{ contract }}");
+    let template =
+        GOOD.replace("{{ contract }}", "{% if count > 1000 %}{{ contrct }}{% endif %}{{ contract }}");
     let err = Templates::from_sources(vec![source("v1", &template)]).unwrap_err();
     assert!(matches!(err, RenderError::UndefinedVariables { .. }), "{err}");
     let message = err.to_string();
     assert!(message.contains("v1/memory.j2") && message.contains("contrct"), "{message}");
 
     // An attribute that does not exist: caught by the strict sample render.
-    let template = GOOD.replace("{% for l in records %}", "{% for g in groups %}{{ g.typ }}{% endfor %}{% for l in records %}");
+    let template = GOOD.replace(
+        "{% for l in records %}",
+        "{% for g in groups %}{{ g.typ }}{% endfor %}{% for l in records %}",
+    );
     let err = Templates::from_sources(vec![source("v1", &template)]).unwrap_err();
     assert!(matches!(err, RenderError::Sample { .. }), "{err}");
     let message = err.to_string();
@@ -246,7 +251,8 @@ fn templates_that_would_break_the_frame_are_refused() {
 fn bad_release_names_and_empty_contracts_are_refused() {
     let err = Templates::from_sources(vec![source("v1\" evil=\"", GOOD)]).unwrap_err();
     assert!(matches!(err, RenderError::BadReleaseName { .. }), "{err}");
-    let blank = ReleaseSource { name: "v1".to_owned(), template: GOOD.to_owned(), contract: " \n".to_owned() };
+    let blank =
+        ReleaseSource { name: "v1".to_owned(), template: GOOD.to_owned(), contract: " \n".to_owned() };
     let err = Templates::from_sources(vec![blank]).unwrap_err();
     assert!(matches!(err, RenderError::EmptyContract { .. }), "{err}");
 }

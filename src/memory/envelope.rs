@@ -207,6 +207,7 @@ pub fn check(input: &Value, rules: &Rules<'_>) -> Result<Envelope, Vec<Problem>>
         }
     }
 
+    redact_secret_keys(input, &mut problems);
     match (problems.is_empty(), record_type) {
         (true, Some(record_type)) => Ok(Envelope {
             id,
@@ -223,6 +224,33 @@ pub fn check(input: &Value, rules: &Rules<'_>) -> Result<Envelope, Vec<Problem>>
             status,
         }),
         _ => Err(problems),
+    }
+}
+
+/// Object keys that are themselves secrets would reappear in the paths and messages of other
+/// problems (an unknown field, a schema violation): replace them there.
+fn redact_secret_keys(input: &Value, problems: &mut [Problem]) {
+    fn keys(value: &Value, out: &mut Vec<String>) {
+        match value {
+            Value::Object(map) => {
+                for (key, child) in map {
+                    if secrets::is_secret_text(key) {
+                        out.push(key.clone());
+                    }
+                    keys(child, out);
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|v| keys(v, out)),
+            _ => {}
+        }
+    }
+    let mut secret_keys = Vec::new();
+    keys(input, &mut secret_keys);
+    for problem in problems.iter_mut() {
+        for key in &secret_keys {
+            problem.path = problem.path.replace(key.as_str(), secrets::REDACTED_KEY);
+            problem.message = problem.message.replace(key.as_str(), secrets::REDACTED_KEY);
+        }
     }
 }
 

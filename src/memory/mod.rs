@@ -1,18 +1,23 @@
 //! Memory records: their shape (`record`), the checks on the way in (`envelope`), and the write
 //! paths the admin API and the CLI share (`MemoryService`). The store keeps them; this module
-//! decides what may be written.
+//! decides what may be written, embeds what is written, and keeps the funnel's in-memory index
+//! in step with the store after every committed write.
 
 pub mod envelope;
 pub mod record;
 pub mod transfer;
 
+use crate::embed::Embedder;
+use crate::funnel::index::{IndexedRecord, MemoryIndex};
+use crate::funnel::ivf::dot;
 use crate::records::schemas::SchemaSet;
 use crate::store::memories::{Change, Created, ListFilter};
 use crate::store::{Store, StoreError};
 use envelope::{Problem, Rules};
-use record::{Record, Status, now_ms};
+use record::{Envelope, Record, Status, now_ms};
 use serde_json::Value;
 use std::sync::Arc;
+use tokio_util::task::TaskTracker;
 
 /// Why a memory operation failed; the admin layer maps each to a status.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +32,8 @@ pub enum MemoryError {
     Conflict { expected: i64, actual: i64 },
     #[error("a record with id `{0}` already exists; PATCH it to change it")]
     IdTaken(String),
+    #[error("another live record already has this key and scope; change that one, or use another key")]
+    TopicTaken,
     #[error(transparent)]
     Store(StoreError),
 }
@@ -37,6 +44,7 @@ impl MemoryError {
             StoreError::NotFound => MemoryError::NotFound(id.to_owned()),
             StoreError::RevisionConflict { expected, actual } => MemoryError::Conflict { expected, actual },
             StoreError::IdTaken(id) => MemoryError::IdTaken(id),
+            StoreError::TopicTaken => MemoryError::TopicTaken,
             other => MemoryError::Store(other),
         }
     }
@@ -47,30 +55,177 @@ pub struct MemoryService {
     store: Store,
     schemas: Arc<SchemaSet>,
     max_content_bytes: usize,
+    embedder: Embedder,
+    index: Arc<MemoryIndex>,
+    dedupe_threshold: f32,
+    /// Background embedding of records written without one (imports, startup after a model
+    /// change). Closed and awaited on shutdown; what it could not finish is redone at next start.
+    tasks: TaskTracker,
 }
 
 impl MemoryService {
-    pub fn new(store: Store, schemas: Arc<SchemaSet>, max_content_bytes: usize) -> MemoryService {
-        MemoryService { store, schemas, max_content_bytes }
+    pub fn new(
+        store: Store,
+        schemas: Arc<SchemaSet>,
+        max_content_bytes: usize,
+        embedder: Embedder,
+        dedupe_threshold: f32,
+    ) -> MemoryService {
+        MemoryService {
+            store,
+            schemas,
+            max_content_bytes,
+            embedder,
+            index: Arc::new(MemoryIndex::default()),
+            dedupe_threshold,
+            tasks: TaskTracker::new(),
+        }
     }
 
     pub fn store(&self) -> &Store {
         &self.store
     }
 
-    fn check(&self, input: &Value, now: i64) -> Result<record::Envelope, MemoryError> {
+    pub fn index(&self) -> &Arc<MemoryIndex> {
+        &self.index
+    }
+
+    pub fn embedder(&self) -> &Embedder {
+        &self.embedder
+    }
+
+    pub fn tasks(&self) -> &TaskTracker {
+        &self.tasks
+    }
+
+    /// Loads every record with its stored embedding into the index, then embeds in the
+    /// background the records that have none for the running model.
+    pub async fn load_index(&self) -> Result<usize, StoreError> {
+        let records = self.store.all_memories().await?;
+        let mut vectors = self.store.embeddings_of_model(self.embedder.model_id()).await?;
+        let items: Vec<IndexedRecord> = records
+            .into_iter()
+            .map(|record| {
+                let vector = vectors.remove(&(record.tenant.clone(), record.id.clone())).map(Arc::from);
+                IndexedRecord::new(record, vector)
+            })
+            .collect();
+        let count = items.len();
+        self.index.load(items);
+        self.spawn_backfill();
+        Ok(count)
+    }
+
+    /// Embeds, in the background, every indexed record that has no embedding yet.
+    pub fn spawn_backfill(&self) {
+        let service = self.clone();
+        self.tasks.spawn(async move {
+            match service.backfill().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(records = n, "embedded records that had no embedding"),
+                Err(err) => {
+                    tracing::warn!(error = %err, "background embedding stopped; it resumes at next start")
+                }
+            }
+        });
+    }
+
+    async fn backfill(&self) -> Result<usize, String> {
+        let missing = self.index.missing_vectors();
+        let mut done = 0;
+        for chunk in missing.chunks(32) {
+            let texts: Vec<String> = chunk.iter().map(passage_text).collect();
+            let vectors = self.embedder.embed_passages(&texts).await.map_err(|e| e.to_string())?;
+            for (record, vector) in chunk.iter().zip(vectors) {
+                self.store
+                    .put_embedding(&record.tenant, &record.id, self.embedder.model_id(), &vector)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                self.index.set_vector(&record.tenant, &record.id, record.revision, Arc::from(vector));
+                done += 1;
+            }
+        }
+        Ok(done)
+    }
+
+    fn check(&self, input: &Value, now: i64) -> Result<Envelope, MemoryError> {
         let rules = Rules { schemas: &self.schemas, max_content_bytes: self.max_content_bytes, now_ms: now };
         envelope::check(input, &rules).map_err(MemoryError::Invalid)
+    }
+
+    /// Embeds one record's text; a failure leaves it to the background backfill.
+    async fn embed_one(&self, text: String) -> Option<Arc<[f32]>> {
+        match self.embedder.embed_passages(&[text]).await {
+            Ok(mut vectors) => vectors.pop().map(Arc::from),
+            Err(err) => {
+                tracing::warn!(error = %err, "embedding a record failed; it will be embedded later");
+                None
+            }
+        }
+    }
+
+    /// Stores the embedding and puts the record into the index.
+    async fn publish(&self, record: &Record, vector: Option<Arc<[f32]>>) {
+        if let Some(vector) = &vector {
+            if let Err(err) =
+                self.store.put_embedding(&record.tenant, &record.id, self.embedder.model_id(), vector).await
+            {
+                tracing::warn!(error = %err, id = %record.id, "storing an embedding failed; it will be redone at start");
+            }
+        }
+        self.index.upsert(IndexedRecord::new(record.clone(), vector));
     }
 
     pub async fn create(&self, tenant: &str, input: &Value, actor: &str) -> Result<Created, MemoryError> {
         let now = now_ms();
         let envelope = self.check(input, now)?;
+        let vector = self.embed_one(envelope_passage_text(&envelope)).await;
+        if let (Some(vector), None, None) = (&vector, &envelope.key, &envelope.id) {
+            if let Some((twin, similarity)) = self.near_twin(tenant, &envelope, vector) {
+                let record = self
+                    .store
+                    .update_memory(tenant, &twin, &envelope, None, actor, now)
+                    .await
+                    .map_err(|err| MemoryError::from_store(err, &twin))?;
+                self.publish(&record, Some(vector.clone())).await;
+                return Ok(Created::Deduplicated { record, similarity });
+            }
+        }
         let new_id = format!("mem-{}", uuid::Uuid::new_v4().simple());
-        self.store
+        let created = self
+            .store
             .create_memory(tenant, &envelope, &new_id, actor, now)
             .await
-            .map_err(|err| MemoryError::from_store(err, envelope.id.as_deref().unwrap_or(&new_id)))
+            .map_err(|err| MemoryError::from_store(err, envelope.id.as_deref().unwrap_or(&new_id)))?;
+        if let Created::New(record) | Created::Superseded(record) = &created {
+            self.publish(record, vector).await;
+        }
+        Ok(created)
+    }
+
+    /// A live record of the same type and scope whose embedding is at least `dedupe_threshold`
+    /// similar to `vector`, if any: the best one.
+    fn near_twin(&self, tenant: &str, envelope: &Envelope, vector: &[f32]) -> Option<(String, f32)> {
+        let index = self.index.tenant(tenant)?;
+        let index = index.read().unwrap_or_else(|p| p.into_inner());
+        let first_scope = envelope.scope.first()?;
+        let mut best: Option<(String, f32)> = None;
+        for slot in index.by_scope.get(first_scope).into_iter().flatten() {
+            let Some(item) = index.slots[*slot as usize].as_ref() else { continue };
+            let record = &item.record;
+            if record.record_type != envelope.record_type
+                || record.scope != envelope.scope
+                || record.key.is_some()
+            {
+                continue;
+            }
+            let Some(other) = item.vector.as_deref() else { continue };
+            let similarity = dot(vector, other);
+            if similarity >= self.dedupe_threshold && best.as_ref().is_none_or(|(_, s)| similarity > *s) {
+                best = Some((record.id.clone(), similarity));
+            }
+        }
+        best
     }
 
     pub async fn get(&self, tenant: &str, id: &str) -> Result<Record, MemoryError> {
@@ -97,10 +252,14 @@ impl MemoryService {
         let envelope = self.check(&merged, now)?;
         // The read revision guards the write too: a writer that slipped in between loses here.
         let expected = Some(if_match.unwrap_or(current.revision));
-        self.store
+        let record = self
+            .store
             .update_memory(tenant, id, &envelope, expected, actor, now)
             .await
-            .map_err(|err| MemoryError::from_store(err, id))
+            .map_err(|err| MemoryError::from_store(err, id))?;
+        let vector = self.embed_one(passage_text(&record)).await;
+        self.publish(&record, vector).await;
+        Ok(record)
     }
 
     pub async fn set_status(
@@ -110,17 +269,30 @@ impl MemoryService {
         status: Status,
         actor: &str,
     ) -> Result<Record, MemoryError> {
-        self.store
+        let record = self
+            .store
             .set_memory_status(tenant, id, status, actor, now_ms())
             .await
-            .map_err(|err| MemoryError::from_store(err, id))
+            .map_err(|err| MemoryError::from_store(err, id))?;
+        let vector = self.index.tenant(tenant).and_then(|i| {
+            i.read().unwrap_or_else(|p| p.into_inner()).get(id).and_then(|item| item.vector.clone())
+        });
+        match vector {
+            Some(vector) => self.index.upsert(IndexedRecord::new(record.clone(), Some(vector))),
+            // Reactivated (it was out of the index): embed it again.
+            None => self.publish(&record, self.embed_one(passage_text(&record)).await).await,
+        }
+        Ok(record)
     }
 
     pub async fn delete(&self, tenant: &str, id: &str, actor: &str) -> Result<Record, MemoryError> {
-        self.store
+        let record = self
+            .store
             .delete_memory(tenant, id, actor, now_ms())
             .await
-            .map_err(|err| MemoryError::from_store(err, id))
+            .map_err(|err| MemoryError::from_store(err, id))?;
+        self.index.remove(tenant, id);
+        Ok(record)
     }
 
     pub async fn history(&self, tenant: &str, id: &str) -> Result<Vec<Change>, MemoryError> {
@@ -142,7 +314,7 @@ impl MemoryService {
         self.store.list_memories(tenant, filter, cursor, limit).await.map_err(MemoryError::Store)
     }
 
-    /// Erases a scope's records and their history for good.
+    /// Erases a scope's records and their history for good; returns (records, changes) erased.
     pub async fn forget(&self, tenant: &str, scope: &str) -> Result<(u64, u64), MemoryError> {
         if !envelope::is_valid_scope(scope) {
             return Err(MemoryError::Invalid(vec![Problem::new(
@@ -151,6 +323,50 @@ impl MemoryService {
                 "a scope is `public` or `kind:value`, e.g. `user:u-789`",
             )]));
         }
-        self.store.forget_scope(tenant, scope).await.map_err(MemoryError::Store)
+        let (ids, changes) = self.store.forget_scope(tenant, scope).await.map_err(MemoryError::Store)?;
+        for id in &ids {
+            self.index.remove(tenant, id);
+        }
+        Ok((ids.len() as u64, changes))
+    }
+}
+
+/// The text a record is embedded from: its type, key, aliases and every string of its content.
+pub fn passage_text(record: &Record) -> String {
+    text_of(&record.record_type, record.key.as_deref(), &record.aliases, &record.content)
+}
+
+fn envelope_passage_text(envelope: &Envelope) -> String {
+    text_of(&envelope.record_type, envelope.key.as_deref(), &envelope.aliases, &envelope.content)
+}
+
+fn text_of(record_type: &str, key: Option<&str>, aliases: &[String], content: &Value) -> String {
+    let mut text = format!("{}\n", record_type.replace('_', " "));
+    if let Some(key) = key {
+        text.push_str(key);
+        text.push('\n');
+    }
+    for alias in aliases {
+        text.push_str(alias);
+        text.push('\n');
+    }
+    collect_text(content, &mut text);
+    text
+}
+
+/// Every string and number of a JSON value, one per line, in document order.
+pub fn collect_text(value: &Value, out: &mut String) {
+    match value {
+        Value::String(s) => {
+            out.push_str(s);
+            out.push('\n');
+        }
+        Value::Number(n) => {
+            out.push_str(&n.to_string());
+            out.push('\n');
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_text(v, out)),
+        Value::Object(map) => map.values().for_each(|v| collect_text(v, out)),
+        _ => {}
     }
 }

@@ -6,6 +6,7 @@
 use super::envelope::Problem;
 use super::record::{Envelope, now_ms};
 use super::{MemoryError, MemoryService};
+use crate::funnel::index::IndexedRecord;
 use crate::store::memories::{ImportMatch, ListFilter};
 use serde::Serialize;
 use serde_json::Value;
@@ -114,10 +115,16 @@ impl MemoryService {
             return Ok(ImportReport { dry_run, import_id: None, applied: false, counts, lines });
         }
         let import_id = format!("imp-{}", uuid::Uuid::new_v4().simple());
-        self.store
+        let added = self
+            .store
             .apply_import(tenant, &import_id, &to_add, actor, now)
             .await
             .map_err(|err| MemoryError::from_store(err, &import_id))?;
+        // Findable by exact terms at once; by similarity once the background embedding is done.
+        for record in added {
+            self.index.upsert(IndexedRecord::new(record, None));
+        }
+        self.spawn_backfill();
         Ok(ImportReport { dry_run, import_id: Some(import_id), applied: true, counts, lines })
     }
 
@@ -133,6 +140,9 @@ impl MemoryService {
             .undo_import(tenant, import_id, actor, now_ms())
             .await
             .map_err(|err| MemoryError::from_store(err, import_id))?;
+        for record in &removed {
+            self.index.remove(tenant, &record.id);
+        }
         Ok(removed.into_iter().map(|r| r.id).collect())
     }
 

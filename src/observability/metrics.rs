@@ -71,11 +71,26 @@ struct RouteLabels {
 
 type HistogramFamily = Family<RouteLabels, Histogram, fn() -> Histogram>;
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReleaseLabels {
+    release: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DegradedLabels {
+    release: String,
+    reason: String,
+}
+
 pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     upstream_latency: HistogramFamily,
     added_latency: HistogramFamily,
+    funnel_latency: Family<ReleaseLabels, Histogram, fn() -> Histogram>,
+    degraded: Family<DegradedLabels, Counter>,
+    injected_records: Family<ReleaseLabels, Counter>,
+    injected_tokens: Family<ReleaseLabels, Counter>,
 }
 
 impl Metrics {
@@ -99,7 +114,41 @@ impl Metrics {
             "Time memgate itself adds before the answer's headers (total minus upstream)",
             added_latency.clone(),
         );
-        Metrics { registry, requests, upstream_latency, added_latency }
+        let funnel_latency: Family<ReleaseLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.000025, 2.0, 17)));
+        registry.register(
+            "memory_recall_seconds",
+            "Time of the memory step (query embedding, funnel, rendering, placement), by release",
+            funnel_latency.clone(),
+        );
+        let degraded = Family::<DegradedLabels, Counter>::default();
+        registry.register(
+            "memory_degraded",
+            "Requests sent on without memory because memory failed, by release and reason",
+            degraded.clone(),
+        );
+        let injected_records = Family::<ReleaseLabels, Counter>::default();
+        registry.register(
+            "memory_injected_records",
+            "Records injected, by release",
+            injected_records.clone(),
+        );
+        let injected_tokens = Family::<ReleaseLabels, Counter>::default();
+        registry.register(
+            "memory_injected_tokens",
+            "Tokens of injected records, by release",
+            injected_tokens.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            upstream_latency,
+            added_latency,
+            funnel_latency,
+            degraded,
+            injected_records,
+            injected_tokens,
+        }
     }
 
     pub fn record_request(&self, route: Route, status: u16) {
@@ -112,6 +161,25 @@ impl Metrics {
         self.upstream_latency.get_or_create(&labels).observe(upstream.as_secs_f64());
         let added = total.saturating_sub(upstream);
         self.added_latency.get_or_create(&labels).observe(added.as_secs_f64());
+    }
+
+    pub fn record_funnel(&self, release: &str, took: Duration) {
+        self.funnel_latency
+            .get_or_create(&ReleaseLabels { release: release.to_owned() })
+            .observe(took.as_secs_f64());
+    }
+
+    /// `reason` is one of a fixed set (`timeout`, `embedder`, `template`, `placement`).
+    pub fn record_degraded(&self, release: &str, reason: &str) {
+        self.degraded
+            .get_or_create(&DegradedLabels { release: release.to_owned(), reason: reason.to_owned() })
+            .inc();
+    }
+
+    pub fn record_injection(&self, release: &str, records: usize, tokens: usize) {
+        let labels = ReleaseLabels { release: release.to_owned() };
+        self.injected_records.get_or_create(&labels).inc_by(records as u64);
+        self.injected_tokens.get_or_create(&labels).inc_by(tokens as u64);
     }
 
     /// The OpenMetrics text exposition.

@@ -8,10 +8,13 @@ pub mod upstream;
 
 use crate::app::AppState;
 use crate::error::ApiError;
+use crate::recall::{self, Recalled};
+use crate::rollout::Release;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::request::Parts;
-use axum::response::Response;
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
 use headers::upstream_request_headers;
 use http_body::Body as _;
 use upstream::UpstreamRequest;
@@ -45,10 +48,35 @@ async fn forward_messages_request(state: &AppState, request: Request) -> Result<
         request_body::read_limited(&parts.headers, body, limits.max_body_bytes, limits.body_read_timeout)
             .await?;
     request_body::parse_messages_request(&bytes)?;
+    let wish = recall::wish(&parts.headers, &caller)?;
+    let release = state.active_release().clone();
+    let recalled = recall::recall(state, &caller, &release, bytes, &wish).await?;
     let headers = upstream_request_headers(&parts.headers, &caller.upstream_credential);
-    // The caller's bytes go up as they came: no re-serialization, so field order, number
-    // formatting and unknown fields are exactly the client's.
-    state.upstream().send(upstream_request(&parts, headers, Some(reqwest::Body::from(bytes)))).await
+    // Without injection the caller's bytes go up as they came: no re-serialization, so field
+    // order, number formatting and unknown fields are exactly the client's. With injection only
+    // the block is added (see `inject::placement`).
+    let body = Some(reqwest::Body::from(recalled.body.clone()));
+    let mut response = match state.upstream().send(upstream_request(&parts, headers, body)).await {
+        Ok(response) => response,
+        Err(err) => err.into_response(),
+    };
+    add_memory_headers(response.headers_mut(), &release, &recalled, wish.debug);
+    Ok(response)
+}
+
+/// `X-Memory-Version`, `X-Memory-Injected`, `X-Memory-Status`, and the trace when asked for.
+fn add_memory_headers(headers: &mut HeaderMap, release: &Release, recalled: &Recalled, debug: bool) {
+    let mut set = |name: &'static str, value: String| {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
+    };
+    set("x-memory-version", release.name.clone());
+    set("x-memory-injected", recalled.injected_ids.len().to_string());
+    set("x-memory-status", recalled.status.as_str().to_owned());
+    if debug {
+        set("x-memory-trace", recalled.trace_json().to_string());
+    }
 }
 
 fn upstream_request(
@@ -68,4 +96,13 @@ pub async fn not_found(request: Request<Body>) -> ApiError {
         request.method(),
         request.uri().path()
     ))
+}
+
+/// A known path with a method it does not take.
+pub async fn method_not_allowed(request: Request<Body>) -> Response {
+    let mut response =
+        ApiError::invalid_request(format!("{} is not allowed on {}", request.method(), request.uri().path()))
+            .into_response();
+    *response.status_mut() = axum::http::StatusCode::METHOD_NOT_ALLOWED;
+    response
 }

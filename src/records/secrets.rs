@@ -71,8 +71,16 @@ pub struct SecretFinding {
     pub kind: SecretKind,
 }
 
+/// What a path says instead of an object key that is itself a secret.
+pub const REDACTED_KEY: &str = "<redacted>";
+
+/// Whether a piece of text holds a secret of any kind.
+pub fn is_secret_text(text: &str) -> bool {
+    !text_secrets(text).is_empty()
+}
+
 /// Every secret in `value`, each named by kind and JSON path under `base` (e.g. "$.content").
-/// A value holding several kinds yields one finding per kind; findings come in document order.
+/// A value holding several kinds yields one finding per kind, in the order `value` holds them.
 pub fn scan(value: &Value, base: &str) -> Vec<SecretFinding> {
     let mut findings = Vec::new();
     walk(value, base, &mut findings);
@@ -93,8 +101,11 @@ fn walk(value: &Value, path: &str, out: &mut Vec<SecretFinding>) {
         }
         Value::Object(map) => {
             for (key, child) in map {
-                let child_path = child_key(path, key);
-                for kind in text_secrets(key) {
+                // A secret used as a key must not reappear in the path that names it.
+                let key_secrets = text_secrets(key);
+                let child_path =
+                    if key_secrets.is_empty() { child_key(path, key) } else { child_key(path, REDACTED_KEY) };
+                for kind in key_secrets {
                     push(out, &child_path, kind);
                 }
                 if let Some(kind) = sensitive_key(key) {
@@ -114,11 +125,14 @@ fn push(out: &mut Vec<SecretFinding>, path: &str, kind: SecretKind) {
 }
 
 /// A value under a key named like a credential is one, whatever it looks like, unless it is a
-/// placeholder (`"********"`, `"<redacted>"`, `"${DB_PASSWORD}"`). Strings in which a specific
+/// placeholder (`"********"`, `"<redacted>"`, `"${DB_PASSWORD}"`) or says where the secret is
+/// kept (`"https://vault.example.com/…"`). Strings in which a specific
 /// detector already found something are left to that detector, so the finding says more.
 fn flag_values_under_key(value: &Value, path: &str, kind: &SecretKind, out: &mut Vec<SecretFinding>) {
     match value {
-        Value::String(text) if !is_placeholder(text) && text_secrets(text).is_empty() => {
+        Value::String(text)
+            if !is_placeholder(text) && !is_reference(text) && text_secrets(text).is_empty() =>
+        {
             push(out, path, kind.clone());
         }
         Value::Number(_) => push(out, path, kind.clone()),
@@ -162,9 +176,12 @@ fn sensitive_key(key: &str) -> Option<SecretKind> {
     let aws_secret = normalized.contains("secretaccesskey")
         || (normalized.contains("aws")
             && (normalized.ends_with("secret") || normalized.ends_with("secretkey")));
+    let lower = key.to_lowercase();
     if aws_secret {
         Some(SecretKind::AwsSecretKey)
-    } else if SENSITIVE_KEY_SUFFIXES.iter().any(|suffix| normalized.ends_with(suffix)) {
+    } else if SENSITIVE_KEY_SUFFIXES.iter().any(|suffix| normalized.ends_with(suffix))
+        || ["密码", "口令", "пароль"].iter().any(|word| lower.ends_with(word))
+    {
         Some(SecretKind::Password)
     } else {
         None
@@ -204,8 +221,11 @@ fn text_secrets(text: &str) -> Vec<SecretKind> {
 // ---------------------------------------------------------------------------------------------
 // Byte helpers.
 
+/// Where `needle` starts in `hay`, left to right, overlapping matches included.
 fn positions<'a>(hay: &'a [u8], needle: &'a [u8]) -> impl Iterator<Item = usize> + 'a {
-    hay.windows(needle.len()).enumerate().filter(move |(_, window)| *window == needle).map(|(i, _)| i)
+    let first = needle.first().copied();
+    let starts = (hay.len() + 1).saturating_sub(needle.len().max(1));
+    (0..starts).filter(move |&i| Some(hay[i]) == first && hay[i..].starts_with(needle))
 }
 
 fn run_len(bytes: &[u8], start: usize, allowed: impl Fn(u8) -> bool) -> usize {
@@ -573,7 +593,7 @@ fn value_after_name(bytes: &[u8], lower: &[u8], mut i: usize) -> bool {
         let start = i + 1;
         let len = run_len(bytes, start, |b| b != quote && b != b'\n');
         let value = String::from_utf8_lossy(&bytes[start..start + len]);
-        return value.chars().count() >= 4 && !is_placeholder(&value);
+        return value.chars().count() >= 4 && !is_placeholder(&value) && !is_reference(&value);
     }
     let len = run_len(bytes, i, is_value_byte);
     let value = trim_trailing_punctuation(&bytes[i..i + len]);
@@ -607,15 +627,15 @@ fn prose_continues(rest: &[u8]) -> bool {
 
 fn looks_like_password(value: &[u8], sentence_goes_on: bool) -> bool {
     let text = String::from_utf8_lossy(value);
-    if value.len() < 4 || is_placeholder(&text) {
+    if value.len() < 4 || is_placeholder(&text) || is_reference(&text) {
         return false;
     }
     let m = mix(value);
     let letters = m.upper || m.lower;
     let symbols = value.iter().any(|b| !b.is_ascii_alphanumeric());
     match (letters, m.digit, symbols) {
-        // `12 characters`, `8-16 chars`: a quantity in a sentence; a PIN otherwise.
-        (false, _, _) => !sentence_goes_on && value.iter().filter(|b| b.is_ascii_digit()).count() >= 4,
+        // A PIN: digits alone. `12 characters` and `8-16 chars` are quantities, `2024-06-15` a date.
+        (false, _, symbols) => !sentence_goes_on && !symbols,
         // A plain word: the password only if the sentence ends with it.
         (true, false, false) => {
             !sentence_goes_on && !NOT_PASSWORDS.contains(&text.to_ascii_lowercase().as_str())
@@ -624,6 +644,15 @@ fn looks_like_password(value: &[u8], sentence_goes_on: bool) -> bool {
         (true, false, true) => !sentence_goes_on,
         (true, true, _) => true,
     }
+}
+
+/// Values that say where something is rather than being a secret: a link (`https://vault…`; a URL
+/// with a password in it is caught as a connection string) or a file path (`PWD=/srv/app`).
+fn is_reference(value: &str) -> bool {
+    let path_like = ["/", "~/", "./", "../"].iter().any(|prefix| value.starts_with(prefix))
+        && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'_' | b'-' | b'~'))
+        && (value.matches('/').count() >= 2 || !value.bytes().any(|b| b.is_ascii_digit()));
+    path_like || value.contains("://")
 }
 
 /// Values that stand for a secret without being one: masks, template references, "redacted".

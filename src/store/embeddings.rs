@@ -8,26 +8,37 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
 impl Store {
-    pub async fn put_embedding(&self, tenant: &str, id: &str, model_id: &str, vector: &[f32]) -> Result<(), StoreError> {
+    pub async fn put_embedding(
+        &self,
+        tenant: &str,
+        id: &str,
+        model_id: &str,
+        vector: &[f32],
+    ) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await?;
         sqlx::query("DELETE FROM memory_embeddings WHERE tenant = $1 AND memory_id = $2")
             .bind(tenant)
             .bind(id)
             .execute(&mut *tx)
             .await?;
-        sqlx::query("INSERT INTO memory_embeddings (tenant, memory_id, model_id, vector) VALUES ($1, $2, $3, $4)")
-            .bind(tenant)
-            .bind(id)
-            .bind(model_id)
-            .bind(encode(vector))
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "INSERT INTO memory_embeddings (tenant, memory_id, model_id, vector) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(tenant)
+        .bind(id)
+        .bind(model_id)
+        .bind(encode(vector))
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(())
     }
 
     /// Every embedding made by `model_id`, by (tenant, record id).
-    pub async fn embeddings_of_model(&self, model_id: &str) -> Result<HashMap<(String, String), Vec<f32>>, StoreError> {
+    pub async fn embeddings_of_model(
+        &self,
+        model_id: &str,
+    ) -> Result<HashMap<(String, String), Vec<f32>>, StoreError> {
         let rows = sqlx::query("SELECT tenant, memory_id, vector FROM memory_embeddings WHERE model_id = $1")
             .bind(model_id)
             .fetch_all(self.pool())
@@ -35,7 +46,8 @@ impl Store {
         let mut out = HashMap::with_capacity(rows.len());
         for row in rows {
             let text: String = row.try_get("vector")?;
-            let vector = decode(&text).ok_or_else(|| StoreError::Corrupt("an embedding is not valid base64 f32".into()))?;
+            let vector = decode(&text)
+                .ok_or_else(|| StoreError::Corrupt("an embedding is not valid base64 f32".into()))?;
             out.insert((row.try_get("tenant")?, row.try_get("memory_id")?), vector);
         }
         Ok(out)

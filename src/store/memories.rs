@@ -52,6 +52,9 @@ pub enum Created {
     Superseded(Record),
     /// The same type, scope and content existed already: nothing was written.
     ExactRepeat(Record),
+    /// A live record of the same type and scope nearly repeated this content (embedding
+    /// similarity at or above the threshold): it was updated instead of adding a twin.
+    Deduplicated { record: Record, similarity: f32 },
 }
 
 /// One entry of a record's changelog.
@@ -222,7 +225,7 @@ impl Store {
 
     /// Erases every record that names `scope`, and every changelog entry that ever named it: no
     /// trace is left. Returns how many records and changes went.
-    pub async fn forget_scope(&self, tenant: &str, scope: &str) -> Result<(u64, u64), StoreError> {
+    pub async fn forget_scope(&self, tenant: &str, scope: &str) -> Result<(Vec<String>, u64), StoreError> {
         let mut tx = self.begin_write().await?;
         let ids: Vec<String> =
             sqlx::query("SELECT memory_id FROM memory_scopes WHERE tenant = $1 AND scope = $2")
@@ -271,7 +274,7 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok((ids.len() as u64, changes))
+        Ok((ids, changes))
     }
 
     /// A page of records in id order, starting after `after_id`.
@@ -578,7 +581,8 @@ async fn insert(
     .bind(import_id.map(str::to_owned))
     .bind(search_text(record))
     .execute(&mut **tx)
-    .await?;
+    .await
+    .map_err(super::topic_conflict)?;
     insert_scopes(tx, record).await
 }
 
@@ -628,7 +632,8 @@ async fn write_update(
     .bind(search_text(next))
     .bind(current.revision)
     .execute(&mut **tx)
-    .await?;
+    .await
+    .map_err(super::topic_conflict)?;
     if updated.rows_affected() == 0 {
         // Someone else wrote between our read and this update.
         return Err(StoreError::RevisionConflict {
@@ -648,7 +653,13 @@ async fn write_update(
         .await
 }
 
+/// Deletes a record with its scope rows and its embedding (which encodes its content).
 async fn remove(tx: &mut Transaction<'_, Any>, tenant: &str, id: &str) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM memory_embeddings WHERE tenant = $1 AND memory_id = $2")
+        .bind(tenant)
+        .bind(id)
+        .execute(&mut **tx)
+        .await?;
     sqlx::query("DELETE FROM memory_scopes WHERE tenant = $1 AND memory_id = $2")
         .bind(tenant)
         .bind(id)
@@ -727,24 +738,8 @@ fn search_text(record: &Record) -> String {
         text.push_str(alias);
         text.push('\n');
     }
-    collect_strings(&record.content, &mut text);
+    crate::memory::collect_text(&record.content, &mut text);
     text.to_lowercase()
-}
-
-fn collect_strings(value: &Value, out: &mut String) {
-    match value {
-        Value::String(s) => {
-            out.push_str(s);
-            out.push('\n');
-        }
-        Value::Array(items) => items.iter().for_each(|v| collect_strings(v, out)),
-        Value::Object(map) => map.values().for_each(|v| collect_strings(v, out)),
-        Value::Number(n) => {
-            out.push_str(&n.to_string());
-            out.push('\n');
-        }
-        _ => {}
-    }
 }
 
 fn escape_like(text: &str) -> String {

@@ -20,6 +20,8 @@ pub enum StoreError {
     RevisionConflict { expected: i64, actual: i64 },
     #[error("a record with id `{0}` already exists")]
     IdTaken(String),
+    #[error("another live record already has this key and scope")]
+    TopicTaken,
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
     #[error("stored data is unreadable: {0}")]
@@ -111,6 +113,14 @@ impl Store {
     pub async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
+    }
+}
+
+/// A unique-index violation (the topic index) becomes `TopicTaken`; other errors pass.
+pub(crate) fn topic_conflict(err: sqlx::Error) -> StoreError {
+    match &err {
+        sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::TopicTaken,
+        _ => StoreError::Database(err),
     }
 }
 

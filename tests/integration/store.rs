@@ -13,7 +13,13 @@ use std::sync::Arc;
 async fn service(db: &TestDb) -> MemoryService {
     let store = Store::connect(&db.url).await.unwrap();
     store.migrate().await.unwrap();
-    MemoryService::new(store, Arc::new(SchemaSet::load(None).unwrap()), 64 * 1024)
+    MemoryService::new(
+        store,
+        Arc::new(SchemaSet::load(None).unwrap()),
+        64 * 1024,
+        crate::support::embedder(),
+        0.95,
+    )
 }
 
 fn fact(id: &str, scope: &[&str], statement: &str) -> Value {

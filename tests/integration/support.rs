@@ -245,3 +245,9 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.path);
     }
 }
+
+/// The real embedding model from .assets/ (scripts/fetch-assets puts it there).
+pub fn embedder() -> memgate::embed::Embedder {
+    let config = memgate::embed::EmbedConfig::default_for(std::path::Path::new(".assets"));
+    memgate::embed::Embedder::load(&config).expect("the embedding model; run scripts/fetch-assets")
+}

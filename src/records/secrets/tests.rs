@@ -165,6 +165,8 @@ fn passwords_under_credential_keys() {
         "Refresh-Token": "r1",
         "pwd": 1234,
         "passphrase": "correct horse battery staple",
+        "密码": "abc123",
+        "Пароль": "qwerty",
         "wifi": {"passwords": ["Guest2024", "Staff2024"]},
     });
     let mut got = found(content);
@@ -181,6 +183,8 @@ fn passwords_under_credential_keys() {
         "$.content.pwd",
         "$.content.wifi.passwords[0]",
         "$.content.wifi.passwords[1]",
+        "$.content[\"Пароль\"]",
+        "$.content[\"密码\"]",
     ]
     .into_iter()
     .map(|p| (p.to_owned(), "password"))
@@ -248,8 +252,11 @@ fn nested_secrets_are_named_by_path() {
         "备注": anthropic_key(),
         "odd key": [[JWT]],
     });
+    // Sorted: the order of an object's members is serde_json's business.
+    let mut got = found(content);
+    got.sort();
     assert_eq!(
-        found(content),
+        got,
         [
             ("$.content.integrations[0].config.note".to_owned(), "slack_token"),
             ("$.content.integrations[1].dsn".to_owned(), "connection_string_credential"),
@@ -329,6 +336,7 @@ fn realistic_records_are_clean() {
         }),
         json!({
             "password_hint": "first pet",
+            "密码提示": "宠物名字",
             "password_policy": "12+ chars, one digit",
             "password_last_changed": "2024-06-01",
             "password_reset_url": "https://example.com/account/reset",
@@ -356,6 +364,8 @@ fn placeholders_under_credential_keys_are_clean() {
         "pwd": null,
         "app_secret": "your_app_secret_here",
         "private_key": "redacted",
+        "vault_secret": "https://vault.example.com/v1/kv/app",
+        "PWD": "/srv/app",
     });
     assert_no_findings(content);
 }
@@ -388,6 +398,10 @@ fn prose_about_passwords_is_clean() {
         "Пароль должен содержать 12 символов",
         "Клиент забыл пароль",
         "passwordless login via magic link",
+        "PWD=/srv/app",
+        "password: https://vault.example.com/ui/vault/secrets/prod-db",
+        "password: 2024-06-15",
+        r#"{"secret": "https://vault.example.com/v1/kv/app"}"#,
     ] {
         assert_clean(text);
     }
@@ -525,9 +539,7 @@ fn adversarial_input_stays_linear() {
     ];
     let started = std::time::Instant::now();
     for input in &inputs {
-        let one = std::time::Instant::now();
         let _ = scan(&json!(input), "$");
-        eprintln!("TIMING {:?} {}", one.elapsed(), &input[..12]);
     }
     // Quadratic behaviour on ~200 KB strings would take minutes; linear takes well under this.
     assert!(started.elapsed() < std::time::Duration::from_secs(20), "{:?}", started.elapsed());

@@ -1,0 +1,100 @@
+//! `POST /admin/v1/explain`: for a Messages body and a caller, the funnel trace and the rendered
+//! block — exactly what a real request would get — without calling the upstream.
+//!
+//! Body: `{"request": <Messages body>, "caller": {"scopes": [...], "subject": "u-789"},
+//! "release": "v1"}`; the tenant is the admin request's (`X-Memory-Tenant`).
+
+use super::{AdminContext, json_body};
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::identity::{Caller, Permissions, is_valid_subject};
+use crate::memory::envelope::is_valid_scope;
+use crate::proxy::headers::UpstreamCredential;
+use crate::recall::{Wish, recall};
+use axum::Json;
+use axum::extract::{Request, State};
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExplainBody {
+    request: Value,
+    #[serde(default)]
+    caller: ExplainCaller,
+    release: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExplainCaller {
+    #[serde(default)]
+    scopes: Vec<String>,
+    subject: Option<String>,
+}
+
+pub async fn explain(
+    State(state): State<AppState>,
+    ctx: AdminContext,
+    request: Request,
+) -> Result<Json<Value>, ApiError> {
+    let (parts, body) = request.into_parts();
+    let input = json_body(&state, &parts.headers, body).await?;
+    let input: ExplainBody = serde_json::from_value(input).map_err(|err| {
+        ApiError::invalid_request(format!(
+            "explain takes {{\"request\": <a Messages body>, \"caller\": {{\"scopes\": [...], \"subject\": ...}}, \"release\": ...}}: {err}"
+        ))
+    })?;
+    let mut scopes = BTreeSet::from(["public".to_owned()]);
+    for scope in input.caller.scopes {
+        if !is_valid_scope(&scope) {
+            return Err(ApiError::invalid_request(format!(
+                "caller.scopes: `{scope}` is not `public` or `kind:value`"
+            )));
+        }
+        scopes.insert(scope);
+    }
+    if let Some(subject) = &input.caller.subject {
+        if !is_valid_subject(subject) {
+            return Err(ApiError::invalid_request(
+                "caller.subject must be 1 to 128 printable characters without spaces",
+            ));
+        }
+        scopes.insert(format!("user:{subject}"));
+    }
+    let caller = Caller {
+        tenant: ctx.tenant,
+        subject: input.caller.subject,
+        scopes,
+        permissions: Permissions { debug: true, ..Permissions::default() },
+        rate_key: String::new(),
+        rate_limit_per_minute: 0,
+        upstream_credential: UpstreamCredential::Forward,
+    };
+    let release = match &input.release {
+        Some(name) => state
+            .release(name)
+            .cloned()
+            .ok_or_else(|| ApiError::invalid_request(format!("unknown release `{name}`")))?,
+        None => state.active_release().clone(),
+    };
+    let body = serde_json::to_vec(&input.request).map_err(ApiError::internal)?;
+    crate::proxy::request_body::parse_messages_request(&body)?;
+    let recalled =
+        recall(&state, &caller, &release, Bytes::from(body), &Wish { off: false, debug: true }).await?;
+    let request: Value = serde_json::from_slice(&recalled.body).map_err(ApiError::internal)?;
+    Ok(Json(json!({
+        "release": release.name,
+        "status": recalled.status.as_str(),
+        "degraded_reason": recalled.degraded_reason,
+        "injected": recalled.injected_ids,
+        "stubs": recalled.stub_ids,
+        "tokens": recalled.tokens,
+        "placed_in": recalled.placed_in,
+        "block": recalled.block,
+        "trace": recalled.trace,
+        "request": request,
+    })))
+}

@@ -1,0 +1,217 @@
+//! Recall: the memory step of a Messages request, between reading the body and sending it
+//! upstream. It embeds the query (the last user turn), runs the funnel on the caller's tenant
+//! index, renders the release's block and places it where the prompt cache stays intact.
+//!
+//! Fail-open: the whole step has a time budget (`memory.funnel_timeout_ms`). When it overruns, or
+//! the embedder, a template or placement fails, the request goes upstream as the client sent it,
+//! marked `X-Memory-Status: degraded` and counted; with `memory.fail_closed` it fails instead.
+
+use crate::app::AppState;
+use crate::error::{ApiError, ErrorKind};
+use crate::funnel::semantic::SemanticQuery;
+use crate::funnel::trace::Trace;
+use crate::identity::Caller;
+use crate::inject::{RenderItem, inject, last_user_text};
+use crate::memory::record::{format_ms, now_ms};
+use crate::rollout::Release;
+use axum::http::HeaderMap;
+use bytes::Bytes;
+use serde_json::{Value, json};
+use std::time::Instant;
+
+/// `X-Memory-Status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryStatus {
+    Ok,
+    Skipped,
+    Degraded,
+}
+
+impl MemoryStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemoryStatus::Ok => "ok",
+            MemoryStatus::Skipped => "skipped",
+            MemoryStatus::Degraded => "degraded",
+        }
+    }
+}
+
+/// What recall did to one request.
+pub struct Recalled {
+    /// The body to send upstream: the client's own, or with the block injected.
+    pub body: Bytes,
+    pub status: MemoryStatus,
+    pub injected_ids: Vec<String>,
+    pub stub_ids: Vec<String>,
+    pub tokens: usize,
+    pub block: Option<String>,
+    pub placed_in: Option<&'static str>,
+    pub trace: Option<Trace>,
+    /// Why it degraded, for logs and metrics.
+    pub degraded_reason: Option<&'static str>,
+}
+
+impl Recalled {
+    fn untouched(body: Bytes, status: MemoryStatus, reason: Option<&'static str>) -> Recalled {
+        Recalled {
+            body,
+            status,
+            injected_ids: Vec::new(),
+            stub_ids: Vec::new(),
+            tokens: 0,
+            block: None,
+            placed_in: None,
+            trace: None,
+            degraded_reason: reason,
+        }
+    }
+
+    /// A compact trace for the `X-Memory-Trace` header.
+    pub fn trace_json(&self) -> Value {
+        json!({"injected": self.injected_ids, "stubs": self.stub_ids, "tokens": self.tokens, "trace": self.trace})
+    }
+}
+
+/// What the request asked of memory.
+pub struct Wish {
+    pub off: bool,
+    pub debug: bool,
+}
+
+/// Reads `X-Memory-Mode` (`off` skips memory, `read` is the default) and `X-Memory-Debug: 1`
+/// (callers with the debug permission only).
+pub fn wish(headers: &HeaderMap, caller: &Caller) -> Result<Wish, ApiError> {
+    let off = match headers.get("x-memory-mode").map(|v| v.to_str().unwrap_or("")) {
+        None | Some("read") => false,
+        Some("off") => true,
+        Some(_) => return Err(ApiError::invalid_request("X-Memory-Mode must be `off` or `read`")),
+    };
+    let debug = match headers.get("x-memory-debug").map(|v| v.to_str().unwrap_or("")) {
+        None | Some("0") => false,
+        Some("1") if caller.permissions.debug => true,
+        Some("1") => {
+            return Err(ApiError::new(
+                ErrorKind::Permission,
+                "X-Memory-Debug needs a caller with the debug permission",
+            ));
+        }
+        Some(_) => return Err(ApiError::invalid_request("X-Memory-Debug must be 1 or 0")),
+    };
+    Ok(Wish { off, debug })
+}
+
+/// Runs recall for one request within the time budget.
+pub async fn recall(
+    state: &AppState,
+    caller: &Caller,
+    release: &Release,
+    body: Bytes,
+    wish: &Wish,
+) -> Result<Recalled, ApiError> {
+    if wish.off {
+        return Ok(Recalled::untouched(body, MemoryStatus::Skipped, None));
+    }
+    let budget = state.memory_config().funnel_timeout;
+    let started = Instant::now();
+    let attempt = tokio::time::timeout(budget, run(state, caller, release, &body, wish.debug)).await;
+    state.metrics().record_funnel(&release.name, started.elapsed());
+    let reason = match attempt {
+        Ok(Ok(recalled)) => return Ok(recalled),
+        Ok(Err(reason)) => reason,
+        Err(_) => "timeout",
+    };
+    state.metrics().record_degraded(&release.name, reason);
+    tracing::warn!(reason, release = %release.name, "memory degraded; the request goes on without it");
+    if state.memory_config().fail_closed {
+        return Err(ApiError::new(
+            ErrorKind::Overloaded,
+            format!("memory is unavailable ({reason}) and this gateway is set to fail closed"),
+        ));
+    }
+    Ok(Recalled::untouched(body, MemoryStatus::Degraded, Some(reason)))
+}
+
+async fn run(
+    state: &AppState,
+    caller: &Caller,
+    release: &Release,
+    body: &Bytes,
+    detailed: bool,
+) -> Result<Recalled, &'static str> {
+    let Some(query) = last_user_text(body).filter(|q| !q.trim().is_empty()) else {
+        return Ok(Recalled::untouched(body.clone(), MemoryStatus::Ok, None));
+    };
+    // A query this long says nothing more to the model: the embedding sees its start.
+    let query: String = query.chars().take(2000).collect();
+    let Some(tenant) = state.index().tenant(&caller.tenant) else {
+        return Ok(Recalled::untouched(body.clone(), MemoryStatus::Ok, None));
+    };
+    let vector = state.embedder().embed_query(&query).await.map_err(|err| {
+        tracing::warn!(error = %err, "query embedding failed");
+        "embedder"
+    })?;
+    let (items, stub_items, tokens, trace) = {
+        let index = tenant.read().unwrap_or_else(|p| p.into_inner());
+        let semantic = SemanticQuery {
+            text: &query,
+            vector: Some(&vector),
+            threshold: release.funnel.threshold,
+            probes: release.funnel.probes,
+        };
+        let output = crate::funnel::run(&index, caller, &semantic, &release.funnel, now_ms(), detailed);
+        (output.packed.injected, output.packed.stubs, output.packed.tokens, output.trace)
+    };
+    if items.is_empty() && stub_items.is_empty() && !release.empty_block {
+        let mut recalled = Recalled::untouched(body.clone(), MemoryStatus::Ok, None);
+        recalled.trace = detailed.then_some(trace);
+        return Ok(recalled);
+    }
+    let render_items: Vec<RenderItem> = items
+        .iter()
+        .map(|c| render_item(&c.item.record, None))
+        .chain(stub_items.iter().map(|c| render_item(&c.item.record, Some(stub_summary(&c.item.record)))))
+        .collect();
+    let block = state.templates().render(&release.name, &render_items).map_err(|err| {
+        tracing::error!(error = %err, release = %release.name, "template failed");
+        "template"
+    })?;
+    let injected = inject(body, &block, release.placement).map_err(|err| {
+        tracing::warn!(error = %err, "placement failed");
+        "placement"
+    })?;
+    state.metrics().record_injection(&release.name, items.len(), tokens);
+    Ok(Recalled {
+        body: Bytes::from(injected.body),
+        status: MemoryStatus::Ok,
+        injected_ids: items.iter().map(|c| c.item.record.id.clone()).collect(),
+        stub_ids: stub_items.iter().map(|c| c.item.record.id.clone()).collect(),
+        tokens,
+        block: Some(block),
+        placed_in: Some(injected.placed_in),
+        trace: detailed.then_some(trace),
+        degraded_reason: None,
+    })
+}
+
+fn render_item(record: &crate::memory::record::Record, stub: Option<String>) -> RenderItem {
+    RenderItem {
+        id: record.id.clone(),
+        record_type: record.record_type.clone(),
+        priority: record.priority,
+        updated_at: format_ms(record.updated_at_ms),
+        content: record.content.clone(),
+        stub,
+    }
+}
+
+/// One line saying what a record that did not fit is about: its type, key and first words.
+fn stub_summary(record: &crate::memory::record::Record) -> String {
+    let mut text = String::new();
+    crate::memory::collect_text(&record.content, &mut text);
+    let words: String = text.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(80).collect();
+    match &record.key {
+        Some(key) => format!("{} {key}: {words}", record.record_type),
+        None => format!("{}: {words}", record.record_type),
+    }
+}

@@ -1,0 +1,76 @@
+//! A release: a named version of the memory rules — the schema versions it reads, its template and
+//! contract (`templates/<name>/`), and its funnel settings. Built-in `v1` and `v2` are the defaults;
+//! `[releases.<name>]` in the config overrides or adds.
+
+use crate::config::{Config, RawRelease};
+use crate::funnel::FunnelSettings;
+use crate::funnel::semantic::DEFAULT_PROBES;
+use crate::inject::{Placement, Templates};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone)]
+pub struct Release {
+    pub name: String,
+    pub funnel: FunnelSettings,
+    pub placement: Placement,
+    /// Inject an empty block when nothing survives (some teams want the contract every time).
+    pub empty_block: bool,
+}
+
+/// Every release the config and the templates define, checked against each other.
+pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<String, Release>, String> {
+    let mut raw: BTreeMap<String, RawRelease> = BTreeMap::new();
+    for builtin in ["v1", "v2"] {
+        raw.insert(
+            builtin.into(),
+            RawRelease { schema_versions: Some(vec![builtin.into()]), ..RawRelease::default() },
+        );
+    }
+    for (name, release) in &config.releases {
+        let base = raw.remove(name).unwrap_or_default();
+        raw.insert(name.clone(), overlay(base, release.clone()));
+    }
+    let mut releases = BTreeMap::new();
+    for (name, r) in raw {
+        if !templates.contains(&name) {
+            return Err(format!(
+                "release `{name}` has no templates: add {}/{name}/memory.j2 and contract.txt",
+                config.memory.templates_dir.display()
+            ));
+        }
+        let placement = match r.placement.as_deref() {
+            None | Some("auto") => Placement::Auto,
+            Some("system") => Placement::System,
+            _ => Placement::LastUserTurn,
+        };
+        releases.insert(
+            name.clone(),
+            Release {
+                funnel: FunnelSettings {
+                    schema_versions: r.schema_versions.unwrap_or_else(|| vec![name.clone()]),
+                    threshold: r.similarity_threshold.unwrap_or(config.embedding.similarity_threshold),
+                    budget_tokens: r.budget_tokens.unwrap_or(3000),
+                    max_items: r.max_items.unwrap_or(5),
+                    max_stubs: r.max_stubs.unwrap_or(3),
+                    probes: DEFAULT_PROBES,
+                },
+                name,
+                placement,
+                empty_block: r.empty_block.unwrap_or(false),
+            },
+        );
+    }
+    Ok(releases)
+}
+
+fn overlay(base: RawRelease, top: RawRelease) -> RawRelease {
+    RawRelease {
+        schema_versions: top.schema_versions.or(base.schema_versions),
+        similarity_threshold: top.similarity_threshold.or(base.similarity_threshold),
+        budget_tokens: top.budget_tokens.or(base.budget_tokens),
+        max_items: top.max_items.or(base.max_items),
+        max_stubs: top.max_stubs.or(base.max_stubs),
+        placement: top.placement.or(base.placement),
+        empty_block: top.empty_block.or(base.empty_block),
+    }
+}
