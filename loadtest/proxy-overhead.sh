@@ -23,6 +23,12 @@ if [[ "${SKIP_BUILD:-}" != "1" ]]; then
     echo "building release binaries (memgate, loadgen)..." >&2
     cargo build --release --quiet --bin memgate --example loadgen
 fi
+# memgate serve loads an embedding model and ONNX Runtime (scripts/fetch-assets is idempotent).
+if [[ -z "${MEMGATE_MODEL_DIR:-}" || -z "${ORT_DYLIB_PATH:-}" ]]; then
+    scripts/fetch-assets >&2
+    # shellcheck disable=SC1091
+    source .assets/env.sh
+fi
 memgate_bin="$repo/target/release/memgate"
 loadgen_bin="$repo/target/release/examples/loadgen"
 
@@ -46,14 +52,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# start NAME PREFIX ARGS...: runs `memgate ARGS` in $work/NAME, waits (30 s at most) for its
+# start NAME PREFIX ARGS...: runs `memgate ARGS` from the repository root (templates/, .assets/),
+# logs in $work/NAME.{out,err}, waits (30 s at most) for its
 # "PREFIX listening on http://..." line and sets $started_url. (Not called in a subshell, so
 # that the process id lands in $pids for the cleanup.)
 start() {
     local name="$1" prefix="$2"
     shift 2
-    mkdir -p "$work/$name"
-    (cd "$work/$name" && exec "$memgate_bin" "$@" >"$work/$name.out" 2>"$work/$name.err") &
+    "$memgate_bin" "$@" >"$work/$name.out" 2>"$work/$name.err" &
     local pid=$!
     pids+=("$pid")
     local url=""
@@ -79,7 +85,16 @@ started_url=""
 start mock "mock-upstream" mock-upstream --listen 127.0.0.1:0
 mock_url="$started_url"
 export MEMGATE_LOG_LEVEL="${MEMGATE_LOG_LEVEL:-info}"
-start memgate "memgate" serve --listen 127.0.0.1:0 --upstream-url "$mock_url" --auth-mode passthrough
+export MEMGATE_DATABASE_URL="sqlite://$work/memgate.db" # a fresh, empty store
+# All load comes from one caller key: lift the per-caller rate limit (600/min by default) so that
+# memgate's 429s do not stand in for its latency.
+cat >"$work/memgate.toml" <<'TOML'
+[auth]
+mode = "passthrough"
+rate_limit_per_minute = 1000000000
+TOML
+start memgate "memgate" serve --config "$work/memgate.toml" --listen 127.0.0.1:0 \
+    --upstream-url "$mock_url" --auth-mode passthrough
 memgate_url="$started_url"
 echo "mock-upstream at $mock_url, memgate at $memgate_url" >&2
 

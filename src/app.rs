@@ -22,7 +22,7 @@ use crate::memory::MemoryService;
 use crate::observability::metrics::Metrics;
 use crate::proxy::upstream::Upstream;
 use crate::records::schemas::SchemaSet;
-use crate::rollout::Release;
+use crate::rollout::Rollout;
 use crate::rollout::release::load_releases;
 use crate::store::Store;
 use crate::{admin, health, observability, proxy};
@@ -30,7 +30,6 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{any, get, post};
 use secrecy::SecretString;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -44,16 +43,15 @@ struct Inner {
     limits: Limits,
     identity: Authenticator,
     upstream: Upstream,
-    metrics: Metrics,
+    metrics: Arc<Metrics>,
     draining: AtomicBool,
     memories: MemoryService,
     admin_token: Option<SecretString>,
     admin_rate_limit_per_minute: u32,
     max_import_bytes: u64,
     templates: Templates,
-    releases: BTreeMap<String, Release>,
     memory_config: MemoryConfig,
-    active: Release,
+    rollout: Rollout,
 }
 
 impl AppState {
@@ -94,14 +92,16 @@ impl AppState {
             message: format!("loading records: {err}"),
         })?;
         tracing::info!(records, releases = ?releases.keys().collect::<Vec<_>>(), "memory index loaded");
-        let active = releases.get(DEFAULT_RELEASE).cloned().ok_or_else(|| StartupError::ConfigInvalid {
-            key: "releases".into(),
-            message: format!("the default release `{DEFAULT_RELEASE}` is missing"),
-        })?;
+        let metrics = Arc::new(Metrics::new());
+        let rollout = Rollout::load(memories.store().clone(), releases, DEFAULT_RELEASE, metrics.clone())
+            .await
+            .map_err(|err| StartupError::Store {
+                url: crate::store::redact_url(&config.database_url),
+                message: format!("loading rollout state: {err}"),
+            })?;
         let inner = Inner {
-            active,
+            rollout,
             templates,
-            releases,
             memory_config: config.memory.clone(),
             memories,
             admin_token: config.admin.token.clone(),
@@ -110,7 +110,7 @@ impl AppState {
             identity,
             admin_rate_limit_per_minute: config.admin.rate_limit_per_minute,
             upstream: Upstream::new(&config.upstream)?,
-            metrics: Metrics::new(),
+            metrics,
             draining: AtomicBool::new(false),
         };
         Ok(AppState { inner: Arc::new(inner) })
@@ -160,13 +160,8 @@ impl AppState {
         &self.inner.memory_config
     }
 
-    /// The release a request uses.
-    pub fn release(&self, name: &str) -> Option<&Release> {
-        self.inner.releases.get(name)
-    }
-
-    pub fn active_release(&self) -> &Release {
-        &self.inner.active
+    pub fn rollout(&self) -> &Rollout {
+        &self.inner.rollout
     }
 
     pub fn admin_token(&self) -> Option<&SecretString> {
@@ -203,6 +198,12 @@ pub fn build_app(state: AppState) -> Router {
         .route("/imports/{id}/undo", post(transfer::undo))
         .route("/keys", post(admin::keys::create).get(admin::keys::list))
         .route("/explain", post(admin::explain::explain))
+        .route("/releases", get(admin::releases::list))
+        .route("/releases/{name}", get(admin::releases::get).patch(admin::releases::patch))
+        .route("/releases/{name}/promote", post(admin::releases::promote))
+        .route("/releases/{name}/rollback", post(admin::releases::rollback))
+        .route("/releases/{name}/stats", get(admin::releases::stats))
+        .route("/releases/{name}/history", get(admin::releases::history))
         .route("/keys/{id}", axum::routing::delete(admin::keys::revoke))
         .fallback(proxy::not_found)
         .method_not_allowed_fallback(proxy::method_not_allowed)

@@ -24,6 +24,9 @@ enum Command {
     /// Import or export memory records as JSON Lines.
     #[command(subcommand)]
     Memory(MemoryCommand),
+    /// List, promote or roll back releases of the memory rules.
+    #[command(subcommand)]
+    Release(ReleaseCommand),
     /// Issue gateway keys.
     #[command(subcommand)]
     Key(KeyCommand),
@@ -50,6 +53,28 @@ enum MemoryCommand {
         record_type: Option<String>,
         #[command(flatten)]
         target: Target,
+    },
+}
+
+#[derive(Subcommand)]
+enum ReleaseCommand {
+    /// Every release with its rollout state.
+    List(ConfigFlags),
+    /// Make a release the active one.
+    Promote {
+        name: String,
+        #[arg(long, default_value = "")]
+        reason: String,
+        #[command(flatten)]
+        config: ConfigFlags,
+    },
+    /// Withdraw a canary or shadow release.
+    Rollback {
+        name: String,
+        #[arg(long, default_value = "")]
+        reason: String,
+        #[command(flatten)]
+        config: ConfigFlags,
     },
 }
 
@@ -97,6 +122,7 @@ fn main() -> ExitCode {
             Command::Migrate(flags) => migrate(flags).await,
             Command::Memory(command) => memory(command).await,
             Command::Key(command) => key(command).await,
+            Command::Release(command) => release(command).await,
             Command::MockUpstream(args) => memgate::mock_upstream::run(args, |addr| {
                 println!("mock-upstream listening on http://{addr}");
             })
@@ -196,5 +222,28 @@ async fn key(command: KeyCommand) -> Result<(), String> {
     });
     println!("{answer}");
     eprintln!("memgate: keep the key now; it is not stored and cannot be shown again");
+    Ok(())
+}
+
+async fn release(command: ReleaseCommand) -> Result<(), String> {
+    let flags = match &command {
+        ReleaseCommand::List(flags) => flags,
+        ReleaseCommand::Promote { config, .. } | ReleaseCommand::Rollback { config, .. } => config,
+    };
+    let config = load_config(flags)?;
+    let state = memgate::AppState::new(&config).await.map_err(|e| e.to_string())?;
+    let rollout = state.rollout();
+    match &command {
+        ReleaseCommand::List(_) => {}
+        ReleaseCommand::Promote { name, reason, .. } => {
+            rollout.promote(name, "cli", reason).await.map_err(|e| e.to_string())?
+        }
+        ReleaseCommand::Rollback { name, reason, .. } => {
+            rollout.rollback(name, "cli", reason).await.map_err(|e| e.to_string())?
+        }
+    }
+    for release in rollout.list() {
+        println!("{release}");
+    }
     Ok(())
 }

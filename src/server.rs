@@ -8,8 +8,10 @@ use crate::app::{AppState, build_app};
 use crate::config::Config;
 use crate::error::StartupError;
 use std::net::SocketAddr;
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 
 pub async fn run(config: Config, on_ready: impl FnOnce(SocketAddr)) -> Result<(), StartupError> {
     let state = AppState::new(&config).await?;
@@ -20,8 +22,27 @@ pub async fn run(config: Config, on_ready: impl FnOnce(SocketAddr)) -> Result<()
     tracing::info!(%addr, upstream = %config.upstream.base_url, auth_mode = ?config.auth_mode, "memgate listening");
     on_ready(addr);
 
+    // The rollout ticker: once a second, pick up rollout changes made on other replicas and let
+    // the canary guards judge. It lives until shutdown is signalled.
+    let stop_ticking = CancellationToken::new();
+    let ticker = {
+        let state = state.clone();
+        let stop = stop_ticking.clone();
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(Duration::from_secs(1));
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    _ = interval.tick() => state.rollout().tick().await,
+                }
+            }
+        })
+    };
+
     let (signalled_tx, signalled_rx) = oneshot::channel::<()>();
     let draining_state = state.clone();
+    let background = state.memories().tasks().clone();
     let stop_accepting = async move {
         shutdown_signal().await;
         tracing::info!("shutdown requested: no new connections; draining in-flight requests");
@@ -45,6 +66,12 @@ pub async fn run(config: Config, on_ready: impl FnOnce(SocketAddr)) -> Result<()
             tracing::warn!(grace_ms = grace.as_millis() as u64, "grace period over; cutting the requests still in flight");
         }
     }
+    stop_ticking.cancel();
+    let _ = ticker.await;
+    // Background embedding and shadow runs: give them what is left of the grace period; what
+    // does not finish is redone at the next start.
+    background.close();
+    let _ = tokio::time::timeout(grace, background.wait()).await;
     tracing::info!("memgate stopped");
     Ok(())
 }

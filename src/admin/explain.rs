@@ -75,10 +75,10 @@ pub async fn explain(
     };
     let release = match &input.release {
         Some(name) => state
+            .rollout()
             .release(name)
-            .cloned()
             .ok_or_else(|| ApiError::invalid_request(format!("unknown release `{name}`")))?,
-        None => state.active_release().clone(),
+        None => state.rollout().active(),
     };
     let body = serde_json::to_vec(&input.request).map_err(ApiError::internal)?;
     crate::proxy::request_body::parse_messages_request(&body)?;

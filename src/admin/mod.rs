@@ -5,6 +5,7 @@
 pub mod explain;
 pub mod keys;
 pub mod memories;
+pub mod releases;
 pub mod transfer;
 
 use crate::app::AppState;

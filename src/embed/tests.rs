@@ -1,6 +1,6 @@
 //! Tests against the real model that scripts/fetch-assets puts in `.assets/`. Without the
 //! assets they print why and pass; CI runs scripts/fetch-assets (and sources .assets/env.sh)
-//! first, so there they run for real.
+//! first, so there they run for real (and with CI set, a missing ORT_DYLIB_PATH fails them).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -24,13 +24,18 @@ pub(super) fn real_config() -> Option<EmbedConfig> {
         return None;
     }
     // ort reads the library only from ORT_DYLIB_PATH, and a test cannot set it safely (other
-    // tests run on other threads), so it must come from the environment.
-    assert!(
-        std::env::var_os("ORT_DYLIB_PATH").is_some_and(|v| !v.is_empty()),
-        "the embedding assets are fetched but ORT_DYLIB_PATH is not set: run `source .assets/env.sh` first \
-         (or ORT_DYLIB_PATH={} cargo test)",
-        library.display()
-    );
+    // tests run on other threads), so it must come from the environment. On a developer's
+    // machine a missing export skips; in CI (CI=true) it fails, so CI cannot pass without them.
+    if std::env::var_os("ORT_DYLIB_PATH").is_none_or(|v| v.is_empty()) {
+        let message = format!(
+            "the embedding assets are fetched but ORT_DYLIB_PATH is not set: run `source .assets/env.sh` first \
+             (or ORT_DYLIB_PATH={} cargo test)",
+            library.display()
+        );
+        assert!(std::env::var_os("CI").is_none(), "{message}");
+        eprintln!("skipping: {message}");
+        return None;
+    }
     // Whatever library the environment names (checked by Embedder::load) is the one ort loads.
     config.ort_dylib_path = None;
     Some(config)

@@ -77,6 +77,18 @@ struct ReleaseLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReleaseOutcomeLabels {
+    release: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RollbackLabels {
+    release: String,
+    by: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DegradedLabels {
     release: String,
     reason: String,
@@ -91,6 +103,9 @@ pub struct Metrics {
     degraded: Family<DegradedLabels, Counter>,
     injected_records: Family<ReleaseLabels, Counter>,
     injected_tokens: Family<ReleaseLabels, Counter>,
+    release_requests: Family<ReleaseOutcomeLabels, Counter>,
+    release_added_latency: Family<ReleaseLabels, Histogram, fn() -> Histogram>,
+    release_rollbacks: Family<RollbackLabels, Counter>,
 }
 
 impl Metrics {
@@ -139,6 +154,25 @@ impl Metrics {
             "Tokens of injected records, by release",
             injected_tokens.clone(),
         );
+        let release_requests = Family::<ReleaseOutcomeLabels, Counter>::default();
+        registry.register(
+            "release_requests",
+            "Messages requests by release and outcome (ok, upstream_error, memory_error)",
+            release_requests.clone(),
+        );
+        let release_added_latency: Family<ReleaseLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.000025, 2.0, 17)));
+        registry.register(
+            "release_added_latency_seconds",
+            "Time memgate adds before the answer's headers, by release",
+            release_added_latency.clone(),
+        );
+        let release_rollbacks = Family::<RollbackLabels, Counter>::default();
+        registry.register(
+            "release_rollbacks",
+            "Canary rollbacks, by release and by whom (guard or person)",
+            release_rollbacks.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -148,6 +182,9 @@ impl Metrics {
             degraded,
             injected_records,
             injected_tokens,
+            release_requests,
+            release_added_latency,
+            release_rollbacks,
         }
     }
 
@@ -180,6 +217,27 @@ impl Metrics {
         let labels = ReleaseLabels { release: release.to_owned() };
         self.injected_records.get_or_create(&labels).inc_by(records as u64);
         self.injected_tokens.get_or_create(&labels).inc_by(tokens as u64);
+    }
+
+    pub fn record_release(&self, release: &str, upstream_error: bool, memory_error: bool, added: Duration) {
+        let outcome = if upstream_error {
+            "upstream_error"
+        } else if memory_error {
+            "memory_error"
+        } else {
+            "ok"
+        };
+        self.release_requests
+            .get_or_create(&ReleaseOutcomeLabels { release: release.to_owned(), outcome })
+            .inc();
+        self.release_added_latency
+            .get_or_create(&ReleaseLabels { release: release.to_owned() })
+            .observe(added.as_secs_f64());
+    }
+
+    pub fn record_rollback(&self, release: &str, by_guard: bool) {
+        let by = if by_guard { "guard" } else { "person" };
+        self.release_rollbacks.get_or_create(&RollbackLabels { release: release.to_owned(), by }).inc();
     }
 
     /// The OpenMetrics text exposition.

@@ -4,19 +4,25 @@
 
 pub mod headers;
 pub mod request_body;
+pub mod shadow;
 pub mod upstream;
 
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::recall::{self, Recalled};
 use crate::rollout::Release;
+use crate::rollout::stats::Outcome;
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use axum::extract::{Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use headers::upstream_request_headers;
 use http_body::Body as _;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use upstream::UpstreamLatency;
 use upstream::UpstreamRequest;
 
 /// `POST /v1/messages`, streaming or not.
@@ -41,6 +47,7 @@ pub async fn passthrough(State(state): State<AppState>, request: Request) -> Res
 }
 
 async fn forward_messages_request(state: &AppState, request: Request) -> Result<Response, ApiError> {
+    let started = Instant::now();
     let (parts, body) = request.into_parts();
     let caller = state.identity().authenticate(&parts.headers).await?;
     let limits = state.limits();
@@ -49,8 +56,15 @@ async fn forward_messages_request(state: &AppState, request: Request) -> Result<
             .await?;
     request_body::parse_messages_request(&bytes)?;
     let wish = recall::wish(&parts.headers, &caller)?;
-    let release = state.active_release().clone();
+    let client = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
+    // The request keeps this release to the end, whatever the rollout does meanwhile.
+    let release = state.rollout().route(&caller, &parts.headers, client)?;
+    let shadows = state.rollout().shadows_for(&release);
+    let original = (!shadows.is_empty()).then(|| bytes.clone());
     let recalled = recall::recall(state, &caller, &release, bytes, &wish).await?;
+    if let Some(original) = original {
+        shadow::spawn(state, &caller, &recalled, shadows, original);
+    }
     let headers = upstream_request_headers(&parts.headers, &caller.upstream_credential);
     // Without injection the caller's bytes go up as they came: no re-serialization, so field
     // order, number formatting and unknown fields are exactly the client's. With injection only
@@ -60,6 +74,17 @@ async fn forward_messages_request(state: &AppState, request: Request) -> Result<
         Ok(response) => response,
         Err(err) => err.into_response(),
     };
+    let upstream_time = response.extensions().get::<UpstreamLatency>().map_or(Duration::ZERO, |l| l.0);
+    state.rollout().record(
+        &release.name,
+        &Outcome {
+            upstream_error: response.status().is_server_error(),
+            memory_error: recalled.status == recall::MemoryStatus::Degraded,
+            injected_records: recalled.injected_ids.len(),
+            injected_tokens: recalled.tokens,
+            added_latency: started.elapsed().saturating_sub(upstream_time),
+        },
+    );
     add_memory_headers(response.headers_mut(), &release, &recalled, wish.debug);
     Ok(response)
 }

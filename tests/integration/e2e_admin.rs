@@ -1932,3 +1932,37 @@ async fn cli_export_and_import_round_trip_records_between_databases() {
     );
     assert_eq!(target.export(Some("other"), "").await, "");
 }
+
+#[tokio::test]
+async fn zz_probe_similarity() {
+    let admin = Admin::start_with_config(
+        "[embedding]\ndedupe_threshold = 0.0\n[admin]\nrate_limit_per_minute = 100000\n",
+    );
+    let pairs = [
+        ("Imported one", "Written after the import"),
+        ("Fact number 01", "Fact number 02"),
+        ("Order ORD-1001 shipped on Monday", "Order ORD-1002 shipped on Monday"),
+        ("Order ORD-1001 shipped on Monday", "Order ORD-1001 was refunded"),
+        ("The customer is allergic to peanuts", "The customer is not allergic to peanuts"),
+        ("Refund limit is 50 EUR", "Refund limit is 500 EUR"),
+        (
+            "Deliveries to this customer must arrive before noon.",
+            "Deliveries to this customer must arrive before noon",
+        ),
+        (
+            "Deliveries to this customer must arrive before noon.",
+            "deliveries to this customer must arrive before noon!",
+        ),
+        ("The customer prefers email", "The customer prefers phone calls"),
+        ("Likes green tea", "Old address on file"),
+        ("Store opens at 9", "Returns need a receipt"),
+        ("The warehouse closes at 18:00", "The warehouse closes at 20:00"),
+        ("VIP customer since 2019", "VIP customer since 2021"),
+    ];
+    for (i, (a, b)) in pairs.iter().enumerate() {
+        let scope = format!("user:p-{i}");
+        admin.create_ok(None, &fact(a, &[&scope])).await;
+        let answer = admin.create(None, &fact(b, &[&scope])).await;
+        println!("PROBE {:.4} | {a} | {b}", answer.json["similarity"].as_f64().unwrap_or(-1.0));
+    }
+}

@@ -6,6 +6,7 @@ mod support;
 
 mod e2e_admin;
 mod e2e_identity;
+mod e2e_memory;
 mod e2e_proxy;
 mod e2e_shutdown;
 mod router;

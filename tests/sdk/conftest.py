@@ -63,13 +63,26 @@ class Service:
                 self.proc.wait(timeout=10)
 
 
+# Settings passed on to the services: where the embedding model and ONNX Runtime are, and logging.
+_KEPT_SETTINGS = ("MEMGATE_MODEL_DIR", "MEMGATE_LOG_LEVEL", "MEMGATE_LOG_FORMAT")
+
+
 def _child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     # The services must not pick up a developer's real settings or keys by accident.
     for name in list(env):
-        if name.startswith("MEMGATE_") or name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
+        if (name.startswith("MEMGATE_") and name not in _KEPT_SETTINGS) or name in (
+            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_AUTH_TOKEN",
+        ):
             del env[name]
-    env.setdefault("RUST_LOG", "warn")
+    # memgate's default `.assets/...` paths are relative to the working directory; give them as
+    # absolute paths unless set already (tests/sdk/run.sh sources .assets/env.sh).
+    assets = REPO / ".assets"
+    env.setdefault("MEMGATE_MODEL_DIR", str(assets / "models" / "multilingual-e5-small"))
+    ort = sorted((assets / "onnxruntime").glob("libonnxruntime.so*"))
+    if ort:
+        env.setdefault("ORT_DYLIB_PATH", str(ort[-1]))
     env.update(extra or {})
     return env
 
@@ -78,6 +91,9 @@ def start_service(
     name: str, args: list[str], workdir: Path, env_extra: dict[str, str] | None = None
 ) -> Service:
     """Start `memgate <args>`, wait for its "listening on" line, return its URL.
+
+    It runs from the repository root (where `templates/` and `.assets/` are, as for a user running
+    memgate from a checkout); its stderr goes to `workdir/<name>.stderr.log`.
 
     Fails the test session with the process's stderr if it exits or stays silent past the deadline.
     """
@@ -91,7 +107,7 @@ def start_service(
     stderr_file = open(stderr_path, "w")  # noqa: SIM115 - kept open for the child's lifetime
     proc = subprocess.Popen(
         [MEMGATE_BIN, *args],
-        cwd=workdir,
+        cwd=REPO,
         env=_child_env(env_extra),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -142,9 +158,14 @@ def start_service(
             return service
 
 
+def database_env(directory: Path) -> dict[str, str]:
+    """A fresh SQLite store in `directory`, so no test run sees another's state."""
+    return {"MEMGATE_DATABASE_URL": f"sqlite://{directory / 'memgate.db'}"}
+
+
 @pytest.fixture(scope="session")
 def workdir() -> Iterator[Path]:
-    # The services run here, so a default SQLite file or any other state lands in a temp dir.
+    # The services' logs and SQLite files land here.
     with tempfile.TemporaryDirectory(prefix="memgate-sdk-") as path:
         yield Path(path)
 
@@ -171,7 +192,8 @@ def memgate(mock_upstream: Service, workdir: Path) -> Iterator[Service]:
             "--auth-mode",
             "passthrough",
         ],
-        service_dir,
+        workdir,
+        env_extra=database_env(service_dir),
     )
     yield service
     service.stop()
