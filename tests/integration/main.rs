@@ -11,3 +11,4 @@ mod e2e_proxy;
 mod e2e_shutdown;
 mod router;
 mod store;
+mod visibility;
