@@ -88,7 +88,10 @@ struct Question {
 
 async fn run(args: Args) -> Result<(), BoxError> {
     let machine_before = common::machine();
-    let data: Value = serde_json::from_slice(&std::fs::read(&args.data)?)?;
+    let bytes = std::fs::read(&args.data).map_err(|err| {
+        format!("cannot read {}: {err} (run from the repository root, or pass --data)", args.data.display())
+    })?;
+    let data: Value = serde_json::from_slice(&bytes)?;
     let samples = data.as_array().ok_or("locomo10.json is not a list of samples")?;
     let take = args.conversations.unwrap_or(samples.len()).min(samples.len());
     let templates = Templates::load(std::path::Path::new("templates"))?;
