@@ -77,6 +77,9 @@ impl Recalled {
 pub struct Wish {
     pub off: bool,
     pub debug: bool,
+    /// Overrides `memory.funnel_timeout_ms`: diagnostics (`explain`) and shadow runs, which
+    /// nobody waits on, take the time they need.
+    pub budget: Option<std::time::Duration>,
 }
 
 /// Reads `X-Memory-Mode` (`off` skips memory, `read` is the default) and `X-Memory-Debug: 1`
@@ -98,7 +101,7 @@ pub fn wish(headers: &HeaderMap, caller: &Caller) -> Result<Wish, ApiError> {
         }
         Some(_) => return Err(ApiError::invalid_request("X-Memory-Debug must be 1 or 0")),
     };
-    Ok(Wish { off, debug })
+    Ok(Wish { off, debug, budget: None })
 }
 
 /// Runs recall for one request within the time budget.
@@ -112,7 +115,7 @@ pub async fn recall(
     if wish.off {
         return Ok(Recalled::untouched(body, MemoryStatus::Skipped, None));
     }
-    let budget = state.memory_config().funnel_timeout;
+    let budget = wish.budget.unwrap_or(state.memory_config().funnel_timeout);
     let started = Instant::now();
     let attempt = tokio::time::timeout(budget, run(state, caller, release, &body, wish.debug)).await;
     state.metrics().record_funnel(&release.name, started.elapsed());

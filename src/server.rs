@@ -22,8 +22,8 @@ pub async fn run(config: Config, on_ready: impl FnOnce(SocketAddr)) -> Result<()
     tracing::info!(%addr, upstream = %config.upstream.base_url, auth_mode = ?config.auth_mode, "memgate listening");
     on_ready(addr);
 
-    // The rollout ticker: once a second, pick up rollout changes made on other replicas and let
-    // the canary guards judge. It lives until shutdown is signalled.
+    // The ticker: once a second, pick up rollout and record changes made on other replicas, and
+    // let the canary guards judge. It lives until shutdown is signalled.
     let stop_ticking = CancellationToken::new();
     let ticker = {
         let state = state.clone();
@@ -34,7 +34,12 @@ pub async fn run(config: Config, on_ready: impl FnOnce(SocketAddr)) -> Result<()
             loop {
                 tokio::select! {
                     () = stop.cancelled() => break,
-                    _ = interval.tick() => state.rollout().tick().await,
+                    _ = interval.tick() => {
+                        state.rollout().tick().await;
+                        if let Err(err) = state.memories().sync_from_store().await {
+                            tracing::warn!(error = %err, "could not take in other replicas' record changes; retrying");
+                        }
+                    }
                 }
             }
         })

@@ -268,7 +268,9 @@ async fn run(args: Args) -> Result<(), BoxError> {
         let key =
             if q.category == 5 { "category 5 (adversarial)".to_owned() } else { "categories 1-4".to_owned() };
         groups.entry(key).or_default().add(&sample);
-        groups.entry(format!("category {}", q.category)).or_default().add(&sample);
+        if q.category != 5 {
+            groups.entry(format!("category {}", q.category)).or_default().add(&sample);
+        }
         for (threshold, group) in sweep.iter().zip(sweep_groups.iter_mut()) {
             let (ids, tokens, _) = ranked(&settings(*threshold, 5, 3000));
             if q.category == 5 {

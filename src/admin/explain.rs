@@ -82,8 +82,14 @@ pub async fn explain(
     };
     let body = serde_json::to_vec(&input.request).map_err(ApiError::internal)?;
     crate::proxy::request_body::parse_messages_request(&body)?;
-    let recalled =
-        recall(&state, &caller, &release, Bytes::from(body), &Wish { off: false, debug: true }).await?;
+    let recalled = recall(
+        &state,
+        &caller,
+        &release,
+        Bytes::from(body),
+        &Wish { off: false, debug: true, budget: Some(std::time::Duration::from_secs(10)) },
+    )
+    .await?;
     let request: Value = serde_json::from_slice(&recalled.body).map_err(ApiError::internal)?;
     Ok(Json(json!({
         "release": release.name,

@@ -190,6 +190,24 @@ impl MemoryIndex {
         }
     }
 
+    /// Whether the index holds this record at this revision or a later one.
+    pub fn has_revision(&self, tenant: &str, id: &str, revision: i64) -> bool {
+        self.tenant(tenant).is_some_and(|index| {
+            index
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(id)
+                .is_some_and(|i| i.record.revision >= revision)
+        })
+    }
+
+    /// The record's revision if the index holds it and it was last written before `at_ms`.
+    pub fn revision_if_older(&self, tenant: &str, id: &str, at_ms: i64) -> Option<i64> {
+        let index = self.tenant(tenant)?;
+        let index = index.read().unwrap_or_else(|p| p.into_inner());
+        index.get(id).filter(|i| i.record.updated_at_ms <= at_ms).map(|i| i.record.revision)
+    }
+
     /// Records (of any tenant) that have no embedding yet.
     pub fn missing_vectors(&self) -> Vec<Record> {
         let tenants: Vec<_> =

@@ -61,6 +61,8 @@ pub struct MemoryService {
     /// Background embedding of records written without one (imports, startup after a model
     /// change). Closed and awaited on shutdown; what it could not finish is redone at next start.
     tasks: TaskTracker,
+    /// Up to when (ms) this replica's index has taken in the store's changes.
+    synced_until: Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl MemoryService {
@@ -79,6 +81,7 @@ impl MemoryService {
             index: Arc::new(MemoryIndex::default()),
             dedupe_threshold,
             tasks: TaskTracker::new(),
+            synced_until: Arc::new(std::sync::atomic::AtomicI64::new(now_ms())),
         }
     }
 
@@ -101,6 +104,7 @@ impl MemoryService {
     /// Loads every record with its stored embedding into the index, then embeds in the
     /// background the records that have none for the running model.
     pub async fn load_index(&self) -> Result<usize, StoreError> {
+        self.synced_until.store(now_ms(), std::sync::atomic::Ordering::SeqCst);
         let records = self.store.all_memories().await?;
         let mut vectors = self.store.embeddings_of_model(self.embedder.model_id()).await?;
         let items: Vec<IndexedRecord> = records
@@ -114,6 +118,39 @@ impl MemoryService {
         self.index.load(items);
         self.spawn_backfill();
         Ok(count)
+    }
+
+    /// Applies what other replicas wrote since the last sync to this replica's index. Runs once a
+    /// second from the server's ticker; the 5-second overlap absorbs clock skew between replicas,
+    /// and applying a change twice is harmless (a record's revision decides).
+    pub async fn sync_from_store(&self) -> Result<usize, StoreError> {
+        let now = now_ms();
+        let since = self.synced_until.swap(now, std::sync::atomic::Ordering::SeqCst) - 5_000;
+        let (records, removed) = self.store.changed_since(since).await?;
+        let mut applied = 0;
+        for (tenant, id, at) in removed {
+            if self.index.revision_if_older(&tenant, &id, at).is_some() {
+                self.index.remove(&tenant, &id);
+                applied += 1;
+            }
+        }
+        for record in records {
+            if self.index.has_revision(&record.tenant, &record.id, record.revision) {
+                continue;
+            }
+            let vector = self
+                .store
+                .embedding(&record.tenant, &record.id, self.embedder.model_id())
+                .await?
+                .map(Arc::from);
+            let missing = vector.is_none();
+            self.index.upsert(IndexedRecord::new(record, vector));
+            if missing {
+                self.spawn_backfill();
+            }
+            applied += 1;
+        }
+        Ok(applied)
     }
 
     /// Embeds, in the background, every indexed record that has no embedding yet.

@@ -53,6 +53,32 @@ impl Store {
         Ok(out)
     }
 
+    /// One record's embedding by `model_id`, if stored.
+    pub async fn embedding(
+        &self,
+        tenant: &str,
+        id: &str,
+        model_id: &str,
+    ) -> Result<Option<Vec<f32>>, StoreError> {
+        let row = sqlx::query(
+            "SELECT vector FROM memory_embeddings WHERE tenant = $1 AND memory_id = $2 AND model_id = $3",
+        )
+        .bind(tenant)
+        .bind(id)
+        .bind(model_id)
+        .fetch_optional(self.pool())
+        .await?;
+        match row {
+            None => Ok(None),
+            Some(row) => {
+                let text: String = row.try_get("vector")?;
+                decode(&text)
+                    .map(Some)
+                    .ok_or_else(|| StoreError::Corrupt("an embedding is not valid base64 f32".into()))
+            }
+        }
+    }
+
     /// Drops embeddings whose record is gone (deleted, forgotten, undone imports).
     pub async fn prune_embeddings(&self) -> Result<u64, StoreError> {
         let done = sqlx::query(

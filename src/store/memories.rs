@@ -324,6 +324,30 @@ impl Store {
         rows.iter().map(record_from_row).collect()
     }
 
+    /// Records written (created, changed) at or after `since_ms`, and records removed since then
+    /// as (tenant, id, when): what another replica changed, for this one's index.
+    pub async fn changed_since(
+        &self,
+        since_ms: i64,
+    ) -> Result<(Vec<Record>, Vec<(String, String, i64)>), StoreError> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLUMNS} FROM memories WHERE updated_at >= $1 ORDER BY updated_at"
+        )))
+        .bind(since_ms)
+        .fetch_all(self.pool())
+        .await?;
+        let records = rows.iter().map(record_from_row).collect::<Result<_, _>>()?;
+        let rows = sqlx::query("SELECT tenant, memory_id, at FROM memory_tombstones WHERE at >= $1")
+            .bind(since_ms)
+            .fetch_all(self.pool())
+            .await?;
+        let mut removed = Vec::with_capacity(rows.len());
+        for row in rows {
+            removed.push((row.try_get("tenant")?, row.try_get("memory_id")?, row.try_get("at")?));
+        }
+        Ok((records, removed))
+    }
+
     /// Every record of every tenant, for loading the in-memory index at startup.
     pub async fn all_memories(&self) -> Result<Vec<Record>, StoreError> {
         let rows =
@@ -655,6 +679,12 @@ async fn write_update(
 
 /// Deletes a record with its scope rows and its embedding (which encodes its content).
 async fn remove(tx: &mut Transaction<'_, Any>, tenant: &str, id: &str) -> Result<(), StoreError> {
+    sqlx::query("INSERT INTO memory_tombstones (tenant, memory_id, at) VALUES ($1, $2, $3)")
+        .bind(tenant)
+        .bind(id)
+        .bind(crate::memory::record::now_ms())
+        .execute(&mut **tx)
+        .await?;
     sqlx::query("DELETE FROM memory_embeddings WHERE tenant = $1 AND memory_id = $2")
         .bind(tenant)
         .bind(id)

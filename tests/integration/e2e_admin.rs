@@ -225,6 +225,11 @@ fn fact(statement: &str, scope: &[&str]) -> Value {
     json!({"type": "fact", "scope": scope, "content": {"statement": statement}})
 }
 
+/// A fact with its id given, so that no near-duplicate check merges it into a similar one.
+fn fact_with_id(id: &str, statement: &str, scope: &[&str]) -> Value {
+    with(fact(statement, scope), "id", json!(id))
+}
+
 /// `record` with `field` set (or replaced).
 fn with(mut record: Value, field: &str, value: Value) -> Value {
     record[field] = value;
@@ -388,11 +393,11 @@ async fn list_filters_search_and_cursor_paging_reach_every_record_once() {
     for i in 0..17 {
         let scope = if i % 3 == 0 { "team:a" } else { "team:b" };
         let statement = format!("Fact number {i:02}");
-        let id = admin.create_ok(None, &fact(&statement, &[scope])).await;
+        let id = admin.create_ok(None, &fact_with_id(&format!("mem-f{i:02}"), &statement, &[scope])).await;
         expected.push((id, scope, "fact", "active", statement));
     }
     for i in 0..4 {
-        let mut record = json!({"type": "preference", "scope": ["team:a"],
+        let mut record = json!({"id": format!("mem-p{i}"), "type": "preference", "scope": ["team:a"],
             "content": {"topic": "delivery", "preference": format!("Deliver before noon, slot {i}")}});
         if i == 2 {
             record["aliases"] = json!(["Morning-Delivery"]);
@@ -400,14 +405,17 @@ async fn list_filters_search_and_cursor_paging_reach_every_record_once() {
         let id = admin.create_ok(None, &record).await;
         expected.push((id, "team:a", "preference", "active", format!("slot {i}")));
     }
-    for (statement, key) in [
+    for (n, (statement, key)) in [
         ("Discount is 50% for VIPs", None),
         ("Discount is 500 points", None),
         ("Reference order_42 shipped", None),
         ("Reference orderX42 shipped", None),
         ("Spare parts", Some("sku:AB-1234")),
-    ] {
-        let mut record = fact(statement, &["public"]);
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut record = fact_with_id(&format!("mem-x{n}"), statement, &["public"]);
         if let Some(key) = key {
             record["key"] = json!(key);
         }
@@ -540,13 +548,15 @@ async fn history_holds_every_change_in_order_with_before_after_actor_and_time() 
 #[tokio::test]
 async fn forget_erases_a_scope_and_its_history_and_nothing_else() {
     let admin = Admin::start();
-    let erased = admin.create_ok(None, &fact("Likes green tea", &["user:u-789"])).await;
+    let erased = admin.create_ok(None, &fact_with_id("mem-tea", "Likes green tea", &["user:u-789"])).await;
     let shared = json!({"type": "customer_profile", "scope": ["user:u-789", "team:sales"],
         "key": "customer:u-789:profile", "content": {"name": "Li Wei"}});
     let shared = admin.create_ok(None, &shared).await;
-    let moved = admin.create_ok(None, &fact("Escalations go to tier 2", &["user:u-789"])).await;
+    let moved =
+        admin.create_ok(None, &fact_with_id("mem-moved", "Escalations go to tier 2", &["user:u-789"])).await;
     admin.patch(None, &moved, None, &json!({"scope": ["team:support"]})).await.expect(200, "move");
-    let deleted = admin.create_ok(None, &fact("Old address on file", &["user:u-789"])).await;
+    let deleted =
+        admin.create_ok(None, &fact_with_id("mem-deleted", "Old address on file", &["user:u-789"])).await;
     send(admin.req(Method::DELETE, &format!("/memories/{deleted}"), None)).await.expect(200, "delete");
     let sales = admin.create_ok(None, &fact("Sales quota is 40 calls", &["team:sales"])).await;
     admin.patch(None, &sales, None, &json!({"priority": 4})).await.expect(200, "patch");
@@ -610,7 +620,8 @@ async fn seed_varied_records(admin: &Admin) -> Vec<String> {
         "content": {"name": "李伟", "preferred_language": "zh-CN", "special_requests": ["call after 18:00 <b>&</b>"]},
         "metadata": {"source": "CRM_v4.2", "nested": {"n": [1, 2.5, null, true]}}});
     ids.push(admin.create_ok(t, &profile).await);
-    let paused = admin.create_ok(t, &fact("Returns need a receipt", &["public"])).await;
+    let paused =
+        admin.create_ok(t, &fact_with_id("mem-returns", "Returns need a receipt", &["public"])).await;
     admin.action(t, &paused, "pause").await.expect(200, "pause");
     ids.push(paused);
     let old = json!({"id": "mem-old", "type": "fact", "scope": ["team:support"], "valid_from": "2020-01-01T00:00:00Z",
@@ -624,7 +635,7 @@ async fn seed_varied_records(admin: &Admin) -> Vec<String> {
     let task = json!({"id": "mem-task-7", "type": "task", "schema_version": "v2", "scope": ["agent:bot-3"],
         "content": {"title": "Call back", "status": "open", "checklist": [{"item": "check order", "done": false}]}});
     ids.push(admin.create_ok(t, &task).await);
-    let edited = admin.create_ok(t, &fact("Store opens at 9", &["public"])).await;
+    let edited = admin.create_ok(t, &fact_with_id("mem-hours", "Store opens at 9", &["public"])).await;
     admin
         .patch(t, &edited, Some(1), &json!({"content": {"statement": "Store opens at 10"}}))
         .await
@@ -809,7 +820,7 @@ async fn import_previews_applies_and_undoes_exactly_what_it_added() {
     assert_eq!(imported.expect(200, "history")["data"][0]["action"], "import");
 
     // Later writes are not the import's.
-    let later = admin.create_ok(t, &fact("Written after the import", &["public"])).await;
+    let later = admin.create_ok(t, &fact_with_id("mem-later", "Written after the import", &["public"])).await;
     admin.patch(t, "mem-kept", None, &json!({"priority": 2})).await.expect(200, "patch");
 
     // Undo is tenant-bounded, removes exactly the added records, and only once.
@@ -1575,7 +1586,7 @@ async fn hostile_input_gets_a_4xx_in_anthropics_shape_and_the_gateway_lives_on()
     let record = admin.get(None, &id).await;
     assert_eq!((record.status, record.json["revision"].as_i64()), (200, Some(1)), "{}", record.text);
     assert_eq!(admin.list_all(None, "", 50).await.len(), 1, "hostile input wrote something");
-    admin.create_ok(None, &fact("Writes still work", &["public"])).await;
+    admin.create_ok(None, &fact_with_id("mem-after", "Writes still work", &["public"])).await;
 }
 
 #[tokio::test]

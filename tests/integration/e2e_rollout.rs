@@ -90,7 +90,13 @@ impl Rig {
         Rig { mock, gw, http: client(), db, config_file, _config: dir }
     }
 
-    async fn admin(&self, method: &str, path: &str, actor: Option<&str>, body: Option<&Value>) -> (u16, Value) {
+    async fn admin(
+        &self,
+        method: &str,
+        path: &str,
+        actor: Option<&str>,
+        body: Option<&Value>,
+    ) -> (u16, Value) {
         let url = self.gw.url(&format!("/admin/v1{path}"));
         let mut request = match method {
             "GET" => self.http.get(url),
@@ -114,7 +120,8 @@ impl Rig {
 
     /// PATCH /admin/v1/releases/{name}, which must succeed; returns the new rollout state.
     async fn patch(&self, name: &str, actor: &str, body: Value) -> Value {
-        let (status, answer) = self.admin("PATCH", &format!("/releases/{name}"), Some(actor), Some(&body)).await;
+        let (status, answer) =
+            self.admin("PATCH", &format!("/releases/{name}"), Some(actor), Some(&body)).await;
         assert_eq!(status, 200, "PATCH {name} {body}: {answer}");
         assert_eq!(answer["name"], name, "{answer}");
         answer["rollout"].clone()
@@ -447,8 +454,10 @@ async fn allow_listed_subjects_teams_and_cidrs_get_the_canary_even_at_zero_perce
     let asserting = rig.key(&[], &["assert_subject"]).await;
     let beta = rig.key(&["team:beta"], &[]).await;
     let alpha = rig.key(&["team:alpha"], &[]).await;
-    let jwt_beta = format!("Bearer {}", jwt(json!({"sub": "jwt-user-1", "team": "beta", "exp": in_an_hour()})));
-    let jwt_alpha = format!("Bearer {}", jwt(json!({"sub": "jwt-user-2", "team": "alpha", "exp": in_an_hour()})));
+    let jwt_beta =
+        format!("Bearer {}", jwt(json!({"sub": "jwt-user-1", "team": "beta", "exp": in_an_hour()})));
+    let jwt_alpha =
+        format!("Bearer {}", jwt(json!({"sub": "jwt-user-2", "team": "alpha", "exp": in_an_hour()})));
     let jwt_vip = format!("Bearer {}", jwt(json!({"sub": "vip-7", "exp": in_an_hour()})));
 
     rig.patch(
@@ -497,3 +506,437 @@ async fn allow_listed_subjects_teams_and_cidrs_get_the_canary_even_at_zero_perce
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// 3. The guard rolls a failing canary back by itself
+
+#[tokio::test]
+async fn the_guard_rolls_back_a_canary_whose_error_rate_crosses_its_bound() {
+    // Only requests that carry v2's block fail upstream.
+    let rig = Rig::start(&["--fail-marker", "version=\"v2\""]);
+    rig.remember_both_profiles().await;
+    let key = rig.key(&[], &[]).await;
+    let guard = json!({"enabled": true, "window_secs": 30, "min_calls": 10, "max_error_rate": 0.5});
+    rig.patch("v2", "ops", json!({"stage": "canary", "canary_percent": 100, "guard": guard})).await;
+
+    // One request, then a look at v2, until the guard (a ticker, once a second) has acted.
+    let answers = std::cell::RefCell::new(Vec::new());
+    let (rig_ref, key_ref, answers_ref) = (&rig, key.as_str(), &answers);
+    let release = eventually(PATIENCE, "the guard to roll v2 back", move || async move {
+        let reply = rig_ref.ask(&[("x-api-key", key_ref)], MATCHING).await;
+        answers_ref.borrow_mut().push((reply.status, reply.version));
+        let release = rig_ref.release("v2").await;
+        (release["rollout"]["stage"] == "available").then_some(release)
+    })
+    .await;
+    let answers = answers.into_inner();
+    let failed = answers.iter().filter(|a| *a == &(500, Some("v2".to_owned()))).count();
+    assert!(failed >= 10, "rolled back before min_calls: {answers:?}");
+    // Every request before the rollback went to v2 and failed; the last one may have come after.
+    let (last, before) = answers.split_last().unwrap();
+    assert!(before.iter().all(|a| a == &(500, Some("v2".to_owned()))), "{answers:?}");
+    assert!(last == &(500, Some("v2".to_owned())) || last == &(200, Some("v1".to_owned())), "{answers:?}");
+
+    assert_eq!(release["rollout"]["canary_percent"], 0.0, "{release}");
+    let note = release["rollout"]["note"].as_str().expect("the rollback says why");
+    let history = rig.history("v2").await;
+    let rollback = history.last().unwrap();
+    assert_eq!(
+        (&rollback["action"], &rollback["actor"]),
+        (&json!("rollback"), &json!("guard")),
+        "{history:#?}"
+    );
+    let reason = rollback["reason"].as_str().unwrap();
+    assert!(reason.contains("error rate") && reason.contains("50.0%"), "{reason}");
+    assert_eq!(note, reason);
+    assert_eq!(rollback["before"]["stage"], "canary", "{rollback}");
+    assert_eq!(rollback["after"]["stage"], "available", "{rollback}");
+    assert!(parse_rfc3339_ms(rollback["at"].as_str().unwrap()).is_some(), "{rollback}");
+
+    let metrics = rig.metrics().await;
+    let series = |name: &str, labels: &[(&str, &str)]| metric(&metrics, name, labels);
+    assert_eq!(
+        series("memgate_release_rollbacks_total", &[("release", "v2"), ("by", "guard")]),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        series("memgate_release_requests_total", &[("release", "v2"), ("outcome", "upstream_error")]),
+        Some(failed as f64),
+        "{metrics}"
+    );
+    let stats = rig.stats("v2").await;
+    assert_eq!(
+        (stats["calls"].as_u64(), stats["upstream_errors"].as_u64()),
+        (Some(failed as u64), Some(failed as u64))
+    );
+    assert_eq!(stats["window"]["calls"], 0, "the rollback forgets the window: {stats}");
+
+    // Afterwards everyone is back on v1, and its requests succeed.
+    for _ in 0..5 {
+        let reply = rig.ask(&[("x-api-key", &key)], MATCHING).await;
+        assert_eq!((reply.status, reply.version.as_deref()), (200, Some("v1")), "{}", reply.body);
+        assert_eq!(reply.injected.as_deref(), Some("1"));
+        let block = block_in(&rig.last_upstream_body().await).unwrap();
+        assert!(block.starts_with("<MEMORY_CONTEXT version=\"v1\">"), "{block}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Per-release stats
+
+#[tokio::test]
+async fn release_stats_count_calls_errors_injected_tokens_and_added_latency_per_release() {
+    let rig = Rig::start(&["--fail-marker", "version=\"v2\""]);
+    rig.remember_both_profiles().await;
+    let key = rig.key(&[], &["pin_release", "debug"]).await;
+    let on_v1 = [("x-api-key", key.as_str()), ("x-memory-debug", "1")];
+    let on_v2 = [("x-api-key", key.as_str()), ("x-memory-debug", "1"), ("x-memory-version", "v2")];
+    for name in ["v1", "v2"] {
+        let stats = rig.stats(name).await;
+        for field in ["calls", "share", "error_rate", "injected_records", "injected_tokens"] {
+            assert_eq!(stats[field].as_f64(), Some(0.0), "{name} before any request: {stats}");
+        }
+    }
+
+    // 3 calls to v2 whose query names no record: no block, so the fail marker does not fire.
+    let mut v2_replies = Vec::new();
+    for _ in 0..3 {
+        let reply = rig.ask(&on_v2, UNRELATED).await;
+        assert_eq!((reply.status, reply.version.as_deref()), (200, Some("v2")), "{}", reply.body);
+        assert_eq!((reply.injected.as_deref(), reply.tokens()), (Some("0"), 0));
+        v2_replies.push(reply);
+    }
+    let stats = rig.stats("v2").await;
+    assert_eq!(stats["calls"], 3, "{stats}");
+    assert_eq!(stats["share"], 1.0, "{stats}");
+    assert_eq!((stats["injected_records"].as_u64(), stats["injected_tokens"].as_u64()), (Some(0), Some(0)));
+    assert_eq!(stats["error_rate"], 0.0, "{stats}");
+
+    // 6 calls to v1 that inject its record, and 4 to v2 that inject v2's, which the upstream
+    // refuses (the block holds the fail marker).
+    let mut v1_replies = Vec::new();
+    for _ in 0..6 {
+        let reply = rig.ask(&on_v1, MATCHING).await;
+        assert_eq!((reply.status, reply.version.as_deref()), (200, Some("v1")), "{}", reply.body);
+        assert_eq!(reply.injected.as_deref(), Some("1"));
+        v1_replies.push(reply);
+    }
+    for _ in 0..4 {
+        let reply = rig.ask(&on_v2, MATCHING).await;
+        reply.assert_error(500, "api_error", "a v2 block through the fail marker");
+        assert_eq!((reply.version.as_deref(), reply.injected.as_deref()), (Some("v2"), Some("1")));
+        v2_replies.push(reply);
+    }
+
+    let total = (v1_replies.len() + v2_replies.len()) as f64;
+    for (name, replies, errors) in [("v1", &v1_replies, 0u64), ("v2", &v2_replies, 4)] {
+        let stats = rig.stats(name).await;
+        let calls = replies.len() as u64;
+        let tokens: u64 = replies.iter().map(Reply::tokens).sum();
+        let records = replies.iter().filter(|r| r.injected.as_deref() == Some("1")).count() as u64;
+        assert!(tokens > 0, "{name}");
+        assert_eq!(stats["calls"], calls, "{name}: {stats}");
+        assert_eq!(stats["upstream_errors"], errors, "{name}: {stats}");
+        assert_eq!(stats["memory_errors"], 0, "{name}: {stats}");
+        assert_eq!(stats["error_rate"].as_f64(), Some(errors as f64 / calls as f64), "{name}: {stats}");
+        assert_eq!(stats["injected_records"], records, "{name}: {stats}");
+        assert_eq!(stats["injected_tokens"], tokens, "{name}: injected tokens against the traces: {stats}");
+        assert_eq!(stats["share"].as_f64(), Some(calls as f64 / total), "{name}: {stats}");
+        assert_eq!(
+            stats["window"],
+            json!({"secs": 60, "calls": calls, "errors": errors, "error_rate": errors as f64 / calls as f64}),
+            "{name}"
+        );
+        // memgate's own time is part of what the client waited for, and not nothing.
+        let slowest_ms = replies.iter().map(|r| r.elapsed.as_secs_f64() * 1000.0).fold(0.0, f64::max);
+        let latency = &stats["added_latency_ms"];
+        let (mean, p50, p99) = (
+            latency["mean"].as_f64().unwrap(),
+            latency["p50"].as_f64().unwrap(),
+            latency["p99"].as_f64().unwrap(),
+        );
+        assert!(mean > 0.0 && p50 > 0.0, "{name}: {latency}");
+        assert!(p50 <= p99 && mean <= p99, "{name}: {latency}");
+        assert!(p99 <= slowest_ms, "{name}: added {p99} ms, yet the slowest answer took {slowest_ms} ms");
+    }
+
+    let metrics = rig.metrics().await;
+    for (release, outcome, count) in [("v1", "ok", 6.0), ("v2", "ok", 3.0), ("v2", "upstream_error", 4.0)] {
+        let labels = [("release", release), ("outcome", outcome)];
+        assert_eq!(metric(&metrics, "memgate_release_requests_total", &labels), Some(count), "{labels:?}");
+    }
+    let (status, answer) = rig.admin("GET", "/releases/nope/stats", None, None).await;
+    assert_eq!(status, 404, "{answer}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Shadow mode
+
+#[tokio::test]
+async fn a_shadow_release_runs_beside_the_active_one_and_records_the_difference_without_sending_it() {
+    let rig = Rig::start(&[]);
+    rig.remember_both_profiles().await;
+    let key = rig.key(&[], &["pin_release", "debug"]).await;
+    let state = rig.patch("v2", "ops", json!({"stage": "shadow", "shadow_sample_percent": 100})).await;
+    assert_eq!(state["stage"], "shadow");
+
+    // v1 injects profile-v1 where v2 would inject profile-v2: one id added and one dropped each.
+    let mut v1_tokens = Vec::new();
+    for _ in 0..5 {
+        let reply = rig.ask(&[("x-api-key", &key), ("x-memory-debug", "1")], MATCHING).await;
+        assert_eq!((reply.status, reply.version.as_deref()), (200, Some("v1")), "{}", reply.body);
+        assert_eq!(reply.injected.as_deref(), Some("1"));
+        v1_tokens.push(reply.tokens() as i64);
+    }
+    // Nothing to inject for either: sampled, with no difference.
+    for _ in 0..2 {
+        let reply = rig.ask(&[("x-api-key", &key)], UNRELATED).await;
+        assert_eq!((reply.status, reply.version.as_deref()), (200, Some("v1")), "{}", reply.body);
+    }
+    let stats = eventually(PATIENCE, "7 shadow samples of v2", || async {
+        let stats = rig.stats("v2").await;
+        (stats["shadow"]["sampled"] == 7).then_some(stats)
+    })
+    .await;
+    let shadow = &stats["shadow"];
+    assert_eq!(
+        (shadow["ids_added"].as_u64(), shadow["ids_dropped"].as_u64()),
+        (Some(5), Some(5)),
+        "{shadow}"
+    );
+    let recent = shadow["recent"].as_array().unwrap();
+    assert_eq!(recent.len(), 7, "{shadow}");
+    let differing = recent
+        .iter()
+        .filter(|d| d["added"] == json!(["profile-v2"]) && d["dropped"] == json!(["profile-v1"]));
+    assert_eq!(differing.count(), 5, "{shadow}");
+    let same = recent.iter().filter(|d| d == &&json!({"added": [], "dropped": [], "tokens_delta": 0}));
+    assert_eq!(same.count(), 2, "{shadow}");
+    assert_eq!(stats["calls"], 0, "a shadow serves nobody: {stats}");
+
+    // Nothing of v2 ever went upstream.
+    let recorded = rig.mock.recorded().await;
+    assert_eq!(recorded.len(), 7);
+    for seen in &recorded {
+        let mut texts = Vec::new();
+        strings_in(&seen["body"], &mut texts);
+        assert!(!texts.iter().any(|t| t.contains("version=\"v2\"")), "a shadow block was sent: {seen}");
+    }
+    assert_eq!(recorded.iter().filter(|s| block_in(&s["body"]).is_some()).count(), 5);
+
+    // The token difference is what v2's block costs over v1's, per sampled request.
+    let pinned =
+        rig.ask(&[("x-api-key", &key), ("x-memory-debug", "1"), ("x-memory-version", "v2")], MATCHING).await;
+    assert_eq!((pinned.status, pinned.version.as_deref()), (200, Some("v2")), "{}", pinned.body);
+    let v2_tokens = pinned.tokens() as i64;
+    let expected: i64 = v1_tokens.iter().map(|t1| v2_tokens - t1).sum();
+    assert_eq!(shadow["tokens_delta"], expected, "{shadow}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. Promotion and rollback, by the admin API and by the CLI, and the history of it all
+
+#[tokio::test]
+async fn promotions_and_rollbacks_by_api_and_cli_reach_the_running_gateway_and_the_history() {
+    let rig = Rig::start(&[]);
+    let key = rig.key(&[], &[]).await;
+    let plain = [("x-api-key", key.as_str())];
+    let (status, list) = rig.admin("GET", "/releases", None, None).await;
+    assert_eq!(status, 200, "{list}");
+    let names: Vec<(&Value, &Value)> =
+        list["data"].as_array().unwrap().iter().map(|r| (&r["name"], &r["active"])).collect();
+    assert_eq!(names, [(&json!("v1"), &json!(true)), (&json!("v2"), &json!(false))], "{list}");
+
+    // By the admin API.
+    rig.patch("v2", "alice", json!({"stage": "canary", "canary_percent": 5})).await;
+    let (status, answer) = rig
+        .admin("POST", "/releases/v2/promote", Some("alice"), Some(&json!({"reason": "canary is healthy"})))
+        .await;
+    assert_eq!((status, answer), (200, json!({"name": "v2", "active": true})));
+    assert_eq!(rig.routed(&plain).await, "v2");
+    let (v1, v2) = (rig.release("v1").await, rig.release("v2").await);
+    assert_eq!((&v1["active"], &v1["rollout"]["stage"]), (&json!(false), &json!("available")), "{v1}");
+    assert_eq!((&v2["active"], &v2["rollout"]["stage"]), (&json!(true), &json!("active")), "{v2}");
+    assert_eq!(v2["rollout"]["canary_percent"], 0.0, "{v2}");
+    let (status, answer) = rig.admin("POST", "/releases/v2/rollback", Some("alice"), None).await;
+    assert_eq!(status, 400, "the active release was rolled back: {answer}");
+    assert_eq!(answer["error"]["type"], "invalid_request_error", "{answer}");
+    let (status, answer) = rig.admin("POST", "/releases/v1/promote", Some("bob"), None).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(rig.routed(&plain).await, "v1");
+
+    // By the CLI, on the gateway's database: the running gateway notices within about a second.
+    let picked_up = |expected: &'static str| {
+        let (rig, plain) = (&rig, &plain);
+        async move {
+            let started = Instant::now();
+            eventually(Duration::from_secs(5), &format!("the gateway to serve {expected}"), || async move {
+                let release = rig.release(expected).await;
+                (release["active"] == true).then_some(())
+            })
+            .await;
+            assert_eq!(rig.routed(plain).await, expected);
+            eprintln!("the gateway served {expected} {:?} after the CLI finished", started.elapsed());
+        }
+    };
+    let output = rig.cli(&["promote", "v2", "--reason", "night switch"]).await;
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let listed: Vec<Value> =
+        String::from_utf8(output.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(listed.iter().find(|r| r["name"] == "v2").unwrap()["active"], true, "{listed:?}");
+    picked_up("v2").await;
+
+    let output = rig.cli(&["rollback", "v2"]).await;
+    assert!(!output.status.success(), "the CLI rolled back the active release");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("cannot be rolled back"), "{stderr}");
+    let output = rig.cli(&["promote", "v1"]).await;
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    picked_up("v1").await;
+
+    // A canary rolled back by the API, then one rolled back by the CLI.
+    rig.patch("v2", "carol", json!({"stage": "canary", "canary_percent": 100})).await;
+    assert_eq!(rig.routed(&plain).await, "v2");
+    let (status, answer) = rig
+        .admin("POST", "/releases/v2/rollback", Some("carol"), Some(&json!({"reason": "bad answers"})))
+        .await;
+    assert_eq!((status, answer), (200, json!({"name": "v2", "rolled_back": true})));
+    assert_eq!(rig.routed(&plain).await, "v1");
+    let v2 = rig.release("v2").await;
+    assert_eq!(v2["rollout"]["stage"], "available", "{v2}");
+    assert_eq!(v2["rollout"]["note"], "bad answers", "{v2}");
+    rig.patch("v2", "carol", json!({"stage": "canary", "canary_percent": 100})).await;
+    assert_eq!(rig.routed(&plain).await, "v2");
+    let output = rig.cli(&["rollback", "v2", "--reason", "cli rollback"]).await;
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let started = Instant::now();
+    eventually(Duration::from_secs(5), "the gateway to drop the rolled-back canary", || async {
+        (rig.routed(&plain).await == "v1").then_some(())
+    })
+    .await;
+    eprintln!("the gateway dropped the canary {:?} after the CLI finished", started.elapsed());
+
+    // Every change, in order, with who made it, why and when.
+    let history = |entries: Vec<Value>| -> Vec<(String, String, String, String)> {
+        let mut last_at = 0;
+        entries
+            .iter()
+            .map(|e| {
+                let at = parse_rfc3339_ms(e["at"].as_str().unwrap()).unwrap_or_else(|| panic!("{e}"));
+                assert!(at >= last_at, "history out of order: {entries:#?}");
+                last_at = at;
+                let field = |f: &str| e[f].as_str().unwrap().to_owned();
+                (
+                    field("action"),
+                    field("actor"),
+                    field("reason"),
+                    e["after"]["stage"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let row = |a: &str, b: &str, c: &str, d: &str| (a.to_owned(), b.to_owned(), c.to_owned(), d.to_owned());
+    assert_eq!(
+        history(rig.history("v2").await),
+        [
+            row("patch", "alice", "", "canary"),
+            row("promote", "alice", "canary is healthy", "active"),
+            row("promote", "bob", "", "available"),
+            row("promote", "cli", "night switch", "active"),
+            row("promote", "cli", "", "available"),
+            row("patch", "carol", "", "canary"),
+            row("rollback", "carol", "bad answers", "available"),
+            row("patch", "carol", "", "canary"),
+            row("rollback", "cli", "cli rollback", "available"),
+        ]
+    );
+    assert_eq!(
+        history(rig.history("v1").await),
+        [
+            row("promote", "alice", "canary is healthy", "available"),
+            row("promote", "bob", "", "active"),
+            row("promote", "cli", "night switch", "available"),
+            row("promote", "cli", "", "active"),
+        ]
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. Hostile input on the release endpoints
+
+#[tokio::test]
+async fn the_release_endpoints_refuse_unknown_releases_and_bad_rollout_changes() {
+    let rig = Rig::start(&[]);
+    let before = rig.release("v2").await;
+
+    for (method, path) in [
+        ("GET", "/releases/nope"),
+        ("PATCH", "/releases/nope"),
+        ("POST", "/releases/nope/promote"),
+        ("POST", "/releases/nope/rollback"),
+        ("GET", "/releases/nope/stats"),
+        ("GET", "/releases/nope/history"),
+        ("GET", "/releases/V2"),
+        ("GET", "/releases/v2%00"),
+        ("GET", "/releases/..%2Fv2"),
+        ("GET", "/releases/%E2%9C%93"),
+    ] {
+        let body = (method == "PATCH").then(|| json!({"stage": "canary"}));
+        let (status, answer) = rig.admin(method, path, None, body.as_ref()).await;
+        assert_eq!(status, 404, "{method} {path}: {answer}");
+        assert_eq!(answer["error"]["type"], "not_found_error", "{method} {path}: {answer}");
+    }
+
+    for bad in [
+        json!({"stage": "canary", "canary_precent": 10}),
+        json!({"guard": {"enabled": true, "max_errors": 3}}),
+        json!({"allow": {"users": ["u-1"]}}),
+        json!(["stage", "canary"]),
+        json!("canary"),
+        json!(42),
+        json!(null),
+        json!({"canary_percent": 150}),
+        json!({"canary_percent": -1}),
+        json!({"canary_percent": "10"}),
+        json!({"shadow_sample_percent": 101}),
+        json!({"allow": {"cidrs": ["10.0.0.0/33"]}}),
+        json!({"allow": {"cidrs": ["not-a-cidr"]}}),
+        json!({"allow": {"cidrs": "10.0.0.0/8"}}),
+        json!({"stage": "active"}),
+        json!({"stage": "Canary"}),
+        json!({"stage": "everywhere"}),
+        json!({"guard": {"max_error_rate": 2}}),
+        json!({"guard": {"window_secs": 0}}),
+    ] {
+        let (status, answer) = rig.admin("PATCH", "/releases/v2", None, Some(&bad)).await;
+        assert_eq!(status, 400, "{bad}: {answer}");
+        assert_eq!(answer["error"]["type"], "invalid_request_error", "{bad}: {answer}");
+    }
+    let not_json = rig
+        .http
+        .patch(rig.gw.url("/admin/v1/releases/v2"))
+        .bearer_auth(ADMIN_TOKEN)
+        .header("content-type", "application/json")
+        .body("{\"stage\": ")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(not_json.status(), 400);
+
+    // The active release keeps its stage and cannot be rolled back.
+    for bad in [json!({"stage": "canary"}), json!({"stage": "retired"}), json!({"stage": "shadow"})] {
+        let (status, answer) = rig.admin("PATCH", "/releases/v1", None, Some(&bad)).await;
+        assert_eq!(status, 400, "v1 {bad}: {answer}");
+    }
+    let (status, answer) = rig.admin("POST", "/releases/v1/rollback", None, None).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["type"], "invalid_request_error", "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("active"), "{answer}");
+
+    // Nothing of it changed anything.
+    assert_eq!(rig.release("v2").await, before);
+    assert_eq!(rig.release("v1").await["active"], true);
+    for name in ["v1", "v2"] {
+        assert_eq!(rig.history(name).await, Vec::<Value>::new(), "{name}");
+    }
+}

@@ -8,6 +8,8 @@ mod e2e_admin;
 mod e2e_identity;
 mod e2e_memory;
 mod e2e_proxy;
+mod e2e_replicas;
+mod e2e_rollout;
 mod e2e_shutdown;
 mod router;
 mod store;
