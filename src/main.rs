@@ -109,6 +109,16 @@ struct Target {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // ort loads ONNX Runtime from ORT_DYLIB_PATH only. When it is unset, point it at the library
+    // scripts/fetch-assets puts under .assets/, so `memgate serve` run from the repository works
+    // without sourcing .assets/env.sh. Only here is this sound: no other thread exists yet.
+    let fetched = std::path::Path::new(".assets/onnxruntime").join(memgate::embed::ORT_LIBRARY_FILE);
+    if std::env::var_os("ORT_DYLIB_PATH").is_none() && fetched.is_file() {
+        if let Ok(absolute) = fetched.canonicalize() {
+            // SAFETY: single-threaded — the Tokio runtime is built below.
+            unsafe { memgate::embed::export_ort_dylib_path(&absolute) };
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(err) => {
