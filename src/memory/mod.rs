@@ -216,12 +216,25 @@ impl MemoryService {
     pub async fn create(&self, tenant: &str, input: &Value, actor: &str) -> Result<Created, MemoryError> {
         let now = now_ms();
         let envelope = self.check(input, now)?;
+        // An exact repeat is answered with the existing record before any near-duplicate search,
+        // which would otherwise "update" the record to itself.
+        if let Some(existing) =
+            self.store.exact_repeat(tenant, &envelope).await.map_err(MemoryError::Store)?
+        {
+            return Ok(Created::ExactRepeat(existing));
+        }
         let vector = self.embed_one(envelope_passage_text(&envelope)).await;
         if let (Some(vector), None, None) = (&vector, &envelope.key, &envelope.id) {
             if let Some((twin, similarity)) = self.near_twin(tenant, &envelope, vector) {
+                // The write updates its twin like a PATCH of the fields it names: what it leaves
+                // out (validity, priority, aliases, …) stays as the twin had it.
+                let current = self.get(tenant, &twin).await?;
+                let merged =
+                    envelope::merge_patch(&current.envelope_json(), input).map_err(MemoryError::Invalid)?;
+                let merged = self.check(&merged, now)?;
                 let record = self
                     .store
-                    .update_memory(tenant, &twin, &envelope, None, actor, now)
+                    .update_memory(tenant, &twin, &merged, Some(current.revision), actor, now)
                     .await
                     .map_err(|err| MemoryError::from_store(err, &twin))?;
                 self.publish(&record, Some(vector.clone())).await;

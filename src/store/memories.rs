@@ -357,6 +357,16 @@ impl Store {
         rows.iter().map(record_from_row).collect()
     }
 
+    /// A stored record with the same type, scope and canonical content, if any.
+    pub async fn exact_repeat(
+        &self,
+        tenant: &str,
+        envelope: &Envelope,
+    ) -> Result<Option<Record>, StoreError> {
+        let mut conn = self.pool().acquire().await?;
+        find_exact_repeat(&mut conn, tenant, envelope).await
+    }
+
     /// Whether an import line would add a record, or matches one already stored.
     pub async fn import_match(&self, tenant: &str, envelope: &Envelope) -> Result<ImportMatch, StoreError> {
         let mut conn = self.pool().acquire().await?;

@@ -489,16 +489,26 @@ async fn allow_listed_subjects_teams_and_cidrs_get_the_canary_even_at_zero_perce
     }
 
     // The tests connect from loopback: a CIDR holding it sends every caller to the canary.
-    rig.patch("v2", "ops", json!({"allow": {"cidrs": ["127.0.0.1/32"]}})).await;
+    rig.patch("v2", "ops", json!({"allow": {"subjects": [], "teams": [], "cidrs": ["127.0.0.1/32"]}})).await;
     for (what, headers, _) in &cases {
         assert_eq!(rig.routed(headers).await, "v2", "{what}, from an allow-listed address");
     }
-    rig.patch("v2", "ops", json!({"allow": {"cidrs": ["10.0.0.0/8", "::1/128"]}})).await;
+    rig.patch(
+        "v2",
+        "ops",
+        json!({"allow": {"subjects": [], "teams": [], "cidrs": ["10.0.0.0/8", "::1/128"]}}),
+    )
+    .await;
     for (what, headers, _) in &cases {
         assert_eq!(rig.routed(headers).await, "v1", "{what}, from an address not listed");
     }
     // Rolled back, the allow-lists no longer route anyone there.
-    rig.patch("v2", "ops", json!({"allow": {"cidrs": ["127.0.0.0/8"], "subjects": ["vip-7"]}})).await;
+    rig.patch(
+        "v2",
+        "ops",
+        json!({"allow": {"subjects": ["vip-7"], "teams": ["beta"], "cidrs": ["127.0.0.0/8"]}}),
+    )
+    .await;
     assert_eq!(rig.routed(&cases[0].1).await, "v2");
     let (status, answer) = rig.admin("POST", "/releases/v2/rollback", None, None).await;
     assert_eq!(status, 200, "{answer}");
@@ -760,8 +770,33 @@ async fn a_shadow_release_runs_beside_the_active_one_and_records_the_difference_
 // ---------------------------------------------------------------------------------------------
 // 6. Promotion and rollback, by the admin API and by the CLI, and the history of it all
 
+/// A release's history as (action, actor, reason, stage after), checking every entry has a time
+/// and that the times never go back.
+fn changes(entries: &[Value]) -> Vec<(String, String, String, String)> {
+    let mut last_at = 0;
+    entries
+        .iter()
+        .map(|e| {
+            let at = parse_rfc3339_ms(e["at"].as_str().unwrap()).unwrap_or_else(|| panic!("no time: {e}"));
+            assert!(at >= last_at, "history out of order: {entries:#?}");
+            last_at = at;
+            let field = |f: &str| e[f].as_str().unwrap_or_else(|| panic!("no {f}: {e}")).to_owned();
+            (
+                field("action"),
+                field("actor"),
+                field("reason"),
+                e["after"]["stage"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn change(action: &str, actor: &str, reason: &str, stage: &str) -> (String, String, String, String) {
+    (action.to_owned(), actor.to_owned(), reason.to_owned(), stage.to_owned())
+}
+
 #[tokio::test]
-async fn promotions_and_rollbacks_by_api_and_cli_reach_the_running_gateway_and_the_history() {
+async fn promotions_and_rollbacks_by_the_admin_api_take_effect_at_once_and_are_recorded() {
     let rig = Rig::start(&[]);
     let key = rig.key(&[], &[]).await;
     let plain = [("x-api-key", key.as_str())];
@@ -771,11 +806,9 @@ async fn promotions_and_rollbacks_by_api_and_cli_reach_the_running_gateway_and_t
         list["data"].as_array().unwrap().iter().map(|r| (&r["name"], &r["active"])).collect();
     assert_eq!(names, [(&json!("v1"), &json!(true)), (&json!("v2"), &json!(false))], "{list}");
 
-    // By the admin API.
     rig.patch("v2", "alice", json!({"stage": "canary", "canary_percent": 5})).await;
-    let (status, answer) = rig
-        .admin("POST", "/releases/v2/promote", Some("alice"), Some(&json!({"reason": "canary is healthy"})))
-        .await;
+    let reason = json!({"reason": "canary is healthy"});
+    let (status, answer) = rig.admin("POST", "/releases/v2/promote", Some("alice"), Some(&reason)).await;
     assert_eq!((status, answer), (200, json!({"name": "v2", "active": true})));
     assert_eq!(rig.routed(&plain).await, "v2");
     let (v1, v2) = (rig.release("v1").await, rig.release("v2").await);
@@ -789,26 +822,67 @@ async fn promotions_and_rollbacks_by_api_and_cli_reach_the_running_gateway_and_t
     assert_eq!(status, 200, "{answer}");
     assert_eq!(rig.routed(&plain).await, "v1");
 
-    // By the CLI, on the gateway's database: the running gateway notices within about a second.
-    let picked_up = |expected: &'static str| {
+    rig.patch("v2", "carol", json!({"stage": "canary", "canary_percent": 100})).await;
+    assert_eq!(rig.routed(&plain).await, "v2");
+    let reason = json!({"reason": "bad answers"});
+    let (status, answer) = rig.admin("POST", "/releases/v2/rollback", Some("carol"), Some(&reason)).await;
+    assert_eq!((status, answer), (200, json!({"name": "v2", "rolled_back": true})));
+    assert_eq!(rig.routed(&plain).await, "v1");
+    let v2 = rig.release("v2").await;
+    assert_eq!(
+        (&v2["rollout"]["stage"], &v2["rollout"]["canary_percent"]),
+        (&json!("available"), &json!(0.0))
+    );
+    assert_eq!(v2["rollout"]["note"], "bad answers", "{v2}");
+    let metrics = rig.metrics().await;
+    let by_person =
+        metric(&metrics, "memgate_release_rollbacks_total", &[("release", "v2"), ("by", "person")]);
+    assert_eq!(by_person, Some(1.0), "{metrics}");
+
+    assert_eq!(
+        changes(&rig.history("v2").await),
+        [
+            change("patch", "alice", "", "canary"),
+            change("promote", "alice", "canary is healthy", "active"),
+            change("promote", "bob", "", "available"),
+            change("patch", "carol", "", "canary"),
+            change("rollback", "carol", "bad answers", "available"),
+        ]
+    );
+    assert_eq!(
+        changes(&rig.history("v1").await),
+        [
+            change("promote", "alice", "canary is healthy", "available"),
+            change("promote", "bob", "", "active")
+        ]
+    );
+}
+
+#[tokio::test]
+async fn the_cli_promotes_and_rolls_back_on_the_database_and_the_running_gateway_follows() {
+    let rig = Rig::start(&[]);
+    let key = rig.key(&[], &[]).await;
+    let plain = [("x-api-key", key.as_str())];
+    // The running gateway notices another process's change within about a second (its ticker).
+    let follows = |expected: &'static str| {
         let (rig, plain) = (&rig, &plain);
         async move {
             let started = Instant::now();
             eventually(Duration::from_secs(5), &format!("the gateway to serve {expected}"), || async move {
-                let release = rig.release(expected).await;
-                (release["active"] == true).then_some(())
+                (rig.routed(plain).await == expected).then_some(())
             })
             .await;
-            assert_eq!(rig.routed(plain).await, expected);
             eprintln!("the gateway served {expected} {:?} after the CLI finished", started.elapsed());
         }
     };
+
     let output = rig.cli(&["promote", "v2", "--reason", "night switch"]).await;
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let listed: Vec<Value> =
         String::from_utf8(output.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(listed.iter().find(|r| r["name"] == "v2").unwrap()["active"], true, "{listed:?}");
-    picked_up("v2").await;
+    follows("v2").await;
+    assert_eq!(rig.release("v2").await["active"], true);
 
     let output = rig.cli(&["rollback", "v2"]).await;
     assert!(!output.status.success(), "the CLI rolled back the active release");
@@ -816,72 +890,27 @@ async fn promotions_and_rollbacks_by_api_and_cli_reach_the_running_gateway_and_t
     assert!(stderr.contains("cannot be rolled back"), "{stderr}");
     let output = rig.cli(&["promote", "v1"]).await;
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    picked_up("v1").await;
+    follows("v1").await;
 
-    // A canary rolled back by the API, then one rolled back by the CLI.
-    rig.patch("v2", "carol", json!({"stage": "canary", "canary_percent": 100})).await;
-    assert_eq!(rig.routed(&plain).await, "v2");
-    let (status, answer) = rig
-        .admin("POST", "/releases/v2/rollback", Some("carol"), Some(&json!({"reason": "bad answers"})))
-        .await;
-    assert_eq!((status, answer), (200, json!({"name": "v2", "rolled_back": true})));
-    assert_eq!(rig.routed(&plain).await, "v1");
-    let v2 = rig.release("v2").await;
-    assert_eq!(v2["rollout"]["stage"], "available", "{v2}");
-    assert_eq!(v2["rollout"]["note"], "bad answers", "{v2}");
     rig.patch("v2", "carol", json!({"stage": "canary", "canary_percent": 100})).await;
     assert_eq!(rig.routed(&plain).await, "v2");
     let output = rig.cli(&["rollback", "v2", "--reason", "cli rollback"]).await;
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let started = Instant::now();
-    eventually(Duration::from_secs(5), "the gateway to drop the rolled-back canary", || async {
-        (rig.routed(&plain).await == "v1").then_some(())
-    })
-    .await;
-    eprintln!("the gateway dropped the canary {:?} after the CLI finished", started.elapsed());
+    follows("v1").await;
+    assert_eq!(rig.release("v2").await["rollout"]["stage"], "available");
 
-    // Every change, in order, with who made it, why and when.
-    let history = |entries: Vec<Value>| -> Vec<(String, String, String, String)> {
-        let mut last_at = 0;
-        entries
-            .iter()
-            .map(|e| {
-                let at = parse_rfc3339_ms(e["at"].as_str().unwrap()).unwrap_or_else(|| panic!("{e}"));
-                assert!(at >= last_at, "history out of order: {entries:#?}");
-                last_at = at;
-                let field = |f: &str| e[f].as_str().unwrap().to_owned();
-                (
-                    field("action"),
-                    field("actor"),
-                    field("reason"),
-                    e["after"]["stage"].as_str().unwrap().to_owned(),
-                )
-            })
-            .collect()
-    };
-    let row = |a: &str, b: &str, c: &str, d: &str| (a.to_owned(), b.to_owned(), c.to_owned(), d.to_owned());
     assert_eq!(
-        history(rig.history("v2").await),
+        changes(&rig.history("v2").await),
         [
-            row("patch", "alice", "", "canary"),
-            row("promote", "alice", "canary is healthy", "active"),
-            row("promote", "bob", "", "available"),
-            row("promote", "cli", "night switch", "active"),
-            row("promote", "cli", "", "available"),
-            row("patch", "carol", "", "canary"),
-            row("rollback", "carol", "bad answers", "available"),
-            row("patch", "carol", "", "canary"),
-            row("rollback", "cli", "cli rollback", "available"),
+            change("promote", "cli", "night switch", "active"),
+            change("promote", "cli", "", "available"),
+            change("patch", "carol", "", "canary"),
+            change("rollback", "cli", "cli rollback", "available"),
         ]
     );
     assert_eq!(
-        history(rig.history("v1").await),
-        [
-            row("promote", "alice", "canary is healthy", "available"),
-            row("promote", "bob", "", "active"),
-            row("promote", "cli", "night switch", "available"),
-            row("promote", "cli", "", "active"),
-        ]
+        changes(&rig.history("v1").await),
+        [change("promote", "cli", "night switch", "available"), change("promote", "cli", "", "active")]
     );
 }
 
@@ -946,6 +975,19 @@ async fn the_release_endpoints_refuse_unknown_releases_and_bad_rollout_changes()
         .await
         .unwrap();
     assert_eq!(not_json.status(), 400);
+    for actor in ["robert'); DROP TABLE release_history;--", &"a".repeat(65)] {
+        let (status, answer) =
+            rig.admin("PATCH", "/releases/v2", Some(actor), Some(&json!({"canary_percent": 5}))).await;
+        assert_eq!(status, 400, "actor {actor}: {answer}");
+    }
+    let anonymous = rig
+        .http
+        .patch(rig.gw.url("/admin/v1/releases/v2"))
+        .json(&json!({"stage": "canary"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
 
     // The active release keeps its stage and cannot be rolled back.
     for bad in [json!({"stage": "canary"}), json!({"stage": "retired"}), json!({"stage": "shadow"})] {
