@@ -34,8 +34,13 @@ loadgen_bin="$repo/target/release/examples/loadgen"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/memgate-overhead.XXXXXX")"
 pids=()
+loadgen_pid=""
 cleanup() {
     local pid
+    if [[ -n "$loadgen_pid" ]]; then
+        kill -TERM "$loadgen_pid" 2>/dev/null || true
+        wait "$loadgen_pid" 2>/dev/null || true
+    fi
     for pid in "${pids[@]}"; do
         kill -TERM "$pid" 2>/dev/null || true
     done
@@ -101,11 +106,18 @@ echo "mock-upstream at $mock_url, memgate at $memgate_url" >&2
 load() { # load LABEL BASE_URL SECONDS [extra loadgen args]
     local label="$1" base="$2" seconds="$3"
     shift 3
+    # In the background and waited for, so that a signal stops the script (and, through the
+    # cleanup, loadgen too) at once rather than after the run.
     "$loadgen_bin" --label "$label" --url "$base/v1/messages" --rate "$rate" --duration "$seconds" \
         --body-file "$body" \
         --header "x-api-key: sk-ant-loadtest" \
         --header "anthropic-version: 2023-06-01" \
-        "$@"
+        "$@" &
+    loadgen_pid=$!
+    local status=0
+    wait "$loadgen_pid" || status=$?
+    loadgen_pid="" # finished: its id may be reused, so the cleanup must not signal it
+    return "$status"
 }
 
 for target in "direct $mock_url" "memgate $memgate_url"; do

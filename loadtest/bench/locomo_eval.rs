@@ -15,6 +15,10 @@
 //! - the same with 10 items → recall@10 with the threshold;
 //! - with the threshold out of the way (every record passes) → recall@5/@10 of pure top-k.
 //!
+//! Then an IVF check on real embeddings: every turn of the conversations again in one pooled
+//! tenant with an IVF index forced on it (a conversation alone is far below `ANN_MIN_RECORDS`),
+//! each question run with the IVF path and with the exact scan (`--no-ivf-check` skips it).
+//!
 //! Evidence recall of a question: the fraction of its evidence turns among the top k; averaged
 //! over questions. Questions without usable evidence are skipped (counted). Category 5
 //! (adversarial: the answer is not in the conversation) is reported on its own line and kept out
@@ -28,11 +32,12 @@
 mod common;
 
 use clap::Parser;
-use common::BoxError;
+use common::{BoxError, Summary};
 use futures_util::StreamExt;
 use memgate::embed::Embedder;
 use memgate::funnel::index::{IndexedRecord, MemoryIndex, TenantIndex};
-use memgate::funnel::semantic::{DEFAULT_PROBES, SemanticQuery};
+use memgate::funnel::ivf::Ivf;
+use memgate::funnel::semantic::{DEFAULT_PROBES, EXACT_SCAN_MAX, SemanticQuery};
 use memgate::funnel::{self, FunnelSettings};
 use memgate::identity::{Caller, Permissions};
 use memgate::inject::{RenderItem, Templates};
@@ -44,6 +49,9 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
+
+/// The tenant that holds every conversation's turns at once, for the IVF check.
+const POOLED: &str = "locomo-pooled";
 
 /// Evidence recall@5/@10 and injected tokens of the real pipeline on LoCoMo.
 #[derive(Parser, Debug)]
@@ -67,6 +75,9 @@ struct Args {
     /// The release whose template renders the block for the token count.
     #[arg(long, default_value = "v1")]
     release: String,
+    /// Skip the IVF check (all turns pooled in one tenant with a forced IVF index).
+    #[arg(long = "no-ivf-check", action = clap::ArgAction::SetFalse)]
+    ivf_check: bool,
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
@@ -182,10 +193,21 @@ async fn run(args: Args) -> Result<(), BoxError> {
     }
     let passage_seconds = started.elapsed().as_secs_f64();
     let turns = records.len();
+    // Each conversation its own tenant; and, for the IVF check, every turn once more in one
+    // pooled tenant (ids prefixed with the conversation, as dia_ids repeat across them).
+    let mut items = Vec::with_capacity(turns * 2);
+    for (record, vector) in records.into_iter().zip(vectors) {
+        let vector: Arc<[f32]> = Arc::from(vector);
+        if args.ivf_check {
+            let mut pooled = record.clone();
+            pooled.tenant = POOLED.into();
+            pooled.id = format!("{}/{}", record.tenant, record.id);
+            items.push(IndexedRecord::new(pooled, Some(vector.clone())));
+        }
+        items.push(IndexedRecord::new(record, Some(vector)));
+    }
     let index = MemoryIndex::default();
-    index.load(
-        records.into_iter().zip(vectors).map(|(r, v)| IndexedRecord::new(r, Some(Arc::from(v)))).collect(),
-    );
+    index.load(items);
 
     // Embed the questions (concurrently, so the embedder batches them as under load).
     let started = Instant::now();
@@ -289,8 +311,15 @@ async fn run(args: Args) -> Result<(), BoxError> {
             });
         }
     }
+    let ivf = if args.ivf_check {
+        let production = settings(args.threshold, 5, 3000);
+        ivf_check(&index, &questions, &query_vectors, &production, now)?
+    } else {
+        Value::Null
+    };
     let report = json!({
         "bench": "locomo_eval",
+        "ivf_check": ivf,
         "data": args.data.display().to_string(),
         "conversations": take,
         "turns": turns,
@@ -304,7 +333,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         "question_embedding_s": query_seconds,
         "threshold": common::f32r(args.threshold),
         "release_for_block_tokens": args.release,
-        "funnel_latency": common::Summary::of(&funnel_times).json_us(),
+        "funnel_latency": Summary::of(&funnel_times).json_us(),
         "groups": groups.iter().map(|(k, g)| (k.clone(), g.json())).collect::<Map<String, Value>>(),
         "threshold_sweep": sweep.iter().zip(&sweep_groups).map(|(t, g)| json!({
             "threshold": common::f32r(*t),
@@ -323,6 +352,102 @@ async fn run(args: Args) -> Result<(), BoxError> {
         print_tables(&report);
     }
     Ok(())
+}
+
+/// The IVF path on real embeddings: every turn of the conversations in one tenant, an IVF index
+/// built over them (below `ANN_MIN_RECORDS` the index would not build one by itself), and every
+/// question run through the funnel with the IVF path and with the exact scan. Reports how many of
+/// the exact scan's injected records the IVF path injects too, and the evidence recall@5 of both.
+fn ivf_check(
+    index: &MemoryIndex,
+    questions: &[Question],
+    vectors: &[Arc<[f32]>],
+    production: &FunnelSettings,
+    now: i64,
+) -> Result<Value, BoxError> {
+    let tenant = index.tenant(POOLED).ok_or("the pooled tenant was not loaded")?;
+    let (records, lists) = {
+        let mut idx = tenant.write().map_err(|_| "poisoned")?;
+        let pairs: Vec<(u32, &[f32])> = idx
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, item)| {
+                item.as_ref().and_then(|i| i.vector.as_deref()).map(|v| (slot as u32, v))
+            })
+            .collect();
+        let dims = pairs.first().map_or(0, |(_, v)| v.len());
+        let ivf = Ivf::build(dims, &pairs);
+        let records = pairs.len();
+        drop(pairs);
+        idx.ann = Some(ivf);
+        (records, (records as f64).sqrt() as usize)
+    };
+    if records <= EXACT_SCAN_MAX {
+        return Ok(
+            json!({"skipped": format!("{records} turns: the funnel scans up to {EXACT_SCAN_MAX} candidates exactly")}),
+        );
+    }
+    let caller = caller(POOLED);
+    // Evidence as pooled ids, only those that name a turn (a few labels name none).
+    let evidence: Vec<Vec<String>> = {
+        let idx = tenant.read().map_err(|_| "poisoned")?;
+        questions
+            .iter()
+            .map(|q| {
+                let ids = q.evidence.iter().map(|e| format!("{}/{e}", q.tenant));
+                ids.filter(|id| idx.get(id).is_some()).collect()
+            })
+            .collect()
+    };
+    let pass = |settings: &FunnelSettings| -> Result<(Vec<Vec<String>>, Summary), BoxError> {
+        let idx = tenant.read().map_err(|_| "poisoned")?;
+        let mut ids = Vec::with_capacity(questions.len());
+        let mut times = Vec::with_capacity(questions.len());
+        for (q, vector) in questions.iter().zip(vectors) {
+            let started = Instant::now();
+            let (records, _) = run_funnel(&idx, &caller, &q.text, vector, settings, now);
+            times.push(started.elapsed());
+            ids.push(records.into_iter().map(|r| r.id).collect());
+        }
+        Ok((ids, Summary::of(&times)))
+    };
+    let evidence_recall = |ids: &[Vec<String>]| {
+        let (mut sum, mut n) = (0.0, 0usize);
+        for ((q, wanted), got) in questions.iter().zip(&evidence).zip(ids) {
+            if q.category == 5 || wanted.is_empty() {
+                continue;
+            }
+            let got: HashSet<&String> = got.iter().collect();
+            let found = wanted.iter().filter(|e| got.contains(e)).count();
+            sum += found as f64 / wanted.len() as f64;
+            n += 1;
+        }
+        sum / n.max(1) as f64
+    };
+    let saved = tenant.write().map_err(|_| "poisoned")?.ann.take();
+    let (exact_ids, exact_time) = pass(production)?;
+    tenant.write().map_err(|_| "poisoned")?.ann = saved;
+    let mut rows = vec![json!({
+        "path": "exact (forced)",
+        "funnel": exact_time.json_ms(),
+        "evidence_recall_at_5_categories_1_4": evidence_recall(&exact_ids),
+    })];
+    for probes in [4, 8, DEFAULT_PROBES] {
+        let (ids, time) = pass(&FunnelSettings { probes, ..production.clone() })?;
+        let (mut wanted, mut found) = (0usize, 0usize);
+        for (exact, approx) in exact_ids.iter().zip(&ids) {
+            wanted += exact.len();
+            found += exact.iter().filter(|id| approx.contains(id)).count();
+        }
+        rows.push(json!({
+            "path": format!("ivf, {probes} probes"),
+            "funnel": time.json_ms(),
+            "overlap_with_exact_injected": if wanted == 0 { 1.0 } else { found as f64 / wanted as f64 },
+            "evidence_recall_at_5_categories_1_4": evidence_recall(&ids),
+        }));
+    }
+    Ok(json!({"records": records, "ivf_lists": lists, "questions": questions.len(), "rows": rows}))
 }
 
 /// The funnel's injected records (in order) and their token count.
@@ -503,6 +628,31 @@ fn print_tables(report: &Value) {
             row["empty_share_categories_1_4"].as_f64().unwrap_or(0.0),
             row["adversarial_injected_mean"].as_f64().unwrap_or(0.0),
         );
+    }
+    println!();
+    if let Some(rows) = report["ivf_check"]["rows"].as_array() {
+        println!();
+        println!(
+            "IVF on real embeddings: all {} turns in one tenant, {} lists (recall over categories 1-4)",
+            common::text(&report["ivf_check"]["records"]),
+            common::text(&report["ivf_check"]["ivf_lists"])
+        );
+        println!(
+            "{:<16} {:>9} {:>9} {:>22} {:>18}",
+            "path", "p50 ms", "p99 ms", "same injected as exact", "evidence recall@5"
+        );
+        for row in rows {
+            println!(
+                "{:<16} {:>9.3} {:>9.3} {:>22} {:>18.3}",
+                row["path"].as_str().unwrap_or(""),
+                row["funnel"]["p50_ms"].as_f64().unwrap_or(0.0),
+                row["funnel"]["p99_ms"].as_f64().unwrap_or(0.0),
+                row["overlap_with_exact_injected"].as_f64().map_or("-".into(), |o| format!("{o:.4}")),
+                row["evidence_recall_at_5_categories_1_4"].as_f64().unwrap_or(0.0),
+            );
+        }
+    } else if let Some(skipped) = report["ivf_check"]["skipped"].as_str() {
+        println!("IVF check skipped: {skipped}");
     }
     println!();
     println!("funnel latency per question (production settings): {}", report["funnel_latency"]);

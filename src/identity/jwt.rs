@@ -96,7 +96,16 @@ impl JwtVerifier {
         validation.leeway = self.config.leeway_secs;
         validation.validate_exp = true;
         validation.validate_nbf = true;
-        validation.required_spec_claims = HashSet::from(["exp".to_owned()]);
+        // A configured issuer or audience must be present, not merely match when present: a
+        // token minted without `aud` for some other service must not pass here.
+        let mut required = HashSet::from(["exp".to_owned()]);
+        if self.config.issuer.is_some() {
+            required.insert("iss".to_owned());
+        }
+        if self.config.audience.is_some() {
+            required.insert("aud".to_owned());
+        }
+        validation.required_spec_claims = required;
         if let Some(issuer) = &self.config.issuer {
             validation.set_issuer(&[issuer]);
         }

@@ -13,7 +13,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 
-const PREFIX: &str = "mgk_";
+/// Every gateway key starts with this.
+pub const KEY_PREFIX: &str = "mgk_";
 const CACHE_TTL: Duration = Duration::from_secs(5);
 const CACHE_MAX: usize = 10_000;
 
@@ -87,7 +88,7 @@ impl GatewayKeys {
             revoked_at_ms: None,
         };
         self.store.insert_key(&record).await?;
-        Ok((record, format!("{PREFIX}{id}_{secret}")))
+        Ok((record, format!("{KEY_PREFIX}{id}_{secret}")))
     }
 
     pub async fn revoke(&self, tenant: &str, id: &str) -> Result<(), StoreError> {
@@ -98,7 +99,8 @@ impl GatewayKeys {
 
     /// The live key this presented value names, or `None` (unknown, wrong secret, revoked).
     pub async fn verify(&self, presented: &str) -> Result<Option<KeyRecord>, StoreError> {
-        let Some((id, secret)) = presented.strip_prefix(PREFIX).and_then(|rest| rest.split_once('_')) else {
+        let Some((id, secret)) = presented.strip_prefix(KEY_PREFIX).and_then(|rest| rest.split_once('_'))
+        else {
             return Ok(None);
         };
         if id.len() != 16 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {

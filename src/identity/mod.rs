@@ -188,12 +188,23 @@ impl Authenticator {
             return Err(ApiError::internal("managed auth mode without an upstream key"));
         };
         let unauthorized = |message: &str| ApiError::new(ErrorKind::Authentication, message);
-        if let Some(value) = headers.get("x-api-key") {
-            let presented =
-                value.to_str().map_err(|_| unauthorized("x-api-key is not a memgate gateway key"))?;
-            let key = self.keys.verify(presented).await.map_err(ApiError::internal)?.ok_or_else(|| {
-                unauthorized("x-api-key is not a valid memgate gateway key (unknown, revoked or mistyped)")
-            })?;
+        let bearer = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
+        // SDKs send a key either as `x-api-key` or as `Authorization: Bearer` (the official
+        // Python SDK does the latter): a bearer value shaped like a gateway key is one.
+        let presented_key = match headers.get("x-api-key") {
+            Some(value) => {
+                Some(value.to_str().map_err(|_| unauthorized("x-api-key is not a memgate gateway key"))?)
+            }
+            None => bearer.filter(|b| b.starts_with(keys::KEY_PREFIX)),
+        };
+        if let Some(presented) = presented_key {
+            let key =
+                self.keys.verify(presented).await.map_err(ApiError::internal)?.ok_or_else(|| {
+                    unauthorized("the gateway key is not valid (unknown, revoked or mistyped)")
+                })?;
             let mut scopes: BTreeSet<String> = key.scopes.iter().cloned().collect();
             scopes.insert("public".into());
             return Ok(Caller {
@@ -208,10 +219,6 @@ impl Authenticator {
                 upstream_credential: UpstreamCredential::Replace(upstream_key),
             });
         }
-        let bearer = headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
         let Some(token) = bearer else {
             return Err(unauthorized(
                 "authentication required: send a memgate gateway key as x-api-key or a JWT as Authorization: Bearer",

@@ -607,6 +607,74 @@ async fn forget_erases_a_scope_and_its_history_and_nothing_else() {
     missing.assert_error(400, "invalid_request_error", "forget without a scope");
 }
 
+#[tokio::test]
+async fn a_near_repeat_updates_its_twin_and_says_so() {
+    let admin = Admin::start();
+    let text = "Deliveries to this customer must arrive before noon.";
+    let first = admin.create(None, &fact(text, &["user:u-42"])).await;
+    let id = first.expect(201, "first")["id"].as_str().unwrap().to_owned();
+    let near = "Deliveries to this customer must arrive before noon";
+    let answer = admin.create(None, &fact(near, &["user:u-42"])).await;
+    let body = answer.expect(200, "a near repeat");
+    assert_eq!(body["deduplicated"], true, "{}", answer.text);
+    assert_eq!((body["id"].as_str(), body["revision"].as_i64()), (Some(id.as_str()), Some(2)));
+    let similarity = body["similarity"].as_f64().unwrap();
+    assert!((0.95..=1.0001).contains(&similarity), "similarity {similarity}");
+    assert_eq!(body["record"]["content"]["statement"], near);
+    assert_eq!(ids_of(&admin.list_all(None, "scope=user:u-42", 50).await), BTreeSet::from([id.clone()]));
+    let history = admin.history(None, &id).await;
+    assert_eq!(history.expect(200, "history")["data"].as_array().unwrap().len(), 2, "{}", history.text);
+
+    // Another scope, another tenant, a topic key or an id of its own: never merged.
+    admin.create(None, &fact(text, &["user:u-43"])).await.expect(201, "another scope");
+    admin.create(Some("other"), &fact(text, &["user:u-42"])).await.expect(201, "another tenant");
+    let keyed = with(fact(text, &["user:u-42"]), "key", json!("delivery:u-42"));
+    admin.create(None, &keyed).await.expect(201, "a record with a key");
+    admin
+        .create(None, &fact_with_id("mem-own", &format!("{near}!"), &["user:u-42"]))
+        .await
+        .expect(201, "an id");
+
+    // A deleted record is no twin.
+    let gone = admin.create_ok(None, &fact(text, &["user:u-44"])).await;
+    send(admin.req(Method::DELETE, &format!("/memories/{gone}"), None)).await.expect(200, "delete");
+    let again = admin.create(None, &fact(text, &["user:u-44"])).await;
+    assert_ne!(again.expect(201, "after the twin was deleted")["id"], gone.as_str());
+}
+
+#[tokio::test]
+async fn different_facts_in_one_scope_are_not_merged_as_near_repeats() {
+    // A support bot's memory is full of facts that differ in one number or one word. Merging
+    // them would overwrite the first with the second: memory silently lost.
+    let admin = Admin::start();
+    let pairs = [
+        ("Order ORD-1001 shipped on Monday", "Order ORD-1002 shipped on Monday"),
+        ("Refund limit is 50 EUR", "Refund limit is 500 EUR"),
+        ("The customer is allergic to peanuts", "The customer is not allergic to peanuts"),
+        ("The warehouse closes at 18:00", "The warehouse closes at 20:00"),
+        ("Imported one", "Written after the import"),
+    ];
+    let mut merged = Vec::new();
+    for (i, (a, b)) in pairs.iter().enumerate() {
+        let scope = format!("user:pair-{i}");
+        admin.create(None, &fact(a, &[&scope])).await.expect(201, a);
+        let answer = admin.create(None, &fact(b, &[&scope])).await;
+        if answer.status != 201 {
+            merged.push(format!("{a:?} + {b:?} -> {} {}", answer.status, answer.json["similarity"]));
+        }
+        let kept: BTreeSet<String> = admin
+            .list_all(None, &format!("scope={scope}"), 50)
+            .await
+            .iter()
+            .map(|r| r["content"]["statement"].as_str().unwrap().to_owned())
+            .collect();
+        if kept.len() != 2 {
+            merged.push(format!("{scope} keeps only {kept:?}"));
+        }
+    }
+    assert!(merged.is_empty(), "distinct facts merged as near repeats:\n{}", merged.join("\n"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Export and import.
 

@@ -449,6 +449,9 @@ async fn a_ten_percent_canary_serves_about_a_tenth_of_subjects_and_each_always_t
     assert!((share - on_v2 as f64 / 10_000.0).abs() < 1e-9, "{stats}");
 }
 
+/// What a caller is, the headers it sends, and the release it should get.
+type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str);
+
 #[tokio::test]
 async fn allow_listed_subjects_teams_and_cidrs_get_the_canary_even_at_zero_percent() {
     let rig = Rig::start(&[]);
@@ -467,7 +470,7 @@ async fn allow_listed_subjects_teams_and_cidrs_get_the_canary_even_at_zero_perce
         json!({"stage": "canary", "canary_percent": 0, "allow": {"subjects": ["vip-7"], "teams": ["beta"]}}),
     )
     .await;
-    let cases: [(&str, Vec<(&str, &str)>, &str); 7] = [
+    let cases: [Case; 7] = [
         ("an allow-listed subject", vec![("x-api-key", &asserting), ("x-memory-subject", "vip-7")], "v2"),
         ("another subject", vec![("x-api-key", &asserting), ("x-memory-subject", "vip-8")], "v1"),
         ("a key of an allow-listed team", vec![("x-api-key", &beta)], "v2"),

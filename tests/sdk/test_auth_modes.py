@@ -76,15 +76,6 @@ def managed_memgate(mock_upstream: Service, workdir: Path, managed_dir: Path, ga
     service.stop()
 
 
-# anthropic 2.14.0 sends `api_key` as `Authorization: Bearer <key>` (no `x-api-key`), and memgate
-# takes every Bearer credential for a JWT, so a gateway key from the official SDK is refused with
-# 401 "JWT authentication is not configured". Strict: once memgate accepts `Bearer mgk_…` as a
-# gateway key this XPASSes and fails, and the marker must go.
-@pytest.mark.xfail(
-    strict=True,
-    raises=anthropic.AuthenticationError,
-    reason="memgate reads `Authorization: Bearer mgk_…` (how the SDK sends api_key) as a JWT",
-)
 def test_managed_mode_sends_its_own_key_upstream(
     direct: anthropic.Anthropic, managed_memgate: Service, gateway_key: str, mock_log: MockLog
 ) -> None:

@@ -336,16 +336,6 @@ def test_jwt_for_another_audience_is_refused(
     assert_refused(jwks_gateway, sign(keys, alg, claims(aud="some-other-service")), mock_log, "audience")
 
 
-# Bug in src/identity/jwt.rs (JwtVerifier::verify): it sets `required_spec_claims` to {"exp"} only,
-# and jsonwebtoken checks `iss` / `aud` against the configured values only when the claim is
-# present, so a token without `iss` (or `aud`) is accepted (200) although MEMGATE_JWT_ISSUER (or
-# MEMGATE_JWT_AUDIENCE) is set. Strict: once memgate requires the configured claims this XPASSes
-# and fails, and the marker must go.
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,
-    reason="memgate accepts a JWT without `iss`/`aud` when an issuer/audience is configured",
-)
 @pytest.mark.parametrize(
     "claim, reason",
     [pytest.param("iss", "issuer", id="no-iss"), pytest.param("aud", "audience", id="no-aud")],
