@@ -80,6 +80,9 @@ pub struct Wish {
     /// Overrides `memory.funnel_timeout_ms`: diagnostics (`explain`) and shadow runs, which
     /// nobody waits on, take the time they need.
     pub budget: Option<std::time::Duration>,
+    /// A shadow or explain run: nothing of it is sent, so it counts in no injection or latency
+    /// metric.
+    pub shadow: bool,
 }
 
 /// Reads `X-Memory-Mode` (`off` skips memory, `read` is the default) and `X-Memory-Debug: 1`
@@ -101,7 +104,7 @@ pub fn wish(headers: &HeaderMap, caller: &Caller) -> Result<Wish, ApiError> {
         }
         Some(_) => return Err(ApiError::invalid_request("X-Memory-Debug must be 1 or 0")),
     };
-    Ok(Wish { off, debug, budget: None })
+    Ok(Wish { off, debug, budget: None, shadow: false })
 }
 
 /// Runs recall for one request within the time budget.
@@ -117,14 +120,18 @@ pub async fn recall(
     }
     let budget = wish.budget.unwrap_or(state.memory_config().funnel_timeout);
     let started = Instant::now();
-    let attempt = tokio::time::timeout(budget, run(state, caller, release, &body, wish.debug)).await;
-    state.metrics().record_funnel(&release.name, started.elapsed());
+    let attempt = tokio::time::timeout(budget, run(state, caller, release, &body, wish)).await;
+    if !wish.shadow {
+        state.metrics().record_funnel(&release.name, started.elapsed());
+    }
     let reason = match attempt {
         Ok(Ok(recalled)) => return Ok(recalled),
         Ok(Err(reason)) => reason,
         Err(_) => "timeout",
     };
-    state.metrics().record_degraded(&release.name, reason);
+    if !wish.shadow {
+        state.metrics().record_degraded(&release.name, reason);
+    }
     tracing::warn!(reason, release = %release.name, "memory degraded; the request goes on without it");
     if state.memory_config().fail_closed {
         return Err(ApiError::new(
@@ -140,8 +147,9 @@ async fn run(
     caller: &Caller,
     release: &Release,
     body: &Bytes,
-    detailed: bool,
+    wish: &Wish,
 ) -> Result<Recalled, &'static str> {
+    let detailed = wish.debug;
     let Some(query) = last_user_text(body).filter(|q| !q.trim().is_empty()) else {
         return Ok(Recalled::untouched(body.clone(), MemoryStatus::Ok, None));
     };
@@ -183,7 +191,9 @@ async fn run(
         tracing::warn!(error = %err, "placement failed");
         "placement"
     })?;
-    state.metrics().record_injection(&release.name, items.len(), tokens);
+    if !wish.shadow {
+        state.metrics().record_injection(&release.name, items.len(), tokens);
+    }
     Ok(Recalled {
         body: Bytes::from(injected.body),
         status: MemoryStatus::Ok,

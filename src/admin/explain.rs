@@ -87,7 +87,7 @@ pub async fn explain(
         &caller,
         &release,
         Bytes::from(body),
-        &Wish { off: false, debug: true, budget: Some(std::time::Duration::from_secs(10)) },
+        &Wish { off: false, debug: true, budget: Some(std::time::Duration::from_secs(10)), shadow: true },
     )
     .await?;
     let request: Value = serde_json::from_slice(&recalled.body).map_err(ApiError::internal)?;

@@ -19,7 +19,12 @@ pub fn spawn(state: &AppState, caller: &Caller, active: &Recalled, shadows: Vec<
     state.memories().tasks().spawn(async move {
         let state = state_for_task;
         for candidate in shadows {
-            let wish = Wish { off: false, debug: false, budget: Some(std::time::Duration::from_secs(10)) };
+            let wish = Wish {
+                off: false,
+                debug: false,
+                budget: Some(std::time::Duration::from_secs(10)),
+                shadow: true,
+            };
             let Ok(shadowed) = recall(&state, &caller, &candidate, body.clone(), &wish).await else {
                 continue;
             };

@@ -280,6 +280,11 @@ impl Rollout {
                 "the active release cannot be rolled back; promote another release".into(),
             ));
         }
+        if before.stage == Stage::Retired {
+            return Err(RolloutError::Invalid(format!(
+                "release `{name}` is retired and serves nobody already; PATCH its stage to bring it back"
+            )));
+        }
         let after = RolloutState {
             stage: Stage::Available,
             canary_percent: 0.0,
