@@ -48,9 +48,9 @@ pub enum JwtError {
     Expired,
     #[error("the token is not valid yet (nbf)")]
     NotYetValid,
-    #[error("the token's issuer is not accepted")]
+    #[error("the token's issuer is missing or not accepted")]
     WrongIssuer,
-    #[error("the token's audience is not accepted")]
+    #[error("the token's audience is missing or not accepted")]
     WrongAudience,
     #[error("the token's signature does not verify")]
     BadSignature,
@@ -122,6 +122,8 @@ impl JwtVerifier {
                 K::InvalidAudience => JwtError::WrongAudience,
                 K::InvalidSignature => JwtError::BadSignature,
                 K::InvalidAlgorithm => JwtError::AlgorithmNotAccepted(header.alg),
+                K::MissingRequiredClaim(claim) if claim == "iss" => JwtError::WrongIssuer,
+                K::MissingRequiredClaim(claim) if claim == "aud" => JwtError::WrongAudience,
                 K::MissingRequiredClaim(claim) => JwtError::Other(format!("the `{claim}` claim is required")),
                 _ => JwtError::Malformed,
             }

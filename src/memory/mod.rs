@@ -256,6 +256,7 @@ impl MemoryService {
     /// A live record of the same type and scope whose embedding is at least `dedupe_threshold`
     /// similar to `vector`, if any: the best one.
     fn near_twin(&self, tenant: &str, envelope: &Envelope, vector: &[f32]) -> Option<(String, f32)> {
+        let new_text = envelope_passage_text(envelope);
         let index = self.index.tenant(tenant)?;
         let index = index.read().unwrap_or_else(|p| p.into_inner());
         let first_scope = envelope.scope.first()?;
@@ -271,7 +272,14 @@ impl MemoryService {
             }
             let Some(other) = item.vector.as_deref() else { continue };
             let similarity = dot(vector, other);
-            if similarity >= self.dedupe_threshold && best.as_ref().is_none_or(|(_, s)| similarity > *s) {
+            // Embeddings cannot tell "ORD-1001" from "ORD-1002", "50 EUR" from "500 EUR" or "is"
+            // from "is not": a twin must also state the same figures and the same negations.
+            if similarity < self.dedupe_threshold
+                || !same_figures_and_negations(&new_text, &passage_text(record))
+            {
+                continue;
+            }
+            if best.as_ref().is_none_or(|(_, s)| similarity > *s) {
                 best = Some((record.id.clone(), similarity));
             }
         }
@@ -379,6 +387,27 @@ impl MemoryService {
         }
         Ok((ids.len() as u64, changes))
     }
+}
+
+/// Whether two texts carry the same numbers and identifiers (any word with a digit) and the same
+/// negations — what a paraphrase keeps and a different fact usually changes.
+fn same_figures_and_negations(a: &str, b: &str) -> bool {
+    const NEGATIONS: [&str; 12] =
+        ["not", "no", "never", "none", "cannot", "can't", "don't", "isn't", "не", "нет", "不", "没"];
+    fn marks(text: &str) -> Vec<String> {
+        let lower = text.to_lowercase();
+        let mut marks: Vec<String> = lower
+            .split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '(' | ')' | '"' | '!' | '?'))
+            .map(|w| w.trim_matches(|c: char| c.is_ascii_punctuation() && c != '\''))
+            .filter(|w| w.chars().any(|c| c.is_ascii_digit()) || NEGATIONS.contains(w))
+            .map(str::to_owned)
+            .collect();
+        // Chinese and Japanese write negation inside words.
+        marks.extend(["不", "没", "無", "无"].iter().filter(|n| lower.contains(*n)).map(|n| (*n).to_owned()));
+        marks.sort();
+        marks
+    }
+    marks(a) == marks(b)
 }
 
 /// The text a record is embedded from: its type, key, aliases and every string of its content.

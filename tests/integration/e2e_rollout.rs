@@ -1012,7 +1012,7 @@ async fn the_release_endpoints_refuse_unknown_releases_and_bad_rollout_changes()
 }
 
 // ---------------------------------------------------------------------------------------------
-// Found while writing the above: each of these fails against the current src/ (see the report).
+// Regressions: bugs found while writing the above, each of which these tests caught.
 
 /// PRODUCT.md: `…/rollback` withdraws a canary; a retired release is withdrawn already. Refusing
 /// the rollback is right, and so is doing nothing; bringing the release back to `available`,
