@@ -232,6 +232,8 @@ struct PathRun {
     /// over every candidate (the exact scan's floor).
     phrases: Summary,
     dot_scan: Summary,
+    /// The IVF index's own search (no candidate filter), where the tenant has one.
+    ivf_search: Option<Summary>,
     candidates_mean: f64,
     hits_mean: f64,
     injected_mean: f64,
@@ -252,6 +254,7 @@ impl PathRun {
                 "density": ms(self.density.p50),
                 "query_phrases": ms(self.phrases.p50),
                 "dot_scan_all_candidates": ms(self.dot_scan.p50),
+                "ivf_search": self.ivf_search.map(|s| ms(s.p50)),
             },
             "layers_p99_ms": {
                 "scope": ms(self.scope.p99),
@@ -260,6 +263,7 @@ impl PathRun {
                 "density": ms(self.density.p99),
                 "query_phrases": ms(self.phrases.p99),
                 "dot_scan_all_candidates": ms(self.dot_scan.p99),
+                "ivf_search": self.ivf_search.map(|s| ms(s.p99)),
             },
             "semantic_candidates_mean": self.candidates_mean,
             "semantic_hits_mean": self.hits_mean,
@@ -285,7 +289,7 @@ fn run_path(
     let mut funnel_times = Vec::with_capacity(queries.len());
     let (mut scope_t, mut temporal_t, mut semantic_t, mut density_t) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut phrases_t, mut scan_t) = (Vec::new(), Vec::new());
+    let (mut phrases_t, mut scan_t, mut ivf_t) = (Vec::new(), Vec::new(), Vec::new());
     let (mut candidates, mut hits_total, mut injected) = (0usize, 0usize, 0usize);
     let mut top5 = Vec::with_capacity(queries.len());
     let mut all_hits = Vec::with_capacity(queries.len());
@@ -321,6 +325,11 @@ fn run_path(
         }
         black_box(sum);
         scan_t.push(t.elapsed());
+        if let Some(ann) = &index.ann {
+            let t = Instant::now();
+            black_box(ann.search(&q.vector, settings.probes, settings.threshold, |_| true).len());
+            ivf_t.push(t.elapsed());
+        }
         let mut similar: Vec<(u32, f32)> =
             hits.iter().filter(|h| !h.exact).map(|h| (h.slot, h.similarity)).collect();
         similar.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -345,6 +354,7 @@ fn run_path(
         density: Summary::of(&density_t),
         phrases: Summary::of(&phrases_t),
         dot_scan: Summary::of(&scan_t),
+        ivf_search: (!ivf_t.is_empty()).then(|| Summary::of(&ivf_t)),
         candidates_mean: candidates as f64 / n,
         hits_mean: hits_total as f64 / n,
         injected_mean: injected as f64 / n,
@@ -646,8 +656,8 @@ fn print_tables(report: &Value) {
         "per layer, p50 / p99 ms, layer by layer on the same queries; (phrases) and (dot scan all) are inside semantic: building the query's exact-match phrases, and a bare dot product over every candidate"
     );
     println!(
-        "{:>8} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15}",
-        "records", "path", "scope", "temporal", "semantic", "density", "(phrases)", "(dot scan all)"
+        "{:>8} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15}",
+        "records", "path", "scope", "temporal", "semantic", "density", "(phrases)", "(dot scan all)", "(ivf search)"
     );
     for size in sizes {
         for path in size["paths"].as_array().unwrap_or(&empty) {
@@ -659,7 +669,7 @@ fn print_tables(report: &Value) {
                 )
             };
             println!(
-                "{:>8} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15}",
+                "{:>8} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15}",
                 common::text(&size["records"]),
                 path["path"].as_str().unwrap_or(""),
                 cell("scope"),
@@ -667,7 +677,8 @@ fn print_tables(report: &Value) {
                 cell("semantic"),
                 cell("density"),
                 cell("query_phrases"),
-                cell("dot_scan_all_candidates")
+                cell("dot_scan_all_candidates"),
+                if path["layers_p50_ms"]["ivf_search"].is_null() { "-".to_owned() } else { cell("ivf_search") }
             );
         }
     }
