@@ -657,7 +657,15 @@ fn print_tables(report: &Value) {
     );
     println!(
         "{:>8} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15}",
-        "records", "path", "scope", "temporal", "semantic", "density", "(phrases)", "(dot scan all)", "(ivf search)"
+        "records",
+        "path",
+        "scope",
+        "temporal",
+        "semantic",
+        "density",
+        "(phrases)",
+        "(dot scan all)",
+        "(ivf search)"
     );
     for size in sizes {
         for path in size["paths"].as_array().unwrap_or(&empty) {
@@ -678,7 +686,11 @@ fn print_tables(report: &Value) {
                 cell("density"),
                 cell("query_phrases"),
                 cell("dot_scan_all_candidates"),
-                if path["layers_p50_ms"]["ivf_search"].is_null() { "-".to_owned() } else { cell("ivf_search") }
+                if path["layers_p50_ms"]["ivf_search"].is_null() {
+                    "-".to_owned()
+                } else {
+                    cell("ivf_search")
+                }
             );
         }
     }
