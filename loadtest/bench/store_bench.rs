@@ -207,24 +207,33 @@ async fn import_phase(
         "seconds": import_time.as_secs_f64(),
         "records_per_s": args.import_records as f64 / import_time.as_secs_f64(),
     });
-    // The background embedding import started: embed + put_embedding per record, 32 at a time.
+    // The background embedding import started: embed + put_embedding per record, 32 at a time,
+    // so progress moves in steps of 32. The rate is taken at the last step seen (polled every
+    // 250 ms), not at the end of the window, which would add a partial step's time.
     let started = Instant::now();
     service.tasks().close();
     let window = std::time::Duration::from_secs_f64(args.backfill_seconds);
-    let finished = if args.backfill_seconds > 0.0 {
-        tokio::time::timeout(window, service.tasks().wait()).await.is_ok()
-    } else {
-        service.tasks().wait().await;
-        true
+    let (mut embedded, mut at) = (0usize, std::time::Duration::ZERO);
+    let finished = loop {
+        let done =
+            tokio::time::timeout(std::time::Duration::from_millis(250), service.tasks().wait()).await.is_ok();
+        let now_embedded =
+            args.import_records - service.index().missing_vectors().len().min(args.import_records);
+        if now_embedded != embedded {
+            (embedded, at) = (now_embedded, started.elapsed());
+        }
+        if done {
+            break true;
+        }
+        if args.backfill_seconds > 0.0 && started.elapsed() >= window {
+            break false;
+        }
     };
-    let elapsed = started.elapsed();
-    let missing = service.index().missing_vectors().len();
-    let embedded = args.import_records - missing.min(args.import_records);
     let backfill = json!({
-        "watched_seconds": elapsed.as_secs_f64(),
+        "watched_seconds": started.elapsed().as_secs_f64(),
         "finished": finished,
         "records_embedded": embedded,
-        "records_per_s": embedded as f64 / elapsed.as_secs_f64(),
+        "records_per_s": if at.is_zero() { 0.0 } else { embedded as f64 / at.as_secs_f64() },
     });
     Ok((import, backfill))
 }
