@@ -135,13 +135,19 @@ pub fn canonical_json(value: &Value) -> String {
 /// A 64-bit FNV-1a hash of the canonical content, hex: a cheap index for exact-repeat lookups (a
 /// hit is confirmed by comparing the content itself).
 pub fn content_hash(record_type: &str, scope: &[String], content: &Value) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     let text = format!("{record_type}\u{1f}{}\u{1f}{}", scope.join("\u{1e}"), canonical_json(content));
+    format!("{:016x}", fnv1a64(&text))
+}
+
+/// 64-bit FNV-1a: stable across processes, machines and versions (unlike std's hasher), for
+/// hashes that are stored or must agree between replicas.
+pub fn fnv1a64(text: &str) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in text.bytes() {
         hash ^= u64::from(byte);
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
-    format!("{hash:016x}")
+    hash
 }
 
 pub fn now_ms() -> i64 {

@@ -476,12 +476,7 @@ fn build_table(
 /// A stable bucket 0..10000 for a subject (FNV-1a 64): the same subject always lands in the same
 /// bucket, on every replica and every version of memgate, so a canary share is sticky.
 pub fn sticky_bucket(subject: &str) -> u32 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in subject.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    (hash % 10_000) as u32
+    (crate::memory::record::fnv1a64(subject) % 10_000) as u32
 }
 
 fn now_secs() -> u64 {
