@@ -14,12 +14,16 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Calibrated for multilingual-e5-small, whose cosines bunch in 0.7–0.9 (docs/embedding.md).
-pub const DEFAULT_SIMILARITY: f32 = 0.80;
-/// A near-duplicate write for the same model. Rewrites of one note score 0.952–0.998, but two
-/// different short facts can score 0.95 too ("Imported one" / "Written after the import"), so the
-/// bar sits at 0.96 and a twin must also keep the same figures and negations (`memory`).
-pub const DEFAULT_DEDUPE: f32 = 0.96;
+/// The semantic threshold calibrated for multilingual-e5-small with language centering, the
+/// default (docs/embedding.md, "Calibration").
+pub const DEFAULT_SIMILARITY: f32 = 0.20;
+/// A near-duplicate write, same model and centering (docs/embedding.md). A twin must also keep
+/// the same figures and negations (`memory`), since different short facts can score high too.
+pub const DEFAULT_DEDUPE: f32 = 0.90;
+/// The same two thresholds for the model's raw cosines (`language_centering = false`), which
+/// bunch in 0.7–0.9 even for unrelated texts.
+pub const RAW_SIMILARITY: f32 = 0.80;
+pub const RAW_DEDUPE: f32 = 0.96;
 
 /// Anthropic's own limit for a Messages request body.
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 32 * 1024 * 1024;
@@ -64,6 +68,7 @@ pub struct RawEmbedding {
     pub threads: Option<usize>,
     pub max_batch: Option<usize>,
     pub cache_entries: Option<usize>,
+    pub language_centering: Option<bool>,
     pub similarity_threshold: Option<f32>,
     pub dedupe_threshold: Option<f32>,
 }
@@ -541,6 +546,12 @@ impl RawConfig {
             threads: e.threads.unwrap_or(defaults.threads),
             max_batch: e.max_batch.unwrap_or(defaults.max_batch),
             cache_entries: e.cache_entries.unwrap_or(defaults.cache_entries),
+            language_centering: e.language_centering.unwrap_or(defaults.language_centering),
+        };
+        let (default_similarity, default_dedupe) = if model.language_centering {
+            (DEFAULT_SIMILARITY, DEFAULT_DEDUPE)
+        } else {
+            (RAW_SIMILARITY, RAW_DEDUPE)
         };
         if model.threads == 0 || model.max_batch == 0 {
             return Err(invalid("embedding.threads", "threads and max_batch must be at least 1".into()));
@@ -556,11 +567,11 @@ impl RawConfig {
             model,
             similarity_threshold: unit(
                 "embedding.similarity_threshold",
-                e.similarity_threshold.unwrap_or(DEFAULT_SIMILARITY),
+                e.similarity_threshold.unwrap_or(default_similarity),
             )?,
             dedupe_threshold: unit(
                 "embedding.dedupe_threshold",
-                e.dedupe_threshold.unwrap_or(DEFAULT_DEDUPE),
+                e.dedupe_threshold.unwrap_or(default_dedupe),
             )?,
         };
         let memory = MemoryConfig {
@@ -649,6 +660,22 @@ mod tests {
         assert_eq!(config.upstream.base_url, "https://api.anthropic.com");
         assert_eq!(config.auth_mode, AuthMode::Passthrough);
         assert_eq!(config.limits.max_body_bytes, 32 * 1024 * 1024);
+    }
+
+    #[test]
+    fn thresholds_default_to_the_ones_calibrated_for_the_centering_in_use() {
+        let centered = load_toml("", &[], ConfigFlags::default()).unwrap();
+        assert!(centered.embedding.model.language_centering);
+        assert_eq!(centered.embedding.similarity_threshold, DEFAULT_SIMILARITY);
+        assert_eq!(centered.embedding.dedupe_threshold, DEFAULT_DEDUPE);
+        let raw =
+            load_toml("[embedding]\nlanguage_centering = false\n", &[], ConfigFlags::default()).unwrap();
+        assert!(!raw.embedding.model.language_centering);
+        assert_eq!(raw.embedding.similarity_threshold, RAW_SIMILARITY);
+        assert_eq!(raw.embedding.dedupe_threshold, RAW_DEDUPE);
+        let set = "[embedding]\nlanguage_centering = false\nsimilarity_threshold = 0.5\n";
+        let set = load_toml(set, &[], ConfigFlags::default()).unwrap();
+        assert_eq!(set.embedding.similarity_threshold, 0.5, "a value in the file wins");
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! `Embedder::embed_passages` (the text `memory::passage_text` gives, as in production), and
 //! loaded with `MemoryIndex::load`. Every question is embedded with `embed_query` and run through
 //! `funnel::run` for a caller that sees `public` in that tenant:
-//! - as production runs it: the release threshold (0.80 for multilingual-e5-small), budget 3000
+//! - as production runs it: the release threshold (0.20 for multilingual-e5-small with language
+//!   centering, 0.80 raw with `--no-centering`), budget 3000
 //!   tokens, 5 items → evidence recall@5 and the injected tokens (the funnel's count, and the
 //!   whole rendered v1 block with its contract);
 //! - the same with 10 items → recall@10 with the threshold;
@@ -63,12 +64,16 @@ struct Args {
     /// Use only the first N conversations (embedding all ~5,900 turns takes minutes on 2 cores).
     #[arg(long)]
     conversations: Option<usize>,
-    /// The release threshold.
-    #[arg(long, default_value_t = memgate::config::DEFAULT_SIMILARITY)]
-    threshold: f32,
-    /// Further thresholds to report recall@5 and tokens for (calibration), comma-separated.
-    #[arg(long, default_value = "0.76,0.78,0.80,0.82,0.84,0.86")]
-    threshold_sweep: String,
+    /// The release threshold (default: the calibrated one for the centering in use).
+    #[arg(long)]
+    threshold: Option<f32>,
+    /// Further thresholds to report recall@5 and tokens for (calibration), comma-separated
+    /// (default: around the calibrated one).
+    #[arg(long)]
+    threshold_sweep: Option<String>,
+    /// Raw model vectors, without language centering (the thresholds default to the raw ones).
+    #[arg(long = "no-centering", action = clap::ArgAction::SetFalse)]
+    centering: bool,
     /// ONNX Runtime threads for the embedding model (speed only; the vectors are the same).
     #[arg(long, default_value_t = 2)]
     threads: usize,
@@ -175,7 +180,10 @@ async fn run(args: Args) -> Result<(), BoxError> {
     }
 
     // Embed every turn with the production model, in chunks so progress can be shown.
-    let config = common::embed_config(args.threads, 4096);
+    let config = memgate::embed::EmbedConfig {
+        language_centering: args.centering,
+        ..common::embed_config(args.threads, 4096)
+    };
     let embedder = tokio::task::spawn_blocking(move || Embedder::load(&config)).await??;
     let texts: Vec<String> = records.iter().map(passage_text).collect();
     let started = Instant::now();
@@ -224,8 +232,16 @@ async fn run(args: Args) -> Result<(), BoxError> {
     let query_seconds = started.elapsed().as_secs_f64();
     eprintln!("embedded {} questions in {query_seconds:.1} s", questions.len());
 
+    let (calibrated, default_sweep) = if args.centering {
+        (memgate::config::DEFAULT_SIMILARITY, "0.12,0.16,0.20,0.24,0.28,0.32")
+    } else {
+        (memgate::config::RAW_SIMILARITY, "0.76,0.78,0.80,0.82,0.84,0.86")
+    };
+    let threshold = args.threshold.unwrap_or(calibrated);
     let sweep: Vec<f32> = args
         .threshold_sweep
+        .as_deref()
+        .unwrap_or(default_sweep)
         .split(',')
         .filter(|s| !s.trim().is_empty())
         .map(|s| s.trim().parse())
@@ -238,8 +254,8 @@ async fn run(args: Args) -> Result<(), BoxError> {
         max_stubs: 3,
         probes: DEFAULT_PROBES,
     };
-    let production = settings(args.threshold, 5, 3000);
-    let production10 = settings(args.threshold, 10, 3000);
+    let production = settings(threshold, 5, 3000);
+    let production10 = settings(threshold, 10, 3000);
     // Every cosine is above -1.01: the threshold lets everything through, the rank decides.
     let top_k = settings(-1.01, 10, usize::MAX / 2);
 
@@ -312,7 +328,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         }
     }
     let ivf = if args.ivf_check {
-        let production = settings(args.threshold, 5, 3000);
+        let production = settings(threshold, 5, 3000);
         ivf_check(&index, &questions, &query_vectors, &production, now)?
     } else {
         Value::Null
@@ -331,7 +347,8 @@ async fn run(args: Args) -> Result<(), BoxError> {
         "passage_embedding_s": passage_seconds,
         "passages_per_s": turns as f64 / passage_seconds.max(1e-9),
         "question_embedding_s": query_seconds,
-        "threshold": common::f32r(args.threshold),
+        "threshold": common::f32r(threshold),
+        "language_centering": args.centering,
         "release_for_block_tokens": args.release,
         "funnel_latency": Summary::of(&funnel_times).json_us(),
         "groups": groups.iter().map(|(k, g)| (k.clone(), g.json())).collect::<Map<String, Value>>(),

@@ -133,13 +133,23 @@ const MORE_QUERIES: [(&str, &str, &str); 6] = [
 #[tokio::test]
 #[ignore = "a measurement, run by hand"]
 async fn calibration() {
-    let Some(embedder) = load(1) else { return };
+    for centering in [true, false] {
+        eprintln!("--- language centering {}", if centering { "on" } else { "off" });
+        let Some(config) = real_config() else { return };
+        let config = EmbedConfig { cache_entries: 0, language_centering: centering, ..config };
+        calibrate(&Embedder::load(&config).unwrap(), centering).await;
+    }
+}
+
+async fn calibrate(embedder: &Embedder, centering: bool) {
     let all_passages: Vec<_> = PASSAGES.iter().chain(MORE_PASSAGES.iter()).copied().collect();
     let texts: Vec<String> = all_passages.iter().map(|p| p.2.to_owned()).collect();
     let passages = embedder.embed_passages(&texts).await.unwrap();
     let (mut relevant, mut same_lang_unrelated, mut unrelated) = (Vec::new(), Vec::new(), Vec::new());
     let mut cross_lingual_relevant = Vec::new();
     let (mut ranked_first, mut queries) = (0, 0);
+    // Per query: (same topic?, score) of every passage, for the threshold-and-margin table.
+    let mut rows: Vec<Vec<(bool, f32)>> = Vec::new();
     for (lang, topic, query) in QUERIES.iter().chain(MORE_QUERIES.iter()).copied() {
         let q = embedder.embed_query(query).await.unwrap();
         queries += 1;
@@ -147,10 +157,13 @@ async fn calibration() {
             .iter()
             .zip(&passages)
             .max_by(|(_, a), (_, b)| cosine(&q, a).total_cmp(&cosine(&q, b)))
-            .map(|((l, t, _), _)| (*l, *t));
-        if best == Some((lang, topic)) {
+            .map(|((_, t, _), _)| *t);
+        if best == Some(topic) {
             ranked_first += 1;
         }
+        rows.push(
+            all_passages.iter().zip(&passages).map(|((_, t, _), p)| (*t == topic, cosine(&q, p))).collect(),
+        );
         for ((l, t, _), p) in all_passages.iter().zip(&passages) {
             let s = cosine(&q, p);
             match (*l == lang, *t == topic) {
@@ -170,8 +183,13 @@ async fn calibration() {
     eprintln!("query -> relevant passage, other language:  {}", range(&cross_lingual_relevant));
     eprintln!("query -> unrelated passage, same language:  {}", range(&same_lang_unrelated));
     eprintln!("query -> unrelated passage, other language: {}", range(&unrelated));
-    eprintln!("queries whose best passage is their own topic and language: {ranked_first}/{queries}");
-    for threshold in [0.78f32, 0.80, 0.82, 0.84, 0.86] {
+    eprintln!("queries whose best passage is of their own topic (any language): {ranked_first}/{queries}");
+    let thresholds: &[f32] = if centering {
+        &[0.10, 0.12, 0.14, 0.16, 0.18, 0.20, 0.22, 0.25, 0.30]
+    } else {
+        &[0.78, 0.80, 0.82, 0.84, 0.86]
+    };
+    for &threshold in thresholds {
         let kept = relevant.iter().filter(|s| **s >= threshold).count();
         let kept_x = cross_lingual_relevant.iter().filter(|s| **s >= threshold).count();
         let leaked = same_lang_unrelated.iter().chain(&unrelated).filter(|s| **s >= threshold).count();
@@ -181,6 +199,28 @@ async fn calibration() {
             cross_lingual_relevant.len(),
             same_lang_unrelated.len() + unrelated.len()
         );
+    }
+
+    // A relative margin on top: keep only passages within `margin` of the query's best score.
+    let margins: &[f32] = if centering { &[0.05, 0.08, 0.10, 0.15, 1.0] } else { &[0.02, 0.03, 0.05, 1.0] };
+    for &threshold in thresholds {
+        let line: Vec<String> = margins
+            .iter()
+            .map(|&margin| {
+                let (mut kept, mut leaked, mut clean) = (0, 0, 0);
+                for row in &rows {
+                    let best = row.iter().map(|r| r.1).fold(f32::MIN, f32::max);
+                    let pass = |s: f32| s >= threshold && s >= best - margin;
+                    let k = row.iter().filter(|(rel, s)| *rel && pass(*s)).count();
+                    let l = row.iter().filter(|(rel, s)| !*rel && pass(*s)).count();
+                    kept += k;
+                    leaked += l;
+                    clean += usize::from(k > 0 && l == 0);
+                }
+                format!("margin {margin:.2}: {kept} rel, {leaked} unrel, {clean} clean")
+            })
+            .collect();
+        eprintln!("threshold {threshold:.2}: {}", line.join(" | "));
     }
 
     // Near-duplicates (a record rewritten) vs different records of the same kind.

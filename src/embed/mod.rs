@@ -18,11 +18,17 @@
 //! blocks the async workers, and gives batching for free. ONNX Runtime's own intra-op threads
 //! (`threads`) parallelize inside one run.
 //!
-//! Scores: e5's cosines bunch in 0.7–0.9 even for unrelated texts, so similarity thresholds are
-//! calibrated per model ([`Embedder::model_id`] names it; docs/embedding.md has the figures).
+//! 4. Language centering (`centering.rs`, on by default) takes the language's own direction out
+//!    of each vector, so a Russian question is compared with an English note by topic rather than
+//!    losing to every Russian text.
+//!
+//! Scores: raw e5 cosines bunch in 0.7–0.9 even for unrelated texts; centered ones spread over
+//! about −0.1–0.7. Either way similarity thresholds are calibrated per model and per centering
+//! ([`Embedder::model_id`] names both; docs/embedding.md has the figures).
 
 mod batcher;
 mod cache;
+pub mod centering;
 mod model;
 
 #[cfg(test)]
@@ -38,6 +44,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use self::batcher::Job;
 use self::cache::QueryCache;
+use self::centering::{Centres, Role};
 
 /// The ONNX Runtime library file that scripts/fetch-assets extracts.
 pub const ORT_LIBRARY_FILE: &str = "libonnxruntime.so.1.31.1";
@@ -71,6 +78,9 @@ pub struct EmbedConfig {
     pub max_batch: usize,
     /// How many query embeddings the cache keeps (0 turns it off).
     pub cache_entries: usize,
+    /// Take each script's mean direction out of every vector (`centering.rs`). Changes every
+    /// score: the thresholds must be the ones calibrated for it.
+    pub language_centering: bool,
 }
 
 impl EmbedConfig {
@@ -86,6 +96,7 @@ impl EmbedConfig {
             threads: 1,
             max_batch: 16,
             cache_entries: 4096,
+            language_centering: true,
         }
     }
 }
@@ -137,6 +148,7 @@ struct Inner {
     query_prefix: String,
     passage_prefix: String,
     max_batch: usize,
+    centres: Option<Centres>,
     cache: QueryCache,
     counters: Arc<Counters>,
     /// Dropping the last sender (with the last `Embedder` clone) ends the embedding thread.
@@ -171,11 +183,17 @@ impl Embedder {
         if dimensions == 0 {
             return Err(EmbedError::Model("the model returned an empty embedding".into()));
         }
+        let (model_id, centres) = if config.language_centering {
+            let centres = load_centres(&mut loaded.model, config, &loaded.model_id)?;
+            (format!("{}+centered-{}", loaded.model_id, centering::fingerprint()), Some(centres))
+        } else {
+            (loaded.model_id, None)
+        };
         let counters = Arc::new(Counters::default());
         let (jobs, receiver) = mpsc::channel(JOB_QUEUE);
         batcher::spawn(loaded.model, receiver, config.max_batch, counters.clone())?;
         tracing::info!(
-            model_id = %loaded.model_id,
+            model_id = %model_id,
             dimensions,
             threads = config.threads,
             max_batch = config.max_batch,
@@ -183,11 +201,12 @@ impl Embedder {
         );
         Ok(Embedder {
             inner: Arc::new(Inner {
-                model_id: loaded.model_id,
+                model_id,
                 dimensions,
                 query_prefix: config.query_prefix.clone(),
                 passage_prefix: config.passage_prefix.clone(),
                 max_batch: config.max_batch,
+                centres,
                 cache: QueryCache::new(config.cache_entries),
                 counters,
                 jobs,
@@ -195,8 +214,8 @@ impl Embedder {
         })
     }
 
-    /// A stable id of the model, its tokenizer, pooling and prefixes, e.g.
-    /// `multilingual-e5-small:3f2a9c0d1e2b4a5c`. Store it beside record embeddings: a different id
+    /// A stable id of the model, its tokenizer, pooling, prefixes and centering, e.g.
+    /// `multilingual-e5-small:3f2a9c0d1e2b4a5c+centered-1a2b3c4d`. Store it beside record embeddings: a different id
     /// means the vectors are not comparable and the records must be embedded again.
     pub fn model_id(&self) -> &str {
         &self.inner.model_id
@@ -217,9 +236,11 @@ impl Embedder {
         }
         inner.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
         let mut vectors = self.run(vec![format!("{}{}", inner.query_prefix, text)]).await?;
-        let vector: Arc<[f32]> =
-            vectors.pop().ok_or_else(|| EmbedError::Model("no embedding came back".into()))?.into();
-        Ok(inner.cache.insert(text, vector))
+        let mut vector = vectors.pop().ok_or_else(|| EmbedError::Model("no embedding came back".into()))?;
+        if let Some(centres) = &inner.centres {
+            centres.apply(Role::Query, text, &mut vector);
+        }
+        Ok(inner.cache.insert(text, vector.into()))
     }
 
     /// The L2-normalized embeddings of record texts (the passage prefix is added here), in order.
@@ -229,7 +250,13 @@ impl Embedder {
         let mut out = Vec::with_capacity(texts.len());
         for chunk in texts.chunks(inner.max_batch) {
             let prefixed = chunk.iter().map(|t| format!("{}{}", inner.passage_prefix, t)).collect();
-            out.extend(self.run(prefixed).await?);
+            let mut vectors = self.run(prefixed).await?;
+            if let Some(centres) = &inner.centres {
+                for (text, vector) in chunk.iter().zip(&mut vectors) {
+                    centres.apply(Role::Passage, text, vector);
+                }
+            }
+            out.extend(vectors);
         }
         Ok(out)
     }
@@ -255,6 +282,33 @@ impl Embedder {
         }
         Ok(vectors)
     }
+}
+
+/// The language centres of this model: from the cache file beside the model, or computed (about
+/// two seconds: every reference sentence as a query and as a passage) and cached.
+fn load_centres(
+    model: &mut model::Model,
+    config: &EmbedConfig,
+    model_id: &str,
+) -> Result<Centres, EmbedError> {
+    let path = centering::cache_path(&config.model_dir, model_id);
+    if let Some(centres) = centering::read_cache(&path) {
+        return Ok(centres);
+    }
+    let texts = centering::reference_texts();
+    let mut embed_all = |prefix: &str| -> Result<Vec<Vec<f32>>, EmbedError> {
+        let mut out = Vec::with_capacity(texts.len());
+        for chunk in texts.chunks(config.max_batch) {
+            let prefixed: Vec<String> = chunk.iter().map(|t| format!("{prefix}{t}")).collect();
+            out.extend(model.embed(&prefixed)?);
+        }
+        Ok(out)
+    };
+    let queries = embed_all(&config.query_prefix)?;
+    let passages = embed_all(&config.passage_prefix)?;
+    let centres = Centres::from_reference(&queries, &passages);
+    centering::write_cache(&path, &centres);
+    Ok(centres)
 }
 
 /// What an [`Embedder`] has done since it was loaded.

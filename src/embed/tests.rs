@@ -124,7 +124,9 @@ async fn vectors_are_normalized_and_the_model_id_is_stable() {
     assert!((norm - 1.0).abs() < 1e-4, "norm {norm}");
     assert!((cosine(&v, &v) - 1.0).abs() < 1e-4);
     assert!(embedder.model_id().starts_with("multilingual-e5-small:"), "{}", embedder.model_id());
-    assert_eq!(embedder.model_id().len(), "multilingual-e5-small:".len() + 16);
+    let centered = format!("+centered-{}", super::centering::fingerprint());
+    assert!(embedder.model_id().ends_with(&centered), "{}", embedder.model_id());
+    assert_eq!(embedder.model_id().len(), "multilingual-e5-small:".len() + 16 + centered.len());
 }
 
 #[tokio::test]
@@ -163,6 +165,37 @@ async fn each_language_ranks_its_relevant_passage_first() {
             }
         }
     }
+}
+
+/// What language centering is for: a query's own topic written in another language should score
+/// above another topic written in the query's own language. Counted over every such pair of the
+/// sample, with centering and without.
+#[tokio::test]
+async fn centering_lets_topic_beat_language() {
+    let Some(centered) = shared() else { return };
+    let raw = Embedder::load(&EmbedConfig { language_centering: false, ..real_config().unwrap() }).unwrap();
+    let mut right = Vec::new();
+    for embedder in [centered, &raw] {
+        let vectors = embedder.embed_passages(&passages()).await.unwrap();
+        let (mut ordered, mut pairs) = (0, 0);
+        for (lang, topic, query) in QUERIES {
+            let q = embedder.embed_query(query).await.unwrap();
+            let score = |i: usize| cosine(&q, &vectors[i]);
+            for (i, (l, t, _)) in PASSAGES.iter().enumerate() {
+                for (j, (other_l, other_t, _)) in PASSAGES.iter().enumerate() {
+                    if *t == topic && *l != lang && *other_t != topic && *other_l == lang {
+                        pairs += 1;
+                        ordered += usize::from(score(i) > score(j));
+                    }
+                }
+            }
+        }
+        right.push((ordered, pairs));
+    }
+    eprintln!("topic over language: centered {:?}, raw {:?}", right[0], right[1]);
+    let ((centered_right, pairs), (raw_right, _)) = (right[0], right[1]);
+    assert!(centered_right > raw_right, "centering should order more pairs by topic: {right:?}");
+    assert!(centered_right * 10 >= pairs * 9, "centered: {centered_right} of {pairs} pairs by topic");
 }
 
 /// A query in one language finds the right note written in another.
