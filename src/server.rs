@@ -22,8 +22,8 @@ pub async fn run(config: Config, on_ready: impl FnOnce(SocketAddr)) -> Result<()
     tracing::info!(%addr, upstream = %config.upstream.base_url, auth_mode = ?config.auth_mode, "memgate listening");
     on_ready(addr);
 
-    // The ticker: once a second, pick up rollout and record changes made on other replicas, and
-    // let the canary guards judge. It lives until shutdown is signalled.
+    // The ticker: once a second, pick up rollout and record changes made on other replicas, let
+    // the canary guards judge, and write the records' access counts. It lives until shutdown is signalled.
     let stop_ticking = CancellationToken::new();
     let ticker = {
         let state = state.clone();
@@ -39,6 +39,9 @@ pub async fn run(config: Config, on_ready: impl FnOnce(SocketAddr)) -> Result<()
                         if let Err(err) = state.memories().sync_from_store().await {
                             tracing::warn!(error = %err, "could not take in other replicas' record changes; retrying");
                         }
+                        if let Err(err) = state.memories().flush_accesses().await {
+                            tracing::warn!(error = %err, "could not write records' access counts; retrying");
+                        }
                     }
                 }
             }
@@ -48,6 +51,7 @@ pub async fn run(config: Config, on_ready: impl FnOnce(SocketAddr)) -> Result<()
     let (signalled_tx, signalled_rx) = oneshot::channel::<()>();
     let draining_state = state.clone();
     let background = state.memories().tasks().clone();
+    let memories = state.memories().clone();
     let stop_accepting = async move {
         shutdown_signal().await;
         tracing::info!("shutdown requested: no new connections; draining in-flight requests");
@@ -73,6 +77,9 @@ pub async fn run(config: Config, on_ready: impl FnOnce(SocketAddr)) -> Result<()
     }
     stop_ticking.cancel();
     let _ = ticker.await;
+    if let Err(err) = memories.flush_accesses().await {
+        tracing::warn!(error = %err, "could not write the last access counts");
+    }
     // Background embedding and shadow runs: give them what is left of the grace period; what
     // does not finish is redone at the next start.
     background.close();

@@ -3,6 +3,7 @@
 //! decides what may be written, embeds what is written, and keeps the funnel's in-memory index
 //! in step with the store after every committed write.
 
+pub mod access;
 pub mod envelope;
 pub mod record;
 pub mod transfer;
@@ -63,6 +64,8 @@ pub struct MemoryService {
     tasks: TaskTracker,
     /// Up to when (ms) this replica's index has taken in the store's changes.
     synced_until: Arc<std::sync::atomic::AtomicI64>,
+    /// Injections counted since the last flush to the store.
+    accesses: Arc<access::AccessLog>,
 }
 
 impl MemoryService {
@@ -82,7 +85,24 @@ impl MemoryService {
             dedupe_threshold,
             tasks: TaskTracker::new(),
             synced_until: Arc::new(std::sync::atomic::AtomicI64::new(now_ms())),
+            accesses: Arc::default(),
         }
+    }
+
+    /// Counts one access of each injected record; written by `flush_accesses`.
+    pub fn note_accesses(&self, tenant: &str, ids: &[String]) {
+        self.accesses.note(tenant, ids, now_ms());
+    }
+
+    /// Writes the counted accesses to the store (the ticker, once a second, and at shutdown).
+    /// On failure they are kept for the next try.
+    pub async fn flush_accesses(&self) -> Result<(), StoreError> {
+        let pending = self.accesses.take();
+        if let Err(err) = self.store.add_accesses(&pending).await {
+            self.accesses.restore(pending);
+            return Err(err);
+        }
+        Ok(())
     }
 
     pub fn store(&self) -> &Store {

@@ -86,6 +86,10 @@ async fn forward_messages_request(state: &AppState, request: Request) -> Result<
             added_latency: started.elapsed().saturating_sub(upstream_time),
         },
     );
+    // Records reached the model only when it answered a Messages request (count_tokens counts).
+    if response.status().is_success() && parts.uri.path() == "/v1/messages" {
+        state.memories().note_accesses(&caller.tenant, &recalled.injected_ids);
+    }
     add_memory_headers(response.headers_mut(), &release, &recalled, wish.debug);
     Ok(response)
 }

@@ -211,6 +211,31 @@ impl Store {
         Ok(current)
     }
 
+    /// Adds injections to records' `access_count` and moves `last_accessed_at` forward (never
+    /// back), in one transaction. Touches no revision, `updated_at` or history: these are
+    /// statistics (`memory::access`). Records deleted meanwhile are skipped.
+    pub async fn add_accesses(&self, accesses: &[crate::memory::access::Access]) -> Result<(), StoreError> {
+        if accesses.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.begin_write().await?;
+        for access in accesses {
+            sqlx::query(
+                "UPDATE memories SET access_count = access_count + $1, \
+                 last_accessed_at = CASE WHEN last_accessed_at IS NULL OR last_accessed_at < $2 \
+                 THEN $2 ELSE last_accessed_at END WHERE tenant = $3 AND id = $4",
+            )
+            .bind(access.count)
+            .bind(access.last_ms)
+            .bind(&access.tenant)
+            .bind(&access.id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
     pub async fn memory_history(&self, tenant: &str, id: &str) -> Result<Vec<Change>, StoreError> {
         let rows = sqlx::query(
             "SELECT memory_id, revision, action, actor, at, before_json, after_json FROM memory_changes \

@@ -9,9 +9,10 @@
 //! what gets injected. The budget itself is tested on its own (`a_funnel_over_its_time_budget_*`).
 
 use crate::e2e_identity::{ADMIN_TOKEN, issue_key, managed_gateway};
-use crate::support::{Proc, TempDir, client};
+use crate::support::{Proc, TempDir, client, eventually};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 /// The funnel budget for tests that are not about it, and a `v2` that reads `v1` records with a
 /// threshold no record reaches: explained with `"release": "v2"`, a query lists the similarity of
@@ -1093,6 +1094,47 @@ async fn memory_mode_debug_and_count_tokens() {
     let off = gate.ask_count(&plain, &[("x-memory-mode", "off")], &body).await;
     assert_eq!(off.memory_status.as_deref(), Some("skipped"));
     assert_eq!(off.body["input_tokens"].as_u64().unwrap(), direct);
+}
+
+/// `access_count` and `last_accessed_at` follow the records that reached the model in answered
+/// Messages requests; a request with memory off and a `count_tokens` call reach no model, and
+/// counting is no edit (same revision, same `updated_at`, no history entry).
+#[tokio::test]
+async fn injected_records_count_their_accesses_and_nothing_else_does() {
+    let gate = Memgate::start(CONFIG);
+    let fact = |alias: &str, statement: &str| json!({"type": "fact", "scope": ["team:support"], "aliases": [alias], "content": {"statement": statement}});
+    let wrapping = gate.remember(TENANT, &fact("gift wrapping", "Gift wrapping costs $5.")).await;
+    let points = gate.remember(TENANT, &fact("loyalty points", "Loyalty points expire after a year.")).await;
+    let before = gate.admin_get(TENANT, &format!("/memories/{points}")).await;
+    assert_eq!((before["access_count"].as_i64(), before["last_accessed_at"].as_str()), (Some(0), None));
+    let key = gate.key(TENANT, &["team:support"], &[]).await;
+
+    // First what must not count, about the loyalty points: they are noted no later than what
+    // follows, so once the gift wrapping's count shows, a wrong count would show too.
+    let about_points = support_bot("Do my loyalty points expire?");
+    let off = gate.ask(&key, &[("x-memory-mode", "off")], &about_points).await;
+    assert_eq!(off.memory_status.as_deref(), Some("skipped"));
+    gate.ask_count(&key, &[], &about_points).await.assert_ok(1, "count_tokens");
+    let about_wrapping = support_bot("How much is gift wrapping?");
+    for _ in 0..2 {
+        gate.ask(&key, &[], &about_wrapping).await.assert_ok(1, "gift wrapping");
+    }
+
+    let path = format!("/memories/{wrapping}");
+    let counted = eventually(Duration::from_secs(10), "the access count to be written", || async {
+        let record = gate.admin_get(TENANT, &path).await;
+        (record["access_count"].as_i64() == Some(2)).then_some(record)
+    })
+    .await;
+    let accessed = counted["last_accessed_at"].as_str().expect("last_accessed_at is set");
+    assert!(accessed >= counted["created_at"].as_str().unwrap(), "{counted}");
+    assert_eq!(counted["revision"], 1, "counting made a revision: {counted}");
+    assert_eq!(counted["updated_at"], counted["created_at"], "counting moved updated_at: {counted}");
+    let history = gate.admin_get(TENANT, &format!("{path}/history")).await;
+    assert_eq!(history["data"].as_array().map(Vec::len), Some(1), "counting wrote history: {history}");
+    let untouched = gate.admin_get(TENANT, &format!("/memories/{points}")).await;
+    assert_eq!(untouched["access_count"], 0, "memory off or count_tokens counted: {untouched}");
+    assert_eq!(untouched["last_accessed_at"], Value::Null, "{untouched}");
 }
 
 // ---------------------------------------------------------------------------------------------

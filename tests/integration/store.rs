@@ -55,6 +55,7 @@ on_both_stores!(
     list_search_and_cursor_paging,
     import_preview_apply_undo_and_export_round_trip,
     tenants_never_see_each_other,
+    accesses_add_up_move_forward_and_survive_an_update,
 );
 
 async fn create_read_update_keeps_history(db: TestDb) {
@@ -365,4 +366,40 @@ async fn tenants_never_see_each_other(db: TestDb) {
             assert!(!exported.contains(&format!("{other} ")), "{tenant}'s export holds {other}'s data");
         }
     }
+}
+
+async fn accesses_add_up_move_forward_and_survive_an_update(db: TestDb) {
+    let memories = service(&db).await;
+    created(memories.create("t1", &fact("f-1", &["public"], "Paris is the capital"), "alice").await.unwrap());
+    created(
+        memories.create("t2", &fact("f-1", &["public"], "Another tenant's twin id"), "alice").await.unwrap(),
+    );
+    let ids = ["f-1".to_owned()];
+    memories.note_accesses("t1", &ids);
+    memories.note_accesses("t1", &ids);
+    memories.flush_accesses().await.unwrap();
+    let read = memories.get("t1", "f-1").await.unwrap();
+    assert_eq!((read.access_count, read.revision), (2, 1));
+    let first_access = read.last_accessed_at_ms.expect("last_accessed_at is set");
+    assert_eq!(memories.get("t2", "f-1").await.unwrap().access_count, 0, "another tenant's record counted");
+
+    // Another replica flushing an older access adds to the count but does not move the time back.
+    memories
+        .store()
+        .add_accesses(&[memgate::memory::access::Access {
+            tenant: "t1".into(),
+            id: "f-1".into(),
+            count: 3,
+            last_ms: first_access - 60_000,
+        }])
+        .await
+        .unwrap();
+    let read = memories.get("t1", "f-1").await.unwrap();
+    assert_eq!((read.access_count, read.last_accessed_at_ms), (5, Some(first_access)));
+
+    // An edit keeps the counts; a deleted record's pending accesses are dropped without error.
+    let updated = memories.update("t1", "f-1", &json!({"priority": 5}), None, "bob").await.unwrap();
+    assert_eq!((updated.access_count, updated.last_accessed_at_ms), (5, Some(first_access)));
+    memories.note_accesses("t1", &["gone".to_owned()]);
+    memories.flush_accesses().await.unwrap();
 }
