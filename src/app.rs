@@ -15,6 +15,7 @@
 use crate::config::{Config, Limits, MemoryConfig};
 use crate::embed::Embedder;
 use crate::error::StartupError;
+use crate::fanout::Fanout;
 use crate::funnel::index::MemoryIndex;
 use crate::identity::Authenticator;
 use crate::inject::{DEFAULT_RELEASE, Templates};
@@ -40,6 +41,8 @@ pub struct AppState {
 }
 
 struct Inner {
+    /// Change fan-out between replicas (a no-op without Redis).
+    fanout: Fanout,
     limits: Limits,
     identity: Authenticator,
     upstream: Upstream,
@@ -80,13 +83,19 @@ impl AppState {
         })?;
         let releases = load_releases(config, &templates)
             .map_err(|message| StartupError::ConfigInvalid { key: "releases".into(), message })?;
+        let fanout = match &config.redis {
+            Some(redis) => Fanout::start(redis)
+                .map_err(|message| StartupError::ConfigInvalid { key: "redis.url".into(), message })?,
+            None => Fanout::disabled(),
+        };
         let memories = MemoryService::new(
             store,
             Arc::new(schemas),
             config.records.max_content_bytes,
             embedder,
             config.embedding.dedupe_threshold,
-        );
+        )
+        .with_fanout(fanout.clone());
         let records = memories.load_index().await.map_err(|err| StartupError::Store {
             url: crate::store::redact_url(&config.database_url),
             message: format!("loading records: {err}"),
@@ -98,8 +107,10 @@ impl AppState {
             .map_err(|err| StartupError::Store {
                 url: crate::store::redact_url(&config.database_url),
                 message: format!("loading rollout state: {err}"),
-            })?;
+            })?
+            .with_fanout(fanout.clone());
         let inner = Inner {
+            fanout,
             rollout,
             templates,
             memory_config: config.memory.clone(),
@@ -114,6 +125,10 @@ impl AppState {
             draining: AtomicBool::new(false),
         };
         Ok(AppState { inner: Arc::new(inner) })
+    }
+
+    pub fn fanout(&self) -> &Fanout {
+        &self.inner.fanout
     }
 
     pub fn limits(&self) -> &Limits {

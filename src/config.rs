@@ -46,6 +46,8 @@ pub struct RawConfig {
     #[serde(default)]
     pub database: RawDatabase,
     #[serde(default)]
+    pub redis: RawRedis,
+    #[serde(default)]
     pub admin: RawAdmin,
     #[serde(default)]
     pub records: RawRecords,
@@ -97,6 +99,14 @@ pub struct RawRelease {
 #[serde(deny_unknown_fields)]
 pub struct RawDatabase {
     pub url: Option<String>,
+    pub poll_interval_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRedis {
+    pub url: Option<String>,
+    pub key_prefix: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -194,6 +204,14 @@ pub struct ConfigFlags {
     pub database_url: Option<String>,
 }
 
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    /// `redis://[user:password@]host:port[/db]` or `rediss://…`.
+    pub url: String,
+    /// Put in front of every Redis key and channel, so deployments can share one Redis.
+    pub key_prefix: String,
+}
+
 /// Who holds the upstream credential.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AuthMode {
@@ -222,6 +240,11 @@ pub struct Config {
     pub log_format: LogFormat,
     pub log_level: String,
     pub database_url: String,
+    /// How often a replica looks in the store for other replicas' changes (records, releases),
+    /// lets the canary guards judge, and writes access counts.
+    pub poll_interval: Duration,
+    /// Change fan-out between replicas (`fanout`); `None` runs on the poll alone.
+    pub redis: Option<RedisConfig>,
     pub admin: AdminConfig,
     pub records: RecordsConfig,
     pub embedding: EmbeddingConfig,
@@ -327,6 +350,7 @@ impl RawConfig {
         set(&mut self.log.format, "MEMGATE_LOG_FORMAT");
         set(&mut self.log.level, "MEMGATE_LOG_LEVEL");
         set(&mut self.database.url, "MEMGATE_DATABASE_URL");
+        set(&mut self.redis.url, "MEMGATE_REDIS_URL");
         set(&mut self.admin.token, "MEMGATE_ADMIN_TOKEN");
         if let Some(dir) = env("MEMGATE_MODEL_DIR").filter(|v| !v.is_empty()) {
             self.embedding.model_dir = Some(dir.into());
@@ -464,6 +488,26 @@ impl RawConfig {
                 "use sqlite://FILE or postgres://USER@HOST/DB (MEMGATE_DATABASE_URL)".into(),
             ));
         }
+        let poll_interval = Duration::from_millis(self.database.poll_interval_ms.unwrap_or(1000));
+        if poll_interval < Duration::from_millis(100) {
+            return Err(invalid("database.poll_interval_ms", "use at least 100 (ms)".into()));
+        }
+        let redis = match self.redis.url.filter(|u| !u.is_empty()) {
+            None => None,
+            Some(url) => {
+                if !url.starts_with("redis://") && !url.starts_with("rediss://") {
+                    return Err(invalid(
+                        "redis.url",
+                        "use redis://HOST:PORT or rediss://HOST:PORT (MEMGATE_REDIS_URL)".into(),
+                    ));
+                }
+                let key_prefix = self.redis.key_prefix.unwrap_or_else(|| "memgate".to_owned());
+                if key_prefix.is_empty() || key_prefix.chars().any(|c| c.is_whitespace()) {
+                    return Err(invalid("redis.key_prefix", "use a non-empty prefix without spaces".into()));
+                }
+                Some(RedisConfig { url, key_prefix })
+            }
+        };
         let admin_token = self.admin.token.filter(|t| !t.is_empty());
         if admin_token.as_ref().is_some_and(|t| t.len() < 16) {
             return Err(invalid(
@@ -604,6 +648,8 @@ impl RawConfig {
             memory,
             releases: self.releases,
             database_url,
+            poll_interval,
+            redis,
             admin,
             records,
             listen,
@@ -714,6 +760,9 @@ mod tests {
             ("[limits]\nmax_body_bytes = 10", "limits.max_body_bytes"),
             ("[log]\nformat = \"xml\"", "log.format"),
             ("[upstream]\nconnect_timeout_ms = 0", "upstream.connect_timeout_ms"),
+            ("[database]\npoll_interval_ms = 5", "database.poll_interval_ms"),
+            ("[redis]\nurl = \"http://cache:6379\"", "redis.url"),
+            ("[redis]\nurl = \"redis://cache\"\nkey_prefix = \"\"", "redis.key_prefix"),
         ];
         for (text, key) in cases {
             match load_toml(text, &[], ConfigFlags::default()) {
@@ -729,6 +778,18 @@ mod tests {
         let config = load_toml("", &env, ConfigFlags::default()).unwrap();
         assert_eq!(config.auth_mode, AuthMode::Managed);
         assert_eq!(config.upstream.api_key.unwrap().expose_secret(), "sk-ant-configured");
+    }
+
+    #[test]
+    fn redis_comes_from_the_environment_with_the_default_prefix() {
+        let none = load_toml("", &[], ConfigFlags::default()).unwrap();
+        assert!(none.redis.is_none(), "no Redis unless configured");
+        assert_eq!(none.poll_interval, Duration::from_secs(1));
+        let env = [("MEMGATE_REDIS_URL", "redis://cache:6379/0")];
+        let config = load_toml("[database]\npoll_interval_ms = 250\n", &env, ConfigFlags::default()).unwrap();
+        let redis = config.redis.unwrap();
+        assert_eq!((redis.url.as_str(), redis.key_prefix.as_str()), ("redis://cache:6379/0", "memgate"));
+        assert_eq!(config.poll_interval, Duration::from_millis(250));
     }
 
     #[test]

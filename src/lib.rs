@@ -7,6 +7,7 @@ pub mod app;
 pub mod config;
 pub mod embed;
 pub mod error;
+pub mod fanout;
 pub mod funnel;
 pub mod health;
 pub mod identity;

@@ -3,6 +3,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use memgate::config::{Config, ConfigFlags};
+use memgate::fanout::Topic;
 use memgate::store::memories::ListFilter;
 use std::io::Read;
 use std::path::PathBuf;
@@ -192,6 +193,10 @@ async fn memory(command: MemoryCommand) -> Result<(), String> {
                 .import(&target.tenant, &text, dry_run, "cli")
                 .await
                 .map_err(|err| err.to_string())?;
+            if report.applied {
+                // The background publish may not finish before this process exits: wait for one.
+                state.fanout().publish(Topic::Memories).await;
+            }
             println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
             if !dry_run && !report.applied {
                 return Err(format!("{} invalid line(s); nothing was imported", report.counts.invalid));
@@ -246,10 +251,12 @@ async fn release(command: ReleaseCommand) -> Result<(), String> {
     match &command {
         ReleaseCommand::List(_) => {}
         ReleaseCommand::Promote { name, reason, .. } => {
-            rollout.promote(name, "cli", reason).await.map_err(|e| e.to_string())?
+            rollout.promote(name, "cli", reason).await.map_err(|e| e.to_string())?;
+            state.fanout().publish(Topic::Releases).await;
         }
         ReleaseCommand::Rollback { name, reason, .. } => {
-            rollout.rollback(name, "cli", reason).await.map_err(|e| e.to_string())?
+            rollout.rollback(name, "cli", reason).await.map_err(|e| e.to_string())?;
+            state.fanout().publish(Topic::Releases).await;
         }
     }
     for release in rollout.list() {

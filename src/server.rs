@@ -7,8 +7,8 @@
 use crate::app::{AppState, build_app};
 use crate::config::Config;
 use crate::error::StartupError;
+use crate::fanout::Topic;
 use std::net::SocketAddr;
-use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -22,25 +22,54 @@ pub async fn run(config: Config, on_ready: impl FnOnce(SocketAddr)) -> Result<()
     tracing::info!(%addr, upstream = %config.upstream.base_url, auth_mode = ?config.auth_mode, "memgate listening");
     on_ready(addr);
 
-    // The ticker: once a second, pick up rollout and record changes made on other replicas, let
-    // the canary guards judge, and write the records' access counts. It lives until shutdown is signalled.
+    // The ticker: every poll interval (1 s by default), pick up rollout and record changes made
+    // on other replicas, let the canary guards judge, and write the records' access counts. With
+    // Redis, other replicas' changes also wake the two listeners below at once (`fanout`). They
+    // all live until shutdown is signalled.
     let stop_ticking = CancellationToken::new();
     let ticker = {
         let state = state.clone();
         let stop = stop_ticking.clone();
+        let every = config.poll_interval;
         tokio::spawn(async move {
-            let mut interval = tokio::time::interval(Duration::from_secs(1));
+            let mut interval = tokio::time::interval(every);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
                     () = stop.cancelled() => break,
                     _ = interval.tick() => {
                         state.rollout().tick().await;
-                        if let Err(err) = state.memories().sync_from_store().await {
-                            tracing::warn!(error = %err, "could not take in other replicas' record changes; retrying");
-                        }
+                        sync_records(&state).await;
                         if let Err(err) = state.memories().flush_accesses().await {
                             tracing::warn!(error = %err, "could not write records' access counts; retrying");
+                        }
+                    }
+                }
+            }
+        })
+    };
+    let record_listener = {
+        let state = state.clone();
+        let stop = stop_ticking.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = state.fanout().changed(Topic::Memories) => sync_records(&state).await,
+                }
+            }
+        })
+    };
+    let release_listener = {
+        let state = state.clone();
+        let stop = stop_ticking.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = state.fanout().changed(Topic::Releases) => {
+                        if let Err(err) = state.rollout().refresh().await {
+                            tracing::warn!(error = %err, "could not take in another replica's rollout change; the poll retries");
                         }
                     }
                 }
@@ -76,7 +105,7 @@ pub async fn run(config: Config, on_ready: impl FnOnce(SocketAddr)) -> Result<()
         }
     }
     stop_ticking.cancel();
-    let _ = ticker.await;
+    let _ = tokio::join!(ticker, record_listener, release_listener);
     if let Err(err) = memories.flush_accesses().await {
         tracing::warn!(error = %err, "could not write the last access counts");
     }
@@ -86,6 +115,13 @@ pub async fn run(config: Config, on_ready: impl FnOnce(SocketAddr)) -> Result<()
     let _ = tokio::time::timeout(grace, background.wait()).await;
     tracing::info!("memgate stopped");
     Ok(())
+}
+
+/// Takes in other replicas' record changes from the store.
+async fn sync_records(state: &AppState) {
+    if let Err(err) = state.memories().sync_from_store().await {
+        tracing::warn!(error = %err, "could not take in other replicas' record changes; retrying");
+    }
 }
 
 async fn shutdown_signal() {

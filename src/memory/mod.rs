@@ -9,6 +9,7 @@ pub mod record;
 pub mod transfer;
 
 use crate::embed::Embedder;
+use crate::fanout::{Fanout, Topic};
 use crate::funnel::index::{IndexedRecord, MemoryIndex};
 use crate::funnel::ivf::dot;
 use crate::records::schemas::SchemaSet;
@@ -66,6 +67,8 @@ pub struct MemoryService {
     synced_until: Arc<std::sync::atomic::AtomicI64>,
     /// Injections counted since the last flush to the store.
     accesses: Arc<access::AccessLog>,
+    /// Tells other replicas about this one's writes (Redis), so they need not wait for the poll.
+    fanout: Fanout,
 }
 
 impl MemoryService {
@@ -86,7 +89,19 @@ impl MemoryService {
             tasks: TaskTracker::new(),
             synced_until: Arc::new(std::sync::atomic::AtomicI64::new(now_ms())),
             accesses: Arc::default(),
+            fanout: Fanout::disabled(),
         }
+    }
+
+    /// Announces every committed write to the other replicas through `fanout`.
+    pub fn with_fanout(mut self, fanout: Fanout) -> MemoryService {
+        self.fanout = fanout;
+        self
+    }
+
+    /// This replica changed records in the store: the others should look.
+    fn announce(&self) {
+        self.fanout.notify(Topic::Memories);
     }
 
     /// Counts one access of each injected record; written by `flush_accesses`.
@@ -231,6 +246,7 @@ impl MemoryService {
             }
         }
         self.index.upsert(IndexedRecord::new(record.clone(), vector));
+        self.announce();
     }
 
     pub async fn create(&self, tenant: &str, input: &Value, actor: &str) -> Result<Created, MemoryError> {
@@ -356,7 +372,10 @@ impl MemoryService {
             i.read().unwrap_or_else(|p| p.into_inner()).get(id).and_then(|item| item.vector.clone())
         });
         match vector {
-            Some(vector) => self.index.upsert(IndexedRecord::new(record.clone(), Some(vector))),
+            Some(vector) => {
+                self.index.upsert(IndexedRecord::new(record.clone(), Some(vector)));
+                self.announce();
+            }
             // Reactivated (it was out of the index): embed it again.
             None => self.publish(&record, self.embed_one(passage_text(&record)).await).await,
         }
@@ -370,6 +389,7 @@ impl MemoryService {
             .await
             .map_err(|err| MemoryError::from_store(err, id))?;
         self.index.remove(tenant, id);
+        self.announce();
         Ok(record)
     }
 
@@ -405,6 +425,7 @@ impl MemoryService {
         for id in &ids {
             self.index.remove(tenant, id);
         }
+        self.announce();
         Ok((ids.len() as u64, changes))
     }
 }

@@ -124,6 +124,7 @@ impl MemoryService {
         for record in added {
             self.index.upsert(IndexedRecord::new(record, None));
         }
+        self.announce();
         self.spawn_backfill();
         Ok(ImportReport { dry_run, import_id: Some(import_id), applied: true, counts, lines })
     }
@@ -143,6 +144,7 @@ impl MemoryService {
         for record in &removed {
             self.index.remove(tenant, &record.id);
         }
+        self.announce();
         Ok(removed.into_iter().map(|r| r.id).collect())
     }
 

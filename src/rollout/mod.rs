@@ -15,6 +15,7 @@ pub mod state;
 pub mod stats;
 
 use crate::error::{ApiError, ErrorKind};
+use crate::fanout::{Fanout, Topic};
 use crate::identity::Caller;
 use crate::memory::record::now_ms;
 use crate::observability::metrics::Metrics;
@@ -52,6 +53,8 @@ pub struct Rollout {
     version: AtomicI64,
     /// One change at a time on this replica (read–modify–write of the states).
     writing: tokio::sync::Mutex<()>,
+    /// Tells other replicas about this one's changes (Redis), so they need not wait for the poll.
+    fanout: Fanout,
 }
 
 impl Rollout {
@@ -74,7 +77,14 @@ impl Rollout {
             metrics,
             version: AtomicI64::new(version),
             writing: tokio::sync::Mutex::new(()),
+            fanout: Fanout::disabled(),
         })
+    }
+
+    /// Announces every committed change to the other replicas through `fanout`.
+    pub fn with_fanout(mut self, fanout: Fanout) -> Rollout {
+        self.fanout = fanout;
+        self
     }
 
     pub fn active(&self) -> Arc<Release> {
@@ -323,6 +333,7 @@ impl Rollout {
             .map(|(name, _, after)| (name.clone(), serde_json::to_value(after).unwrap_or(Value::Null)))
             .collect();
         self.store.write_rollout(&states, &history).await?;
+        self.fanout.notify(Topic::Releases);
         tracing::info!(action, actor, reason, releases = ?changes.iter().map(|c| &c.0).collect::<Vec<_>>(), "rollout changed");
         // Rebuild from the store so this replica and the others agree on the result.
         self.version.store(-1, Ordering::SeqCst);

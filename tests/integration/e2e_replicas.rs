@@ -2,7 +2,7 @@
 //! others serve within about a second — records (their in-memory indexes) and rollout alike.
 
 use crate::e2e_identity::{ADMIN_TOKEN, UPSTREAM_KEY};
-use crate::support::{Proc, TestDb, client, eventually};
+use crate::support::{Proc, TempDir, TestDb, client, eventually};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -79,6 +79,135 @@ async fn replicas_on_one_postgres_serve_each_others_writes_within_seconds() {
             .await
             .unwrap();
         (listed["rollout"]["stage"] == "canary" && listed["rollout"]["canary_percent"] == 5.0).then_some(())
+    })
+    .await;
+}
+
+/// A replica that listens to Redis for changes and polls the store only every ten minutes: what
+/// it learns within seconds, it learned through Redis.
+fn redis_replica(mock: &Proc, db: &TestDb, config: &TempDir, redis_url: &str) -> Proc {
+    Proc::gateway(
+        mock,
+        &["--database-url", db.url.as_str(), "--config", config.path.join("memgate.toml").to_str().unwrap()],
+        &[
+            ("MEMGATE_ADMIN_TOKEN", ADMIN_TOKEN),
+            ("ANTHROPIC_API_KEY", UPSTREAM_KEY),
+            ("MEMGATE_REDIS_URL", redis_url),
+        ],
+    )
+}
+
+/// The config of `redis_replica`: a channel of this test's own, so other tests' replicas
+/// sharing the Redis server cannot wake these.
+fn slow_poll_config() -> TempDir {
+    let dir = TempDir::new("fanout-config");
+    let prefix = format!("memgate-test-{}", uuid::Uuid::new_v4().simple());
+    let text = format!(
+        "[database]\npoll_interval_ms = 600000\n[memory]\nfunnel_timeout_ms = 5000\n[redis]\nkey_prefix = \"{prefix}\"\n"
+    );
+    std::fs::write(dir.path.join("memgate.toml"), text).unwrap();
+    dir
+}
+
+async fn release_stage(gateway: &Proc, name: &str) -> Value {
+    let listed: Value = client()
+        .get(gateway.url(&format!("/admin/v1/releases/{name}")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    listed["rollout"]["stage"].clone()
+}
+
+#[tokio::test]
+async fn with_redis_replicas_take_in_each_others_changes_without_waiting_for_the_poll() {
+    let db = TestDb::postgres().await;
+    let mock = Proc::mock(&[]);
+    let config = slow_poll_config();
+    let a = redis_replica(&mock, &db, &config, "redis://127.0.0.1:6379");
+    let b = redis_replica(&mock, &db, &config, "redis://127.0.0.1:6379");
+    for replica in [&a, &b] {
+        eventually(Duration::from_secs(10), "the replica to subscribe", || async {
+            replica.stderr().contains("listening for other replicas' changes on redis").then_some(())
+        })
+        .await;
+    }
+    let http = client();
+    let question = "Can I still get a refund for ORD-2024-0615?";
+    assert!(explain_ids(&b, question).await.is_empty());
+
+    let record = json!({"id": "sop-refund", "type": "fact", "scope": ["team:support"],
+        "content": {"statement": "Refunds are possible within 30 days of delivery for order ORD-2024-0615."}});
+    let created =
+        http.post(a.url("/admin/v1/memories")).bearer_auth(ADMIN_TOKEN).json(&record).send().await.unwrap();
+    assert_eq!(created.status(), 201);
+    eventually(Duration::from_secs(10), "replica B to serve A's new record", || async {
+        (explain_ids(&b, question).await == ["sop-refund"]).then_some(())
+    })
+    .await;
+    // B may have taken the first record in with the look it takes after subscribing; by now
+    // that look is over, so only A's message can bring B the second one.
+    let second = json!({"id": "sop-exchange", "type": "fact", "scope": ["team:support"],
+        "content": {"statement": "Exchanges for order ORD-2024-0777 are free within 14 days."}});
+    let created =
+        http.post(a.url("/admin/v1/memories")).bearer_auth(ADMIN_TOKEN).json(&second).send().await.unwrap();
+    assert_eq!(created.status(), 201);
+    eventually(Duration::from_secs(10), "replica B to serve A's second record", || async {
+        explain_ids(&b, "Can I exchange ORD-2024-0777?")
+            .await
+            .contains(&"sop-exchange".to_owned())
+            .then_some(())
+    })
+    .await;
+
+    let deleted =
+        http.delete(b.url("/admin/v1/memories/sop-refund")).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+    assert_eq!(deleted.status(), 200);
+    eventually(Duration::from_secs(10), "replica A to drop B's deleted record", || async {
+        (!explain_ids(&a, question).await.contains(&"sop-refund".to_owned())).then_some(())
+    })
+    .await;
+
+    assert_eq!(release_stage(&b, "v2").await, "available");
+    let patched = http
+        .patch(a.url("/admin/v1/releases/v2"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"stage": "canary", "canary_percent": 5}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(patched.status(), 200);
+    eventually(Duration::from_secs(10), "replica B to see A's canary", || async {
+        (release_stage(&b, "v2").await == "canary").then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_unreachable_redis_costs_nothing_but_the_poll() {
+    let db = TestDb::postgres().await;
+    let mock = Proc::mock(&[]);
+    let config = slow_poll_config();
+    // Nothing listens on port 1.
+    let a = redis_replica(&mock, &db, &config, "redis://127.0.0.1:1");
+    let ready = client().get(a.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200, "a replica without its Redis is still ready");
+    let record = json!({"type": "fact", "scope": ["team:support"], "aliases": ["ORD-2024-0615"],
+        "content": {"statement": "Order ORD-2024-0615 left the warehouse."}});
+    let created = client()
+        .post(a.url("/admin/v1/memories"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&record)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201, "writes go on without Redis");
+    assert_eq!(explain_ids(&a, "Where is ORD-2024-0615?").await.len(), 1, "and are served at once");
+    eventually(Duration::from_secs(10), "the replica to say Redis is unavailable", || async {
+        a.stderr().contains("redis unavailable").then_some(())
     })
     .await;
 }
