@@ -14,10 +14,17 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use super::token_cache::{self, TokenCache};
+
 const RELOAD_CHECK_EVERY: Duration = Duration::from_secs(1);
+
+fn unix_now() -> i64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+}
 
 #[derive(Debug, Clone)]
 pub struct JwtConfig {
@@ -69,6 +76,9 @@ struct KeySet {
 pub struct JwtVerifier {
     config: JwtConfig,
     keys: ArcSwap<KeySet>,
+    /// Bumped whenever `keys` is replaced: cached verifications of older keys stop counting.
+    generation: AtomicU64,
+    verified: TokenCache,
     /// When files were last checked, and their modification times then.
     watch: Mutex<(Instant, Vec<Option<SystemTime>>)>,
 }
@@ -81,13 +91,33 @@ impl JwtVerifier {
         Ok(JwtVerifier {
             config,
             keys: ArcSwap::from_pointee(keys),
+            generation: AtomicU64::new(0),
+            verified: TokenCache::new(token_cache::CAPACITY),
             watch: Mutex::new((Instant::now(), mtimes)),
         })
     }
 
-    /// Verifies a token and returns its claims.
+    /// Verifies a token and returns its claims; a token verified before with the same keys and
+    /// not expired since comes from the cache (`token_cache`).
     pub fn verify(&self, token: &str) -> Result<Map<String, Value>, JwtError> {
         self.reload_if_changed();
+        let now = unix_now();
+        // Read before verifying: a reload meanwhile makes this entry stale, never the reverse.
+        let generation = self.generation.load(Ordering::SeqCst);
+        let digest = token_cache::digest(token);
+        if let Some(claims) = self.verified.get(&digest, now, generation) {
+            return Ok(claims);
+        }
+        let claims = self.verify_signature(token)?;
+        if let Some(exp) = claims.get("exp").and_then(Value::as_i64) {
+            let good_until = exp.saturating_add(self.config.leeway_secs as i64);
+            self.verified.put(digest, claims.clone(), good_until, now, generation);
+        }
+        Ok(claims)
+    }
+
+    /// The full check: key choice, signature, and the time, issuer and audience claims.
+    fn verify_signature(&self, token: &str) -> Result<Map<String, Value>, JwtError> {
         let header = jsonwebtoken::decode_header(token).map_err(|_| JwtError::Malformed)?;
         let keys = self.keys.load();
         let key = select_key(&keys, &header)?;
@@ -144,6 +174,7 @@ impl JwtVerifier {
         match load_keys(&self.config) {
             Ok(keys) => {
                 self.keys.store(Arc::new(keys));
+                self.generation.fetch_add(1, Ordering::SeqCst);
                 watch.1 = mtimes;
                 tracing::info!("JWT verification keys reloaded");
             }
@@ -259,6 +290,29 @@ mod tests {
             let t = token(alg, json!({"sub": "u1", "exp": now() + 60, "iss": "idp", "aud": "memgate"}));
             assert_eq!(v.verify(&t).unwrap()["sub"], "u1");
         }
+    }
+
+    #[test]
+    fn a_verified_token_is_remembered_for_its_keys_only_and_a_tampered_one_never() {
+        let v = verifier(None, None);
+        let t = token(Algorithm::HS256, json!({"sub": "u1", "exp": now() + 60}));
+        assert_eq!(v.verify(&t).unwrap()["sub"], "u1");
+        assert_eq!(v.verified.len(), 1, "a good token is remembered");
+        assert_eq!(v.verify(&t).unwrap()["sub"], "u1", "and answered again");
+        // The same header and payload with a changed signature is another token.
+        let mut forged = t.clone();
+        let last = forged.pop().unwrap();
+        forged.push(if last == 'A' { 'B' } else { 'A' });
+        assert!(v.verify(&forged).is_err(), "a tampered signature passed");
+        // New keys: what was verified with the old ones is checked again, not taken on trust.
+        v.generation.fetch_add(1, Ordering::SeqCst);
+        let generation = v.generation.load(Ordering::SeqCst);
+        assert!(v.verified.get(&token_cache::digest(&t), now(), generation).is_none());
+        assert_eq!(v.verify(&t).unwrap()["sub"], "u1");
+        assert!(v.verified.get(&token_cache::digest(&t), now(), generation).is_some());
+        // A token without `exp` is refused anyway (`exp` is required), so never remembered.
+        let no_exp = token(Algorithm::HS256, json!({"sub": "u2"}));
+        assert!(v.verify(&no_exp).is_err());
     }
 
     #[test]

@@ -9,6 +9,7 @@
 pub mod jwt;
 pub mod keys;
 pub mod rate_limit;
+pub mod token_cache;
 
 use crate::config::AuthMode;
 use crate::error::{ApiError, ErrorKind};
