@@ -63,7 +63,9 @@ async fn forward_messages_request(state: &AppState, request: Request) -> Result<
     let shadows = if wish.off { Vec::new() } else { state.rollout().shadows_for(&release) };
     let original = (!shadows.is_empty()).then(|| bytes.clone());
     let recalled = recall::recall(state, &caller, &release, bytes, &wish).await?;
-    if let Some(original) = original {
+    // A degraded active run injected nothing for want of time or an embedder: comparing a
+    // candidate with it would count a difference the candidate did not make.
+    if let (Some(original), false) = (original, recalled.status == recall::MemoryStatus::Degraded) {
         shadow::spawn(state, &caller, &recalled, shadows, original);
     }
     let headers = upstream_request_headers(&parts.headers, &caller.upstream_credential);

@@ -220,7 +220,12 @@ impl Rollout {
             if key == "stage" && value == "active" {
                 return Err(RolloutError::Invalid("make a release active with POST …/promote".into()));
             }
-            merged[key] = value.clone();
+            if key == "stage_since_ms" {
+                return Err(RolloutError::Invalid(
+                    "`stage_since_ms` is kept by memgate; leave it out".into(),
+                ));
+            }
+            merge_patch(&mut merged[key], value);
         }
         let mut after: RolloutState = serde_json::from_value(merged)
             .map_err(|e| RolloutError::Invalid(format!("rollout fields: {e}")))?;
@@ -492,4 +497,25 @@ pub fn sticky_bucket(subject: &str) -> u32 {
 
 fn now_secs() -> u64 {
     (now_ms() / 1000) as u64
+}
+
+/// JSON merge patch (RFC 7396): objects merge key by key, `null` removes, anything else replaces.
+/// So `{"allow": {"subjects": ["u-1"]}}` changes the allow list's subjects and keeps its CIDRs.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(fields) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(serde_json::Map::new());
+    }
+    if let Value::Object(map) = target {
+        for (key, value) in fields {
+            if value.is_null() {
+                map.remove(key);
+            } else {
+                merge_patch(map.entry(key.clone()).or_insert(Value::Null), value);
+            }
+        }
+    }
 }

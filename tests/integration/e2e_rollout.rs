@@ -964,6 +964,7 @@ async fn the_release_endpoints_refuse_unknown_releases_and_bad_rollout_changes()
         json!({"stage": "everywhere"}),
         json!({"guard": {"max_error_rate": 2}}),
         json!({"guard": {"window_secs": 0}}),
+        json!({"stage_since_ms": 0}),
     ] {
         let (status, answer) = rig.admin("PATCH", "/releases/v2", None, Some(&bad)).await;
         assert_eq!(status, 400, "{bad}: {answer}");
@@ -1009,6 +1010,28 @@ async fn the_release_endpoints_refuse_unknown_releases_and_bad_rollout_changes()
     for name in ["v1", "v2"] {
         assert_eq!(rig.history(name).await, Vec::<Value>::new(), "{name}");
     }
+}
+
+/// PATCH is a JSON merge patch (RFC 7396): a nested object changes only the fields it names, and
+/// `null` takes a field back to its default.
+#[tokio::test]
+async fn a_patch_changes_only_what_it_names() {
+    let rig = Rig::start(&[]);
+    let first =
+        json!({"allow": {"subjects": ["u-1"], "cidrs": ["10.0.0.0/8"]}, "guard": {"window_secs": 120}});
+    rig.patch("v2", "alice", first).await;
+    let second =
+        json!({"allow": {"subjects": ["u-2"]}, "guard": {"max_error_rate": 0.5}, "note": "watching"});
+    let rollout = rig.patch("v2", "alice", second).await;
+    assert_eq!(rollout["allow"]["subjects"], json!(["u-2"]), "{rollout}");
+    assert_eq!(rollout["allow"]["cidrs"], json!(["10.0.0.0/8"]), "the CIDRs were dropped: {rollout}");
+    assert_eq!(rollout["guard"]["window_secs"], 120, "the window was reset: {rollout}");
+    assert_eq!(rollout["guard"]["max_error_rate"], 0.5, "{rollout}");
+    assert_eq!(rollout["note"], "watching", "{rollout}");
+    let rollout = rig.patch("v2", "alice", json!({"note": null, "allow": {"cidrs": null}})).await;
+    assert_eq!(rollout["note"], Value::Null, "{rollout}");
+    assert_eq!(rollout["allow"]["cidrs"], json!([]), "null takes a field back to its default: {rollout}");
+    assert_eq!(rollout["allow"]["subjects"], json!(["u-2"]), "{rollout}");
 }
 
 // ---------------------------------------------------------------------------------------------
