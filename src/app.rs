@@ -14,6 +14,7 @@
 
 use crate::config::{Config, Limits, MemoryConfig};
 use crate::embed::Embedder;
+use crate::embed::shared::SharedVectors;
 use crate::error::StartupError;
 use crate::fanout::Fanout;
 use crate::funnel::index::MemoryIndex;
@@ -84,8 +85,11 @@ impl AppState {
         let releases = load_releases(config, &templates)
             .map_err(|message| StartupError::ConfigInvalid { key: "releases".into(), message })?;
         let fanout = match &config.redis {
-            Some(redis) => Fanout::start(redis)
-                .map_err(|message| StartupError::ConfigInvalid { key: "redis.url".into(), message })?,
+            Some(redis) => {
+                let invalid = |message| StartupError::ConfigInvalid { key: "redis.url".into(), message };
+                embedder.share_queries_through(SharedVectors::start(redis).map_err(invalid)?);
+                Fanout::start(redis).map_err(invalid)?
+            }
             None => Fanout::disabled(),
         };
         let memories = MemoryService::new(

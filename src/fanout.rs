@@ -69,7 +69,7 @@ struct Inner {
     channel: String,
     /// Tells this replica's own messages apart.
     replica: String,
-    publisher: ArcSwapOption<ConnectionManager>,
+    publisher: Arc<ArcSwapOption<ConnectionManager>>,
     memories: Notify,
     releases: Notify,
 }
@@ -85,15 +85,15 @@ impl Fanout {
     pub fn start(config: &RedisConfig) -> Result<Fanout, String> {
         let client = redis::Client::open(config.url.as_str())
             .map_err(|e| format!("redis.url: {e} (use redis://HOST:PORT or rediss://HOST:PORT)"))?;
+        let publisher = keep_connected(client.clone(), "change fan-out");
         let inner = Arc::new(Inner {
             client,
             channel: format!("{}:changes", config.key_prefix),
             replica: uuid::Uuid::new_v4().simple().to_string(),
-            publisher: ArcSwapOption::empty(),
+            publisher,
             memories: Notify::new(),
             releases: Notify::new(),
         });
-        tokio::spawn(connect_publisher(Arc::downgrade(&inner)));
         tokio::spawn(listen(Arc::downgrade(&inner)));
         Ok(Fanout { inner: Some(inner) })
     }
@@ -165,21 +165,39 @@ impl Inner {
     }
 }
 
-/// Keeps a publishing connection (the manager reconnects by itself once it has connected).
-async fn connect_publisher(inner: std::sync::Weak<Inner>) {
-    loop {
-        let Some(strong) = inner.upgrade() else { return };
-        match tokio::time::timeout(CONNECT_TIMEOUT, strong.client.get_connection_manager()).await {
-            Ok(Ok(connection)) => {
-                strong.publisher.store(Some(Arc::new(connection)));
+/// A Redis connection that appears once Redis answers: a task tries every `RETRY` until it
+/// does, then the connection manager reconnects by itself. Empty until then (and for good if
+/// every holder is gone first), so users must cope with no connection: they fail open.
+pub(crate) fn keep_connected(
+    client: redis::Client,
+    purpose: &'static str,
+) -> Arc<ArcSwapOption<ConnectionManager>> {
+    let slot = Arc::new(ArcSwapOption::empty());
+    let weak = Arc::downgrade(&slot);
+    tokio::spawn(async move {
+        let mut warned = false;
+        loop {
+            match tokio::time::timeout(CONNECT_TIMEOUT, client.get_connection_manager()).await {
+                Ok(Ok(connection)) => {
+                    if let Some(slot) = weak.upgrade() {
+                        slot.store(Some(Arc::new(connection)));
+                    }
+                    return;
+                }
+                Ok(Err(err)) if !warned => {
+                    tracing::warn!(error = %err, purpose, "redis unavailable; retrying")
+                }
+                Err(_) if !warned => tracing::warn!(purpose, "redis did not answer in time; retrying"),
+                _ => {}
+            }
+            warned = true;
+            if weak.strong_count() == 0 {
                 return;
             }
-            Ok(Err(err)) => tracing::warn!(error = %err, "redis unavailable for publishing; retrying"),
-            Err(_) => tracing::warn!("redis did not answer in time for publishing; retrying"),
+            tokio::time::sleep(RETRY).await;
         }
-        drop(strong);
-        tokio::time::sleep(RETRY).await;
-    }
+    });
+    slot
 }
 
 /// Subscribes, wakes the replica for every other replica's message, and resubscribes after a

@@ -30,6 +30,7 @@ mod batcher;
 mod cache;
 pub mod centering;
 mod model;
+pub mod shared;
 
 #[cfg(test)]
 mod bench;
@@ -150,6 +151,8 @@ struct Inner {
     max_batch: usize,
     centres: Option<Centres>,
     cache: QueryCache,
+    /// Other replicas' query vectors (Redis), asked after a miss in `cache`.
+    shared: std::sync::OnceLock<shared::SharedVectors>,
     counters: Arc<Counters>,
     /// Dropping the last sender (with the last `Embedder` clone) ends the embedding thread.
     jobs: mpsc::Sender<Job>,
@@ -207,6 +210,7 @@ impl Embedder {
                 passage_prefix: config.passage_prefix.clone(),
                 max_batch: config.max_batch,
                 centres,
+                shared: std::sync::OnceLock::new(),
                 cache: QueryCache::new(config.cache_entries),
                 counters,
                 jobs,
@@ -235,10 +239,20 @@ impl Embedder {
             return Ok(hit);
         }
         inner.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
+        let shared = inner.shared.get();
+        if let Some(shared) = shared
+            && let Some(vector) = shared.get(&inner.model_id, text, inner.dimensions).await
+        {
+            inner.counters.shared_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(inner.cache.insert(text, vector.into()));
+        }
         let mut vectors = self.run(vec![format!("{}{}", inner.query_prefix, text)]).await?;
         let mut vector = vectors.pop().ok_or_else(|| EmbedError::Model("no embedding came back".into()))?;
         if let Some(centres) = &inner.centres {
             centres.apply(Role::Query, text, &mut vector);
+        }
+        if let Some(shared) = shared {
+            shared.put(&inner.model_id, text, &vector);
         }
         Ok(inner.cache.insert(text, vector.into()))
     }
@@ -261,6 +275,12 @@ impl Embedder {
         Ok(out)
     }
 
+    /// Asks `shared` (other replicas' query vectors) after a miss in this process's cache, and
+    /// offers it what the model computes. Once; later calls change nothing.
+    pub fn share_queries_through(&self, shared: shared::SharedVectors) {
+        let _ = self.inner.shared.set(shared);
+    }
+
     /// Counters since load, for metrics: how well batching and the cache work.
     pub fn stats(&self) -> EmbedStats {
         let c = &self.inner.counters;
@@ -269,6 +289,7 @@ impl Embedder {
             texts: c.texts.load(Ordering::Relaxed),
             cache_hits: c.cache_hits.load(Ordering::Relaxed),
             cache_misses: c.cache_misses.load(Ordering::Relaxed),
+            shared_hits: c.shared_hits.load(Ordering::Relaxed),
         }
     }
 
@@ -319,7 +340,10 @@ pub struct EmbedStats {
     /// Texts embedded by those runs (identical texts in one run count once).
     pub texts: u64,
     pub cache_hits: u64,
+    /// Misses of this process's cache, whether or not Redis then had the vector.
     pub cache_misses: u64,
+    /// Misses answered by another replica's vector through Redis (no model run).
+    pub shared_hits: u64,
 }
 
 #[derive(Default)]
@@ -328,6 +352,7 @@ struct Counters {
     texts: AtomicU64,
     cache_hits: AtomicU64,
     cache_misses: AtomicU64,
+    shared_hits: AtomicU64,
 }
 
 /// Cosine similarity of two L2-normalized vectors: their dot product. Vectors of different

@@ -106,6 +106,16 @@ pub struct Metrics {
     release_requests: Family<ReleaseOutcomeLabels, Counter>,
     release_added_latency: Family<ReleaseLabels, Histogram, fn() -> Histogram>,
     release_rollbacks: Family<RollbackLabels, Counter>,
+    embedding_runs: Counter,
+    embedding_texts: Counter,
+    query_embeddings: Family<SourceLabels, Counter>,
+    /// The embedder's counters as last copied into the three above (`sync_embedding`).
+    embedding_seen: std::sync::Mutex<crate::embed::EmbedStats>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabels {
+    source: &'static str,
 }
 
 impl Metrics {
@@ -173,6 +183,20 @@ impl Metrics {
             "Canary rollbacks, by release and by whom (guard or person)",
             release_rollbacks.clone(),
         );
+        let embedding_runs = Counter::default();
+        registry.register(
+            "embedding_model_runs",
+            "Runs of the embedding model (each embeds a batch of texts)",
+            embedding_runs.clone(),
+        );
+        let embedding_texts = Counter::default();
+        registry.register("embedding_texts", "Texts the embedding model embedded", embedding_texts.clone());
+        let query_embeddings = Family::<SourceLabels, Counter>::default();
+        registry.register(
+            "query_embeddings",
+            "Query embeddings by where they came from: local_cache, shared_cache (another replica, through Redis) or model",
+            query_embeddings.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -185,6 +209,10 @@ impl Metrics {
             release_requests,
             release_added_latency,
             release_rollbacks,
+            embedding_runs,
+            embedding_texts,
+            query_embeddings,
+            embedding_seen: std::sync::Mutex::default(),
         }
     }
 
@@ -238,6 +266,27 @@ impl Metrics {
     pub fn record_rollback(&self, release: &str, by_guard: bool) {
         let by = if by_guard { "guard" } else { "person" };
         self.release_rollbacks.get_or_create(&RollbackLabels { release: release.to_owned(), by }).inc();
+    }
+
+    /// Brings the embedding counters up to the embedder's own (it counts without knowing about
+    /// metrics); called before each render.
+    pub fn sync_embedding(&self, now: crate::embed::EmbedStats) {
+        let mut seen = self.embedding_seen.lock().unwrap_or_else(|p| p.into_inner());
+        self.embedding_runs.inc_by(now.runs.saturating_sub(seen.runs));
+        self.embedding_texts.inc_by(now.texts.saturating_sub(seen.texts));
+        let by_source = [
+            ("local_cache", now.cache_hits, seen.cache_hits),
+            ("shared_cache", now.shared_hits, seen.shared_hits),
+            (
+                "model",
+                now.cache_misses.saturating_sub(now.shared_hits),
+                seen.cache_misses.saturating_sub(seen.shared_hits),
+            ),
+        ];
+        for (source, now, before) in by_source {
+            self.query_embeddings.get_or_create(&SourceLabels { source }).inc_by(now.saturating_sub(before));
+        }
+        *seen = now;
     }
 
     /// The OpenMetrics text exposition.

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 
 /// `GET /metrics`: Prometheus (OpenMetrics text).
 pub async fn metrics_handler(State(state): State<AppState>) -> Response {
+    state.metrics().sync_embedding(state.memories().embedder().stats());
     match state.metrics().render() {
         Ok(text) => ([(CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
             .into_response(),

@@ -211,3 +211,74 @@ async fn an_unreachable_redis_costs_nothing_but_the_poll() {
     })
     .await;
 }
+
+/// `memgate_query_embeddings_total{source="…"}` on a replica's /metrics.
+async fn query_embeddings(gateway: &Proc, source: &str) -> f64 {
+    let text = client().get(gateway.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let series = format!("memgate_query_embeddings_total{{source=\"{source}\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&series))
+        .map_or(0.0, |value| value.trim().parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_question_embedded_on_one_replica_is_not_embedded_again_on_another() {
+    let db = TestDb::postgres().await;
+    let mock = Proc::mock(&[]);
+    let config = slow_poll_config();
+    let a = redis_replica(&mock, &db, &config, "redis://127.0.0.1:6379");
+    let b = redis_replica(&mock, &db, &config, "redis://127.0.0.1:6379");
+    // With no record to compare it with, a question is not embedded at all: give them one.
+    let record = json!({"type": "fact", "scope": ["team:support"], "aliases": ["nordic shipping"],
+        "content": {"statement": "Orders to Norway ship from the Oslo warehouse."}});
+    let created = client()
+        .post(a.url("/admin/v1/memories"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&record)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    eventually(Duration::from_secs(10), "replica B to have the record", || async {
+        (explain_ids(&b, "nordic shipping").await.len() == 1).then_some(())
+    })
+    .await;
+    let prefix = std::fs::read_to_string(config.path.join("memgate.toml")).unwrap();
+    let prefix = prefix.split("key_prefix = \"").nth(1).unwrap().split('"').next().unwrap().to_owned();
+    let mut redis = redis::Client::open("redis://127.0.0.1:6379")
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let shared_vectors = |redis: &redis::aio::MultiplexedConnection| {
+        let mut redis = redis.clone();
+        let pattern = format!("{prefix}:qvec:*");
+        async move { redis::cmd("KEYS").arg(&pattern).query_async::<Vec<String>>(&mut redis).await.unwrap().len() }
+    };
+    eventually(Duration::from_secs(10), "B's vector of its question in Redis", || async {
+        (shared_vectors(&redis).await == 1).then_some(())
+    })
+    .await;
+    let b_model_runs = query_embeddings(&b, "model").await;
+
+    let question = "Which warehouse ships orders to Norway?";
+    let a_model_runs = query_embeddings(&a, "model").await;
+    explain_ids(&a, question).await;
+    assert_eq!(query_embeddings(&a, "model").await, a_model_runs + 1.0, "A embeds the new question");
+    // A offers the vector to Redis in the background; wait until it is there.
+    eventually(Duration::from_secs(10), "A's vector of the question in Redis", || async {
+        (shared_vectors(&redis).await == 2).then_some(())
+    })
+    .await;
+
+    assert_eq!(explain_ids(&b, question).await.len(), 1);
+    assert_eq!(query_embeddings(&b, "shared_cache").await, 1.0, "B ran the model for A's question");
+    assert_eq!(query_embeddings(&b, "model").await, b_model_runs);
+    explain_ids(&b, question).await;
+    assert_eq!(query_embeddings(&b, "local_cache").await, 1.0, "the second time B has it itself");
+    explain_ids(&b, "Do you ship to Iceland?").await;
+    assert_eq!(query_embeddings(&b, "model").await, b_model_runs + 1.0, "a new question runs B's model");
+    let keys: Vec<String> =
+        redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(&mut redis).await.unwrap();
+    let _: () = redis::cmd("DEL").arg(keys).query_async(&mut redis).await.unwrap();
+}
