@@ -1,7 +1,7 @@
 //! The CLI.
 
-use super::*;
 use super::transfer::seed_varied_records;
+use super::*;
 
 fn cli(args: &[&str]) -> std::process::Output {
     let mut command = std::process::Command::new(BIN);

@@ -1,0 +1,208 @@
+//! Multilingual recall and precision: records and questions in English, Chinese and Russian.
+
+use super::*;
+
+/// The support knowledge of one tenant: four topics, each written in one language, and three
+/// records about nothing a customer asks.
+fn support_records() -> Vec<(&'static str, Value)> {
+    vec![
+        (
+            "conv-desk-delay",
+            json!({
+                "type": "conversation_summary",
+                "scope": ["user:u-789"],
+                "priority": 4,
+                "content": {
+                    "summary": "Li Wei's standing desk order is running late: the carrier missed the \
+                        pickup at our warehouse, so the delivery moved from Monday to Friday. We apologised \
+                        and upgraded the shipment to free express delivery.",
+                    "channel": "chat",
+                    "outcome": "pending",
+                    "follow_up": "Check on Friday that the desk was delivered."
+                }
+            }),
+        ),
+        (
+            "sop-refund-zh",
+            json!({
+                "type": "internal_sop",
+                "scope": ["team:support"],
+                "content": {
+                    "title": "退款政策",
+                    "purpose": "客户申请退货退款时，客服应遵循的规则。",
+                    "steps": "1. 客户签收后30天内可以申请全额退款。\n\
+                        2. 商品须未使用，并保留原包装。\n\
+                        3. 审核通过后，退款在5个工作日内原路退回客户的付款账户。\n\
+                        4. 定制商品不支持退款，只能维修或换货。",
+                    "owner_team": "客户服务部"
+                }
+            }),
+        ),
+        (
+            "sop-password-ru",
+            json!({
+                "type": "internal_sop",
+                "scope": ["team:support"],
+                "content": {
+                    "title": "Сброс пароля учётной записи",
+                    "purpose": "Что делать, если клиент не может войти в личный кабинет.",
+                    "steps": "1. Попросите клиента нажать «Забыли пароль?» на странице входа.\n\
+                        2. Ссылка для сброса приходит на электронную почту и действует 30 минут.\n\
+                        3. Если письмо не пришло, проверьте папку «Спам» и отправьте ссылку повторно из \
+                        панели поддержки.\n\
+                        4. Никогда не спрашивайте у клиента его текущий пароль.",
+                    "owner_team": "Служба поддержки"
+                }
+            }),
+        ),
+        (
+            "profile-li-wei",
+            json!({
+                "type": "customer_profile",
+                "scope": ["user:u-789"],
+                "priority": 4,
+                "content": {
+                    "name": "Li Wei",
+                    "preferred_language": "zh-CN",
+                    "timezone": "Asia/Shanghai",
+                    "preferred_channel": "chat",
+                    "special_requests": [
+                        "Always reply in Simplified Chinese, even when he writes in English."
+                    ]
+                }
+            }),
+        ),
+        (
+            "spec-grinder",
+            json!({
+                "type": "product_spec",
+                "scope": ["public"],
+                "content": {
+                    "sku": "GRND-200",
+                    "name": "Burr coffee grinder",
+                    "category": "Kitchen",
+                    "description": "Conical steel burrs with 40 grind settings and a 250 g bean hopper.",
+                    "warranty_months": 24
+                }
+            }),
+        ),
+        (
+            "fact-party-zh",
+            json!({
+                "type": "fact",
+                "scope": ["team:support"],
+                "content": {"statement": "公司年会将于十二月在杭州西湖边的酒店举行，全体员工需要提前报名。"}
+            }),
+        ),
+        (
+            "fact-office-ru",
+            json!({
+                "type": "fact",
+                "scope": ["team:support"],
+                "content": {
+                    "statement": "Офис в Новосибирске в сентябре переезжает на улицу Ленина; парковка для \
+                        сотрудников будет во дворе."
+                }
+            }),
+        ),
+    ]
+}
+
+/// Queries a customer might send, in three languages, and the record that answers each.
+const QUERIES: &[(&str, &str)] = &[
+    ("Hi, my standing desk still hasn't arrived. When will it be delivered?", "conv-desk-delay"),
+    ("我的升降桌怎么还没送到？什么时候能到货？", "conv-desk-delay"),
+    ("Здравствуйте, мой стол до сих пор не доставили. Когда его привезут?", "conv-desk-delay"),
+    ("I want to return the lamp I bought last week. How long does the refund take?", "sop-refund-zh"),
+    ("我想退货，退款多久能到账？", "sop-refund-zh"),
+    ("Я хочу вернуть товар. Как быстро мне вернут деньги?", "sop-refund-zh"),
+    ("I forgot my password and can't log in to my account. How do I reset it?", "sop-password-ru"),
+    ("我忘记密码了，登录不了账户，怎么重置？", "sop-password-ru"),
+    ("Я забыл пароль и не могу войти в личный кабинет. Как его сбросить?", "sop-password-ru"),
+    ("Which language should I use when replying to this customer?", "profile-li-wei"),
+    ("这位客户希望我们用什么语言回复？", "profile-li-wei"),
+    ("На каком языке лучше отвечать этому клиенту?", "profile-li-wei"),
+];
+
+/// What one support query got.
+struct Outcome {
+    query: &'static str,
+    relevant: &'static str,
+    /// The ids the upstream received in the block.
+    got: BTreeSet<String>,
+    /// Every record's similarity to the query, best first.
+    scores: Vec<(String, f32)>,
+}
+
+/// Sends every query of `QUERIES` as customer u-789 of a support bot, against `support_records`,
+/// and measures each query's similarities on the side.
+async fn ask_the_support_queries() -> Vec<Outcome> {
+    let gate = Memgate::start(CONFIG);
+    for (id, mut record) in support_records() {
+        record["id"] = json!(id);
+        gate.remember(TENANT, &record).await;
+    }
+    let key = gate.key(TENANT, &["team:support"], &["assert_subject"]).await;
+    let caller = json!({"scopes": ["team:support"], "subject": "u-789"});
+    let mut outcomes = Vec::new();
+    for (query, relevant) in QUERIES {
+        let body = support_bot(query);
+        let answer = gate.ask(&key, &[("x-memory-subject", "u-789")], &body).await;
+        let got = injected_ids(&gate.last_upstream().await["body"]);
+        answer.assert_ok(got.len(), query);
+        let scores = similarity_table(&gate, TENANT, &body, caller.clone()).await;
+        outcomes.push(Outcome { query, relevant, got, scores });
+    }
+    outcomes
+}
+
+/// The outcomes as a table, for failure messages and the test log.
+fn similarity_report(outcomes: &[Outcome]) -> String {
+    let mut report = String::from(
+        "cosine to each record (default threshold, multilingual-e5-small, language centering):\n",
+    );
+    for o in outcomes {
+        let row: Vec<String> = o.scores.iter().map(|(id, s)| format!("{id} {s:.3}")).collect();
+        report.push_str(&format!(
+            "{}\n    wanted {}; got {:?}\n    {}\n",
+            o.query,
+            o.relevant,
+            o.got,
+            row.join(", ")
+        ));
+    }
+    report
+}
+
+/// The records no customer question is about.
+const OFF_TOPIC: [&str; 3] = ["fact-party-zh", "fact-office-ru", "spec-grinder"];
+
+/// Multilingual retrieval as the support bot sees it: with language centering (on by default) and
+/// its calibrated threshold, measured on this sample, 10 of the 12 queries get exactly their
+/// record; "Which language should I use…" also gets the Chinese refund policy (0.210 against its
+/// record's 0.211); the Russian question about the late desk gets nothing (its record scores 0.136,
+/// below two SOPs at 0.181). The bars below sit at that. Without centering the same sample gave 2
+/// of 12 exact, and the office move, the staff party and the grinder were injected for some
+/// queries: this test fails then.
+#[tokio::test]
+async fn queries_in_english_chinese_and_russian_get_their_record_and_no_off_topic_one() {
+    let outcomes = ask_the_support_queries().await;
+    let report = similarity_report(&outcomes);
+    eprintln!("{report}");
+    let off_topic: Vec<String> = outcomes
+        .iter()
+        .filter(|o| OFF_TOPIC.iter().any(|id| o.got.contains(*id)))
+        .map(|o| format!("{}: got {:?}", o.query, o.got))
+        .collect();
+    assert!(off_topic.is_empty(), "off-topic records were injected:\n{}\n\n{report}", off_topic.join("\n"));
+    let exact = outcomes.iter().filter(|o| o.got == set(&[o.relevant])).count();
+    let found = outcomes.iter().filter(|o| o.got.contains(o.relevant)).count();
+    assert!(exact >= 10, "{exact} of {} queries got exactly their record\n\n{report}", outcomes.len());
+    assert!(found >= 11, "{found} of {} queries got their record\n\n{report}", outcomes.len());
+    for o in &outcomes {
+        let best = o.scores.first().map(|(id, _)| id.as_str());
+        if !o.got.is_empty() {
+            assert_eq!(best, Some(o.relevant), "{}: its record is not the best match\n\n{report}", o.query);
+        }
+    }
+}
