@@ -25,6 +25,7 @@ use clap::Parser;
 use common::{BoxError, Rng, Summary, ms, noise, normalize, sentence};
 use memgate::funnel::index::{IndexedRecord, MemoryIndex, TenantIndex};
 use memgate::funnel::ivf::dot;
+use memgate::funnel::quant::QuantizedQuery;
 use memgate::funnel::semantic::{self, DEFAULT_PROBES, EXACT_SCAN_MAX, SemanticQuery};
 use memgate::funnel::trace::Trace;
 use memgate::funnel::{self, FunnelSettings, density, scope, temporal, terms};
@@ -59,11 +60,11 @@ struct Args {
     /// Queries per point of the probe sweep.
     #[arg(long, default_value_t = 500)]
     sweep_queries: usize,
-    /// Semantic threshold (production default for multilingual-e5-small: 0.80).
-    #[arg(long, default_value_t = memgate::config::DEFAULT_SIMILARITY)]
+    /// Semantic threshold. The synthetic vectors imitate raw e5 cosines, so the raw default (0.80).
+    #[arg(long, default_value_t = memgate::config::RAW_SIMILARITY)]
     threshold: f32,
     /// IVF probes to sweep on the largest size (recall vs latency); empty for none.
-    #[arg(long, default_value = "8,16,24,32,48")]
+    #[arg(long, default_value = "16,32,48,64,96")]
     probe_sweep: String,
     /// Skip the forced exact scan on sizes that have an IVF index.
     #[arg(long)]
@@ -152,9 +153,11 @@ fn bench_size(args: &Args, size: usize, sweep: &[usize]) -> Result<Value, BoxErr
         probes: DEFAULT_PROBES,
     };
 
-    let (has_ann, lists_note) = {
+    let (has_ann, lists_note, list_lens) = {
         let idx = tenant.read().map_err(|_| "poisoned")?;
-        (idx.ann.is_some(), idx.ann.as_ref().map(|a| a.len()))
+        let mut lens = idx.ann.as_ref().map(|a| a.list_lens()).unwrap_or_default();
+        lens.sort_unstable();
+        (idx.ann.is_some(), idx.ann.as_ref().map(|a| a.len()), lens)
     };
     let mut paths = Vec::new();
 
@@ -209,6 +212,13 @@ fn bench_size(args: &Args, size: usize, sweep: &[usize]) -> Result<Value, BoxErr
         "index_records_s": index_records.as_secs_f64(),
         "memory_index_load_s": load.as_secs_f64(),
         "ivf_vectors": lists_note,
+        "ivf_lists": {
+            "count": list_lens.len(),
+            "min": list_lens.first(),
+            "p50": (!list_lens.is_empty()).then(|| common::percentile(&list_lens, 0.5)),
+            "p90": (!list_lens.is_empty()).then(|| common::percentile(&list_lens, 0.9)),
+            "max": list_lens.last(),
+        },
         "record_tokens": {
             "mean": tokens.iter().sum::<usize>() as f64 / tokens.len().max(1) as f64,
             "p50": common::percentile(&sorted_tokens, 0.5),
@@ -307,7 +317,7 @@ fn run_path(
         let visible = scope::visible(index, caller, false, &mut trace);
         scope_t.push(t.elapsed());
         let t = Instant::now();
-        let current = temporal::current(index, visible, now, &settings.schema_versions, false, &mut trace);
+        let current = temporal::current(index, &visible, now, &settings.schema_versions, false, &mut trace);
         temporal_t.push(t.elapsed());
         candidates += current.len();
         let t = Instant::now();
@@ -318,8 +328,8 @@ fn run_path(
         phrases_t.push(t.elapsed());
         let t = Instant::now();
         let mut sum = 0.0f32;
-        for slot in &current {
-            if let Some(v) = index.slots[*slot as usize].as_ref().and_then(|i| i.vector.as_deref()) {
+        for slot in current.iter() {
+            if let Some(v) = index.slots[slot as usize].as_ref().and_then(|i| i.vector.as_deref()) {
                 sum += dot(v, &q.vector);
             }
         }
@@ -327,7 +337,8 @@ fn run_path(
         scan_t.push(t.elapsed());
         if let Some(ann) = &index.ann {
             let t = Instant::now();
-            black_box(ann.search(&q.vector, settings.probes, settings.threshold, |_| true).len());
+            let quantized = QuantizedQuery::new(&q.vector);
+            black_box(ann.search(&quantized, settings.probes, settings.threshold, |_| true).len());
             ivf_t.push(t.elapsed());
         }
         let mut similar: Vec<(u32, f32)> =
@@ -723,6 +734,15 @@ fn print_tables(report: &Value) {
             triple(&s["different_topic"]),
             triple(&s["query_to_nearest_record"]),
         );
+    }
+    for size in sizes {
+        let lists = &size["ivf_lists"];
+        if lists["count"].as_u64().unwrap_or(0) > 0 {
+            println!(
+                "IVF at {} records: {} lists, vectors per list min/p50/p90/max {}/{}/{}/{}",
+                size["records"], lists["count"], lists["min"], lists["p50"], lists["p90"], lists["max"]
+            );
+        }
     }
     for size in sizes {
         let rows = size["probe_sweep"].as_array().unwrap_or(&empty);

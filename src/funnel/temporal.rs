@@ -1,37 +1,50 @@
 //! Layer: temporal. `valid_from <= now < valid_until`, status active, and a schema version the
-//! release reads.
+//! release reads. Decided on the index's flat per-slot arrays (`SlotMeta`), not on the records:
+//! the records are read only to name the removed ones in a detailed trace.
 
-use super::index::TenantIndex;
+use super::index::{SlotMeta, TenantIndex};
+use super::slots::SlotSet;
 use super::trace::{LayerLog, Trace};
 use crate::memory::record::{Status, format_ms};
 
 pub fn current(
     index: &TenantIndex,
-    candidates: Vec<u32>,
+    candidates: &SlotSet,
     now_ms: i64,
     schema_versions: &[String],
     detailed: bool,
     trace: &mut Trace,
-) -> Vec<u32> {
+) -> SlotSet {
+    // Per interned schema of the tenant: does this release read it?
+    let read: Vec<bool> = index.schemas().iter().map(|s| schema_versions.contains(s)).collect();
+    let meta = index.meta();
+    let is_current = |m: &SlotMeta| {
+        m.active
+            && m.valid_from_ms <= now_ms
+            && now_ms < m.valid_until_ms
+            && read.get(m.schema as usize).copied().unwrap_or(false)
+    };
+    let kept = candidates.filter(|slot| meta.get(slot as usize).is_some_and(|m| is_current(m)));
     let mut log = LayerLog::new("temporal", candidates.len(), detailed);
-    let mut kept = Vec::with_capacity(candidates.len());
-    for slot in candidates {
-        let Some(item) = index.slots[slot as usize].as_ref() else { continue };
-        let record = &item.record;
-        if record.status != Status::Active {
-            log.remove(&record.id, || format!("status {}", record.status.as_str()));
-        } else if now_ms < record.valid_from_ms {
-            log.remove(&record.id, || format!("not valid before {}", format_ms(record.valid_from_ms)));
-        } else if now_ms >= record.valid_until_ms {
-            log.remove(&record.id, || format!("expired at {}", format_ms(record.valid_until_ms)));
-        } else if !schema_versions.iter().any(|v| *v == record.schema_version) {
-            log.remove(&record.id, || {
+    if detailed {
+        for slot in candidates.iter().filter(|slot| !kept.contains(*slot)) {
+            if !log.wants_detail() {
+                break;
+            }
+            let Some(item) = index.slots[slot as usize].as_ref() else { continue };
+            let record = &item.record;
+            let reason = if record.status != Status::Active {
+                format!("status {}", record.status.as_str())
+            } else if now_ms < record.valid_from_ms {
+                format!("not valid before {}", format_ms(record.valid_from_ms))
+            } else if now_ms >= record.valid_until_ms {
+                format!("expired at {}", format_ms(record.valid_until_ms))
+            } else {
                 format!("schema {} is not read by this release", record.schema_version)
-            });
-        } else {
-            kept.push(slot);
+            };
+            log.remove(&record.id, || reason);
         }
     }
-    log.finish(kept.len(), trace);
+    log.finish_by_difference(kept.len(), trace);
     kept
 }

@@ -60,6 +60,15 @@ impl LayerLog {
         self.removed_count += count;
     }
 
+    /// Finishes a layer that removes exactly `input − output` records but names only those it
+    /// passed to `remove` (the first `MAX_LISTED` of a detailed trace): the others are counted
+    /// without being looked at one by one.
+    pub fn finish_by_difference(mut self, output: usize, trace: &mut Trace) {
+        debug_assert!(self.removed_count <= self.input.saturating_sub(output));
+        self.removed_count = self.input.saturating_sub(output);
+        self.finish(output, trace);
+    }
+
     pub fn finish(self, output: usize, trace: &mut Trace) {
         trace.layers.push(LayerTrace {
             layer: self.layer,

@@ -1,0 +1,331 @@
+//! Tests of the layers together against naive versions of them: the bitsets, flat arrays and
+//! int8 scans must select exactly what a filter over the records and an f32 scan would, also
+//! after removals and slot reuse, and the trace must keep its counts and reasons.
+
+use super::index::{IndexedRecord, TenantIndex};
+use super::ivf::dot;
+use super::semantic::{self, Hit, SemanticQuery};
+use super::trace::Trace;
+use super::{FunnelSettings, scope, temporal};
+use crate::identity::{Caller, Permissions};
+use crate::memory::record::{OPEN_END_MS, Record, Status, format_ms};
+use crate::proxy::headers::UpstreamCredential;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+const NOW: i64 = 1_800_000_000_000;
+const DAY: i64 = 86_400_000;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    /// Roughly normal (sum of uniforms).
+    fn gauss(&mut self) -> f32 {
+        (0..4).map(|_| (self.next() % 10_000) as f32 / 10_000.0).sum::<f32>() - 2.0
+    }
+}
+
+fn normalized(mut v: Vec<f32>) -> Vec<f32> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.iter_mut().for_each(|x| *x /= norm);
+    v
+}
+
+/// Vectors like e5's: a shared direction, a topic centre, noise; scores spread around 0.5–0.95.
+struct Vectors {
+    common: Vec<f32>,
+    topics: Vec<Vec<f32>>,
+}
+
+impl Vectors {
+    fn new(rng: &mut Rng, dims: usize, topics: usize) -> Vectors {
+        let mut unit = || normalized((0..dims).map(|_| rng.gauss()).collect());
+        Vectors { common: unit(), topics: (0..topics).map(|_| unit()).collect() }
+    }
+
+    fn near(&self, rng: &mut Rng, centre: &[f32], noise: f32) -> Vec<f32> {
+        normalized(centre.iter().map(|c| c + noise * rng.gauss()).collect())
+    }
+
+    fn record(&self, rng: &mut Rng) -> Vec<f32> {
+        let topic = &self.topics[rng.below(self.topics.len())];
+        let centre: Vec<f32> = self.common.iter().zip(topic).map(|(c, t)| 0.8 * c + 0.55 * t).collect();
+        self.near(rng, &normalized(centre), 0.045)
+    }
+}
+
+fn record(id: &str, scope: &[&str], valid: (i64, i64), schema: &str) -> Record {
+    Record {
+        tenant: "t".into(),
+        id: id.into(),
+        record_type: "fact".into(),
+        schema_version: schema.into(),
+        scope: scope.iter().map(|s| (*s).to_owned()).collect(),
+        valid_from_ms: valid.0,
+        valid_until_ms: valid.1,
+        priority: 3,
+        key: None,
+        aliases: Vec::new(),
+        content: serde_json::json!({"statement": id}),
+        metadata: serde_json::Map::new(),
+        revision: 1,
+        status: Status::Active,
+        created_at_ms: NOW - DAY,
+        updated_at_ms: NOW - DAY,
+        last_accessed_at_ms: None,
+        access_count: 0,
+    }
+}
+
+fn item(record: Record, vector: Option<Vec<f32>>, terms: &[&str]) -> Arc<IndexedRecord> {
+    Arc::new(IndexedRecord {
+        record,
+        vector: vector.map(Arc::from),
+        tokens: 20,
+        terms: terms.iter().map(|t| (*t).to_owned()).collect(),
+    })
+}
+
+fn caller(scopes: &[&str]) -> Caller {
+    Caller {
+        tenant: "t".into(),
+        subject: None,
+        scopes: scopes.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>(),
+        permissions: Permissions::default(),
+        rate_key: "test".into(),
+        rate_limit_per_minute: 0,
+        upstream_credential: UpstreamCredential::Forward,
+    }
+}
+
+/// The f32 scan the int8 path must reproduce: every candidate with a vector, scored exactly.
+fn naive_similar(index: &TenantIndex, candidates: &[u32], query: &[f32], threshold: f32) -> Vec<(u32, u32)> {
+    candidates
+        .iter()
+        .filter_map(|slot| {
+            let v = index.slots[*slot as usize].as_ref()?.vector.as_deref()?;
+            let score = dot(query, v);
+            (score >= threshold).then_some((*slot, score.to_bits()))
+        })
+        .collect()
+}
+
+fn similar(hits: &[Hit]) -> Vec<(u32, u32)> {
+    hits.iter().filter(|h| !h.exact).map(|h| (h.slot, h.similarity.to_bits())).collect()
+}
+
+fn everything_visible(index: &TenantIndex) -> (super::slots::SlotSet, Vec<u32>) {
+    let visible = scope::visible(index, &caller(&["public"]), false, &mut Trace::default());
+    let list = visible.iter().collect();
+    (visible, list)
+}
+
+#[test]
+fn int8_scan_returns_exactly_the_hits_and_similarities_of_an_f32_scan() {
+    let mut rng = Rng(0x5eed);
+    let dims = 384;
+    let vectors = Vectors::new(&mut rng, dims, 12);
+    let mut index = TenantIndex::default();
+    let mut stored = Vec::new();
+    for i in 0..2500 {
+        let vector = match i % 50 {
+            0 => None,                                              // not embedded yet
+            1 => Some(normalized((0..256).map(|_| rng.gauss()).collect())), // another model's length
+            _ => Some(vectors.record(&mut rng)),
+        };
+        if let Some(v) = &vector {
+            stored.push(v.clone());
+        }
+        index.upsert(item(record(&format!("r{i}"), &["public"], (0, OPEN_END_MS), "v1"), vector, &[]));
+    }
+    assert!(index.ann.is_none(), "below ANN_MIN_RECORDS: the exact scan");
+    // The first embedding had the odd length; the int8 rows follow the majority.
+    assert_eq!(index.int8_rows().map(|r| r.dims()), Some(dims));
+    let (candidates, list) = everything_visible(&index);
+    let (mut compared, mut hits_seen) = (0, 0);
+    for q in 0..120 {
+        let target = &stored[rng.below(stored.len())];
+        let query = vectors.near(&mut rng, target, [0.01, 0.03, 0.06][q % 3]);
+        for threshold in [0.5, 0.75, 0.8, 0.85, 0.9, 0.95, 0.99] {
+            let semantic = SemanticQuery { text: "", vector: Some(&query), threshold, probes: 1 };
+            let hits = semantic::matching(&index, &candidates, &semantic, false, &mut Trace::default());
+            let expected = naive_similar(&index, &list, &query, threshold);
+            assert_eq!(similar(&hits), expected, "query {q} threshold {threshold}");
+            compared += 1;
+            hits_seen += expected.len();
+        }
+    }
+    assert!(hits_seen > compared * 5, "the thresholds should cut through the scores: {hits_seen}");
+}
+
+#[test]
+fn ivf_path_probing_every_list_equals_the_f32_scan_after_removals_and_reuse() {
+    let mut rng = Rng(0xfeed);
+    let dims = 32;
+    let vectors = Vectors::new(&mut rng, dims, 40);
+    let mut index = TenantIndex::default();
+    let n = 9000;
+    for i in 0..n {
+        let r = record(&format!("r{i}"), &["public"], (0, OPEN_END_MS), "v1");
+        index.upsert(item(r, Some(vectors.record(&mut rng)), &[]));
+    }
+    assert!(index.ann.is_some());
+    for i in (0..n).step_by(9) {
+        index.remove(&format!("r{i}"));
+    }
+    for i in (0..n).step_by(18) {
+        let r = record(&format!("new{i}"), &["public"], (0, OPEN_END_MS), "v1");
+        index.upsert(item(r, Some(vectors.record(&mut rng)), &[]));
+    }
+    let (candidates, list) = everything_visible(&index);
+    assert!(list.len() > semantic::EXACT_SCAN_MAX);
+    for q in 0..40 {
+        let target = index.slots[list[rng.below(list.len())] as usize].as_ref().and_then(|i| i.vector.clone());
+        let query = vectors.near(&mut rng, target.as_deref().unwrap_or(&vectors.common), 0.02);
+        for threshold in [0.7, 0.85, 0.95] {
+            let semantic = SemanticQuery { text: "", vector: Some(&query), threshold, probes: usize::MAX };
+            let hits = semantic::matching(&index, &candidates, &semantic, false, &mut Trace::default());
+            assert_eq!(similar(&hits), naive_similar(&index, &list, &query, threshold), "query {q} {threshold}");
+        }
+    }
+}
+
+#[test]
+fn scope_and_temporal_bitsets_equal_a_naive_filter_after_removals_and_slot_reuse() {
+    let mut rng = Rng(0xabc);
+    let scopes = ["public", "team:a", "team:b", "user:1", "user:2", "user:3"];
+    let schemas = ["v1", "v2", "v3"];
+    let mut index = TenantIndex::default();
+    let write = |index: &mut TenantIndex, rng: &mut Rng, id: String| {
+        let own: Vec<&str> = (0..1 + rng.below(2)).map(|_| scopes[rng.below(scopes.len())]).collect();
+        let from = NOW + (rng.below(5) as i64 - 3) * DAY;
+        let until = if rng.below(3) == 0 { NOW + (rng.below(5) as i64 - 2) * DAY } else { OPEN_END_MS };
+        let vector = (rng.below(4) != 0).then(|| vec![1.0, 0.0]);
+        index.upsert(item(record(&id, &own, (from, until), schemas[rng.below(3)]), vector, &[]));
+    };
+    for i in 0..3000 {
+        write(&mut index, &mut rng, format!("r{i}"));
+    }
+    for round in 0..3 {
+        for _ in 0..700 {
+            index.remove(&format!("r{}", rng.below(3000)));
+        }
+        for _ in 0..500 {
+            // Rewrites of existing ids (new scope and validity) and new ids reusing free slots.
+            let id = if rng.below(2) == 0 { format!("r{}", rng.below(3000)) } else { format!("n{round}-{}", rng.next()) };
+            write(&mut index, &mut rng, id);
+        }
+        for who in [&["public"][..], &["team:a", "user:2"], &["user:3"], &["nobody"], &["public", "team:a", "team:b"]] {
+            let caller = caller(who);
+            let mut trace = Trace::default();
+            let visible = scope::visible(&index, &caller, false, &mut trace);
+            let expected: Vec<u32> = (0..index.slots.len() as u32)
+                .filter(|s| index.slots[*s as usize].as_ref().is_some_and(|i| caller.can_see("t", &i.record.scope)))
+                .collect();
+            assert_eq!(visible.iter().collect::<Vec<_>>(), expected, "round {round} caller {who:?}");
+            for now in [NOW - 2 * DAY, NOW, NOW + DAY] {
+                let read = vec!["v1".to_owned(), "v3".to_owned()];
+                let current = temporal::current(&index, &visible, now, &read, false, &mut trace);
+                let expected_now: Vec<u32> = expected
+                    .iter()
+                    .copied()
+                    .filter(|s| {
+                        let r = index.slots[*s as usize].as_ref().map(|i| &i.record);
+                        r.is_some_and(|r| {
+                            r.valid_from_ms <= now && now < r.valid_until_ms && read.contains(&r.schema_version)
+                        })
+                    })
+                    .collect();
+                assert_eq!(current.iter().collect::<Vec<_>>(), expected_now, "round {round} now {now}");
+            }
+            let scope_layer = &trace.layers[0];
+            assert_eq!((scope_layer.input, scope_layer.output), (index.len(), expected.len()));
+            assert_eq!(scope_layer.removed_count, index.len() - expected.len());
+        }
+        assert_eq!(index.len(), index.slots.iter().flatten().count());
+    }
+}
+
+#[test]
+fn detailed_trace_keeps_counts_and_reasons() {
+    let dims = 8;
+    let axis = |i: usize| -> Vec<f32> { (0..dims).map(|d| if d == i { 1.0 } else { 0.0 }).collect() };
+    let close = normalized((0..dims).map(|d| if d == 0 { 1.0 } else { 0.1 }).collect()); // 0.93 to axis 0
+    let valid = (NOW - DAY, OPEN_END_MS);
+    let mut index = TenantIndex::default();
+    let records = [
+        item(record("hidden", &["team:x"], valid, "v1"), Some(axis(0)), &[]),
+        item(record("expired", &["public"], (NOW - 2 * DAY, NOW - DAY), "v1"), Some(axis(0)), &[]),
+        item(record("future", &["public"], (NOW + DAY, OPEN_END_MS), "v1"), Some(axis(0)), &[]),
+        item(record("old-schema", &["public"], valid, "v0"), Some(axis(0)), &[]),
+        item(record("far", &["public"], valid, "v1"), Some(axis(1)), &[]),
+        item(record("unembedded", &["public"], valid, "v1"), None, &[]),
+        item(record("named", &["public"], valid, "v1"), Some(axis(2)), &["ord-1001"]),
+        item(record("close", &["public"], valid, "v1"), Some(close.clone()), &[]),
+        item(record("same", &["public", "user:1"], valid, "v1"), Some(axis(0)), &[]),
+    ];
+    for r in records {
+        index.upsert(r);
+    }
+    let settings = FunnelSettings {
+        schema_versions: vec!["v1".into()],
+        threshold: 0.8,
+        budget_tokens: 1000,
+        max_items: 10,
+        max_stubs: 0,
+        probes: 4,
+    };
+    let query = axis(0);
+    let semantic = SemanticQuery { text: "where is ORD-1001", vector: Some(&query), threshold: 0.8, probes: 4 };
+    let out = super::run(&index, &caller(&["public", "user:1"]), &semantic, &settings, NOW, true);
+    let layers = &out.trace.layers;
+    let names: Vec<&str> = layers.iter().map(|l| l.layer).collect();
+    assert_eq!(names, ["scope", "temporal", "semantic", "token_density"]);
+    let counts: Vec<(usize, usize, usize)> = layers.iter().map(|l| (l.input, l.output, l.removed_count)).collect();
+    assert_eq!(counts, [(9, 8, 1), (8, 5, 3), (5, 3, 2), (3, 3, 0)]);
+    for pair in layers.windows(2) {
+        assert_eq!(pair[0].output, pair[1].input);
+    }
+    let reasons = |i: usize| -> Vec<(String, String)> {
+        layers[i].removed.iter().map(|r| (r.id.clone(), r.reason.clone())).collect()
+    };
+    let pair = |id: &str, reason: String| (id.to_owned(), reason);
+    assert_eq!(reasons(0), [pair("hidden", "no scope in common with the caller".into())]);
+    assert_eq!(
+        reasons(1),
+        [
+            pair("expired", format!("expired at {}", format_ms(NOW - DAY))),
+            pair("future", format!("not valid before {}", format_ms(NOW + DAY))),
+            pair("old-schema", "schema v0 is not read by this release".into()),
+        ]
+    );
+    assert_eq!(
+        reasons(2),
+        [pair("far", "similarity 0.000 below 0.800".into()), pair("unembedded", "no embedding yet".into())]
+    );
+    let injected: Vec<(&str, f32, bool)> = out
+        .packed
+        .injected
+        .iter()
+        .map(|c| (c.item.record.id.as_str(), c.similarity, c.exact))
+        .collect();
+    assert_eq!(injected, [("named", 1.0, true), ("same", 1.0, false), ("close", dot(&query, &close), false)]);
+
+    // Without detail: the same counts, no names.
+    let out = super::run(&index, &caller(&["public", "user:1"]), &semantic, &settings, NOW, false);
+    let plain: Vec<(usize, usize, usize)> =
+        out.trace.layers.iter().map(|l| (l.input, l.output, l.removed_count)).collect();
+    assert_eq!(plain, counts);
+    assert!(out.trace.layers.iter().all(|l| l.removed.is_empty()));
+}
