@@ -97,10 +97,15 @@ impl<'a> QuantizedQuery<'a> {
         self.vector.len()
     }
 
+    /// The similarity to the vector stored as (`codes`, `row`), from the int8 forms only.
+    pub fn approx(&self, codes: &[i8], row: &Row) -> f32 {
+        self.row.scale * row.scale * dot_i8(codes, &self.codes) as f32
+    }
+
     /// Whether the record stored as (`codes`, `row`) may score at least `threshold` exactly;
     /// `false` means it certainly does not. `codes` must have the query's length.
     pub fn may_reach(&self, codes: &[i8], row: &Row, threshold: f32) -> bool {
-        let approx = self.row.scale * row.scale * dot_i8(codes, &self.codes) as f32;
+        let approx = self.approx(codes, row);
         let q = &self.row;
         let bound = q.residual * row.norm
             + (q.norm + q.residual) * row.residual
@@ -171,6 +176,11 @@ impl Rows {
 
     pub fn row(&self, i: usize) -> &Row {
         &self.rows[i]
+    }
+
+    /// `QuantizedQuery::approx` for row `i`.
+    pub fn approx(&self, i: usize, query: &QuantizedQuery<'_>) -> f32 {
+        query.approx(self.codes(i), &self.rows[i])
     }
 
     /// `QuantizedQuery::may_reach` for row `i`.
