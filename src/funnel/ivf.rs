@@ -184,9 +184,8 @@ impl Ivf {
         if query.dims() != self.dims || self.lists.is_empty() {
             return Vec::new();
         }
-        let mut order: Vec<(usize, f32)> = (0..self.lists.len())
-            .map(|c| (c, self.centroid_rows.approx(c, query) - self.bias[c]))
-            .collect();
+        let mut order: Vec<(usize, f32)> =
+            (0..self.lists.len()).map(|c| (c, self.centroid_rows.approx(c, query) - self.bias[c])).collect();
         let probes = probes.clamp(1, order.len());
         order.select_nth_unstable_by(probes - 1, |a, b| b.1.total_cmp(&a.1));
         let mut found = Vec::new();
@@ -290,7 +289,7 @@ mod tests {
             vectors[slot as usize] = unit(50_000 + u64::from(slot), dims);
             ivf.insert(slot, &vectors[slot as usize]);
         }
-        let present = |slot: u32| slot % 7 != 0 || slot % 14 == 0;
+        let present = |slot: u32| !slot.is_multiple_of(7) || slot.is_multiple_of(14);
         for q in 0..40u64 {
             let query = unit(90_000 + q, dims);
             for threshold in [0.0, 0.2, 0.35, 0.5] {

@@ -107,9 +107,8 @@ impl<'a> QuantizedQuery<'a> {
     pub fn may_reach(&self, codes: &[i8], row: &Row, threshold: f32) -> bool {
         let approx = self.approx(codes, row);
         let q = &self.row;
-        let bound = q.residual * row.norm
-            + (q.norm + q.residual) * row.residual
-            + ROUNDING_SLACK * q.norm * row.norm;
+        let bound =
+            q.residual * row.norm + (q.norm + q.residual) * row.residual + ROUNDING_SLACK * q.norm * row.norm;
         // Written so that a NaN (a vector that is not finite) keeps the record.
         (approx + bound).partial_cmp(&threshold) != Some(std::cmp::Ordering::Less)
     }
@@ -241,7 +240,8 @@ mod tests {
     #[test]
     fn dot_i8_is_the_exact_integer_sum() {
         let row: Vec<i8> = (0..389).map(|i| ((i * 37) % 255) as i8).map(|c| c.max(-127)).collect();
-        let query: Vec<i16> = (0..389).map(|i| ((i * 91) % 255) as i8).map(|c| i16::from(c.max(-127))).collect();
+        let query: Vec<i16> =
+            (0..389).map(|i| ((i * 91) % 255) as i8).map(|c| i16::from(c.max(-127))).collect();
         let plain: i64 = row.iter().zip(&query).map(|(a, b)| i64::from(*a) * i64::from(*b)).sum();
         assert_eq!(i64::from(dot_i8(&row, &query)), plain);
         assert_eq!(i64::from(dot_i8_portable(&row, &query)), plain);

@@ -47,12 +47,40 @@ impl SlotSet {
             .iter()
             .enumerate()
             .map(|(w, word)| {
-                Bits(*word).fold(0u64, |out, b| {
-                    if keep((w * 64) as u32 + b) { out | 1 << b } else { out }
-                })
+                Bits(*word).fold(0u64, |out, b| if keep((w * 64) as u32 + b) { out | 1 << b } else { out })
             })
             .collect();
         SlotSet { words }
+    }
+}
+
+/// The slots in ascending order, consuming the set.
+impl IntoIterator for SlotSet {
+    type Item = u32;
+    type IntoIter = IntoIter;
+
+    fn into_iter(self) -> IntoIter {
+        IntoIter { words: self.words.into_iter().enumerate(), current: (0, Bits(0)) }
+    }
+}
+
+pub struct IntoIter {
+    words: std::iter::Enumerate<std::vec::IntoIter<u64>>,
+    /// The word being read: its index and its bits not yet returned.
+    current: (usize, Bits),
+}
+
+impl Iterator for IntoIter {
+    type Item = u32;
+
+    fn next(&mut self) -> Option<u32> {
+        loop {
+            if let Some(bit) = self.current.1.next() {
+                return Some((self.current.0 * 64) as u32 + bit);
+            }
+            let (w, word) = self.words.next()?;
+            self.current = (w, Bits(word));
+        }
     }
 }
 
@@ -83,6 +111,7 @@ mod tests {
             set.insert(slot);
         }
         assert_eq!(set.iter().collect::<Vec<_>>(), [0, 5, 63, 64, 128, 199]);
+        assert_eq!(set.clone().into_iter().collect::<Vec<_>>(), [0, 5, 63, 64, 128, 199]);
         assert_eq!(set.len(), 6);
         assert!(set.contains(63) && !set.contains(62) && !set.contains(1000));
         let even = set.filter(|s| s % 2 == 0);

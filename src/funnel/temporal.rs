@@ -24,7 +24,7 @@ pub fn current(
             && now_ms < m.valid_until_ms
             && read.get(m.schema as usize).copied().unwrap_or(false)
     };
-    let kept = candidates.filter(|slot| meta.get(slot as usize).is_some_and(|m| is_current(m)));
+    let kept = candidates.filter(|slot| meta.get(slot as usize).is_some_and(&is_current));
     let mut log = LayerLog::new("temporal", candidates.len(), detailed);
     if detailed {
         for slot in candidates.iter().filter(|slot| !kept.contains(*slot)) {

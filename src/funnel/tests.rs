@@ -140,7 +140,7 @@ fn int8_scan_returns_exactly_the_hits_and_similarities_of_an_f32_scan() {
     let mut stored = Vec::new();
     for i in 0..2500 {
         let vector = match i % 50 {
-            0 => None,                                              // not embedded yet
+            0 => None,                                                      // not embedded yet
             1 => Some(normalized((0..256).map(|_| rng.gauss()).collect())), // another model's length
             _ => Some(vectors.record(&mut rng)),
         };
@@ -191,12 +191,17 @@ fn ivf_path_probing_every_list_equals_the_f32_scan_after_removals_and_reuse() {
     let (candidates, list) = everything_visible(&index);
     assert!(list.len() > semantic::EXACT_SCAN_MAX);
     for q in 0..40 {
-        let target = index.slots[list[rng.below(list.len())] as usize].as_ref().and_then(|i| i.vector.clone());
+        let target =
+            index.slots[list[rng.below(list.len())] as usize].as_ref().and_then(|i| i.vector.clone());
         let query = vectors.near(&mut rng, target.as_deref().unwrap_or(&vectors.common), 0.02);
         for threshold in [0.7, 0.85, 0.95] {
             let semantic = SemanticQuery { text: "", vector: Some(&query), threshold, probes: usize::MAX };
             let hits = semantic::matching(&index, &candidates, &semantic, false, &mut Trace::default());
-            assert_eq!(similar(&hits), naive_similar(&index, &list, &query, threshold), "query {q} {threshold}");
+            assert_eq!(
+                similar(&hits),
+                naive_similar(&index, &list, &query, threshold),
+                "query {q} {threshold}"
+            );
         }
     }
 }
@@ -223,15 +228,27 @@ fn scope_and_temporal_bitsets_equal_a_naive_filter_after_removals_and_slot_reuse
         }
         for _ in 0..500 {
             // Rewrites of existing ids (new scope and validity) and new ids reusing free slots.
-            let id = if rng.below(2) == 0 { format!("r{}", rng.below(3000)) } else { format!("n{round}-{}", rng.next()) };
+            let id = if rng.below(2) == 0 {
+                format!("r{}", rng.below(3000))
+            } else {
+                format!("n{round}-{}", rng.next())
+            };
             write(&mut index, &mut rng, id);
         }
-        for who in [&["public"][..], &["team:a", "user:2"], &["user:3"], &["nobody"], &["public", "team:a", "team:b"]] {
+        for who in [
+            &["public"][..],
+            &["team:a", "user:2"],
+            &["user:3"],
+            &["nobody"],
+            &["public", "team:a", "team:b"],
+        ] {
             let caller = caller(who);
             let mut trace = Trace::default();
             let visible = scope::visible(&index, &caller, false, &mut trace);
             let expected: Vec<u32> = (0..index.slots.len() as u32)
-                .filter(|s| index.slots[*s as usize].as_ref().is_some_and(|i| caller.can_see("t", &i.record.scope)))
+                .filter(|s| {
+                    index.slots[*s as usize].as_ref().is_some_and(|i| caller.can_see("t", &i.record.scope))
+                })
                 .collect();
             assert_eq!(visible.iter().collect::<Vec<_>>(), expected, "round {round} caller {who:?}");
             for now in [NOW - 2 * DAY, NOW, NOW + DAY] {
@@ -243,7 +260,9 @@ fn scope_and_temporal_bitsets_equal_a_naive_filter_after_removals_and_slot_reuse
                     .filter(|s| {
                         let r = index.slots[*s as usize].as_ref().map(|i| &i.record);
                         r.is_some_and(|r| {
-                            r.valid_from_ms <= now && now < r.valid_until_ms && read.contains(&r.schema_version)
+                            r.valid_from_ms <= now
+                                && now < r.valid_until_ms
+                                && read.contains(&r.schema_version)
                         })
                     })
                     .collect();
@@ -287,12 +306,14 @@ fn detailed_trace_keeps_counts_and_reasons() {
         probes: 4,
     };
     let query = axis(0);
-    let semantic = SemanticQuery { text: "where is ORD-1001", vector: Some(&query), threshold: 0.8, probes: 4 };
+    let semantic =
+        SemanticQuery { text: "where is ORD-1001", vector: Some(&query), threshold: 0.8, probes: 4 };
     let out = super::run(&index, &caller(&["public", "user:1"]), &semantic, &settings, NOW, true);
     let layers = &out.trace.layers;
     let names: Vec<&str> = layers.iter().map(|l| l.layer).collect();
     assert_eq!(names, ["scope", "temporal", "semantic", "token_density"]);
-    let counts: Vec<(usize, usize, usize)> = layers.iter().map(|l| (l.input, l.output, l.removed_count)).collect();
+    let counts: Vec<(usize, usize, usize)> =
+        layers.iter().map(|l| (l.input, l.output, l.removed_count)).collect();
     assert_eq!(counts, [(9, 8, 1), (8, 5, 3), (5, 3, 2), (3, 3, 0)]);
     for pair in layers.windows(2) {
         assert_eq!(pair[0].output, pair[1].input);
@@ -314,12 +335,8 @@ fn detailed_trace_keeps_counts_and_reasons() {
         reasons(2),
         [pair("far", "similarity 0.000 below 0.800".into()), pair("unembedded", "no embedding yet".into())]
     );
-    let injected: Vec<(&str, f32, bool)> = out
-        .packed
-        .injected
-        .iter()
-        .map(|c| (c.item.record.id.as_str(), c.similarity, c.exact))
-        .collect();
+    let injected: Vec<(&str, f32, bool)> =
+        out.packed.injected.iter().map(|c| (c.item.record.id.as_str(), c.similarity, c.exact)).collect();
     assert_eq!(injected, [("named", 1.0, true), ("same", 1.0, false), ("close", dot(&query, &close), false)]);
 
     // Without detail: the same counts, no names.
