@@ -6,7 +6,9 @@
 //!   (a temporary SQLite file);
 //! - JWT (`Authorization: Bearer`) with HS256, and RS256 (2048-bit), ES256 (P-256) and EdDSA
 //!   (Ed25519) when the `openssl` command is there to make the key pairs at start (the crate adds
-//!   no key-generation dependency); `iss`, `aud`, `exp` and claim mapping all checked.
+//!   no key-generation dependency); `iss`, `aud`, `exp` and claim mapping all checked. Each twice:
+//!   a token seen for the first time (every call a different token: the signature is checked),
+//!   and the same token again (the verified-token cache answers).
 //!
 //! Run: `cargo run --release --example auth_bench -- [--seconds 2] [--json]`.
 #![allow(clippy::print_stdout)]
@@ -47,6 +49,9 @@ struct Args {
     /// Cache-miss measurements (each builds a fresh authenticator and reads the key from SQLite).
     #[arg(long, default_value_t = 500)]
     misses: usize,
+    /// Distinct tokens per JWT algorithm for the first-sight measurement.
+    #[arg(long, default_value_t = 500)]
+    first_sight: usize,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -124,12 +129,9 @@ async fn run(args: Args) -> Result<(), BoxError> {
         "exp": jsonwebtoken::get_current_timestamp() + 3600,
         "iat": jsonwebtoken::get_current_timestamp(),
     });
-    let hs = jsonwebtoken::encode(
-        &Header::new(Algorithm::HS256),
-        &claims,
-        &EncodingKey::from_secret(HMAC_SECRET.as_bytes())?,
-    )?;
-    rows.push(measure_jwt("JWT HS256", &auth, &hs, budget, args.min_ops).await?);
+    let hmac = EncodingKey::from_secret(HMAC_SECRET.as_bytes())?;
+    let hs = sign_many(Algorithm::HS256, &claims, &hmac, args.first_sight)?;
+    rows.extend(measure_jwt("JWT HS256", &auth, &hs, budget, args.min_ops).await?);
 
     let mut notes = Vec::new();
     match openssl_keys(dir.path()) {
@@ -140,9 +142,9 @@ async fn run(args: Args) -> Result<(), BoxError> {
                     Algorithm::ES256 => EncodingKey::from_ec_pem(&std::fs::read(&private)?)?,
                     _ => EncodingKey::from_ed_pem(&std::fs::read(&private)?)?,
                 };
-                let token = jsonwebtoken::encode(&Header::new(alg), &claims, &encoding)?;
+                let tokens = sign_many(alg, &claims, &encoding, args.first_sight)?;
                 let auth = Authenticator::new(identity(jwt_config(false, Some(public))), store.clone())?;
-                rows.push(measure_jwt(label, &auth, &token, budget, args.min_ops).await?);
+                rows.extend(measure_jwt(label, &auth, &tokens, budget, args.min_ops).await?);
             }
         }
         Err(err) => notes.push(format!("asymmetric JWTs not measured: {err}")),
@@ -196,20 +198,49 @@ fn base_headers() -> HeaderMap {
     headers
 }
 
+/// `count` tokens with the same claims but each its own `jti`, so each is a different token.
+fn sign_many(
+    alg: Algorithm,
+    claims: &Value,
+    key: &EncodingKey,
+    count: usize,
+) -> Result<Vec<String>, BoxError> {
+    (0..count.max(1))
+        .map(|i| {
+            let mut claims = claims.clone();
+            claims["jti"] = json!(format!("bench-{i}"));
+            Ok(jsonwebtoken::encode(&Header::new(alg), &claims, key)?)
+        })
+        .collect()
+}
+
+/// Two rows: every token once (signature checked), then the first one over and over (cached).
 async fn measure_jwt(
     label: &str,
     auth: &Authenticator,
-    token: &str,
+    tokens: &[String],
     budget: Duration,
     min_ops: usize,
-) -> Result<Value, BoxError> {
-    let mut headers = base_headers();
-    headers.insert("authorization", HeaderValue::from_str(&format!("Bearer {token}"))?);
-    let caller = auth.authenticate(&headers).await?;
-    if !caller.scopes.contains("team:sales") {
-        return Err(format!("{label}: claims were not mapped").into());
+) -> Result<Vec<Value>, BoxError> {
+    let with_token = |token: &str| -> Result<HeaderMap, BoxError> {
+        let mut headers = base_headers();
+        headers.insert("authorization", HeaderValue::from_str(&format!("Bearer {token}"))?);
+        Ok(headers)
+    };
+    let mut first_sight = Vec::with_capacity(tokens.len());
+    for token in tokens {
+        let headers = with_token(token)?;
+        let t = Instant::now();
+        let caller = auth.authenticate(&headers).await?;
+        first_sight.push(t.elapsed());
+        if !caller.scopes.contains("team:sales") {
+            return Err(format!("{label}: claims were not mapped").into());
+        }
     }
-    measure(label, auth, &headers, budget, min_ops).await
+    let cold = row(&format!("{label}, first sight"), &first_sight, None);
+    let warm =
+        measure(&format!("{label}, seen before"), auth, &with_token(&tokens[0])?, budget, min_ops).await?;
+    Ok(vec![cold, warm])
 }
 
 /// Times `authenticate` one call at a time until `budget` has passed (and `min_ops` calls).
