@@ -48,34 +48,8 @@ pub async fn run(config: Config, on_ready: impl FnOnce(SocketAddr)) -> Result<()
             }
         })
     };
-    let record_listener = {
-        let state = state.clone();
-        let stop = stop_ticking.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    () = state.fanout().changed(Topic::Memories) => sync_records(&state).await,
-                }
-            }
-        })
-    };
-    let release_listener = {
-        let state = state.clone();
-        let stop = stop_ticking.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    () = state.fanout().changed(Topic::Releases) => {
-                        if let Err(err) = state.rollout().refresh().await {
-                            tracing::warn!(error = %err, "could not take in another replica's rollout change; the poll retries");
-                        }
-                    }
-                }
-            }
-        })
-    };
+    let record_listener = listen_for(&state, &stop_ticking, Topic::Memories);
+    let release_listener = listen_for(&state, &stop_ticking, Topic::Releases);
 
     let (signalled_tx, signalled_rx) = oneshot::channel::<()>();
     let draining_state = state.clone();
@@ -115,6 +89,26 @@ pub async fn run(config: Config, on_ready: impl FnOnce(SocketAddr)) -> Result<()
     let _ = tokio::time::timeout(grace, background.wait()).await;
     tracing::info!("memgate stopped");
     Ok(())
+}
+
+/// Takes in, until `stop`, every change another replica announces on `topic`.
+fn listen_for(state: &AppState, stop: &CancellationToken, topic: Topic) -> tokio::task::JoinHandle<()> {
+    let (state, stop) = (state.clone(), stop.clone());
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = state.fanout().changed(topic) => match topic {
+                    Topic::Memories => sync_records(&state).await,
+                    Topic::Releases => {
+                        if let Err(err) = state.rollout().refresh().await {
+                            tracing::warn!(error = %err, "could not take in another replica's rollout change; the poll retries");
+                        }
+                    }
+                },
+            }
+        }
+    })
 }
 
 /// Takes in other replicas' record changes from the store.

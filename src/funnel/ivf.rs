@@ -222,20 +222,7 @@ fn nearest(centroids: &[f32], bias: &[f32], dims: usize, v: &[f32]) -> usize {
 mod tests {
     use super::*;
 
-    fn unit(seed: u64, dims: usize) -> Vec<f32> {
-        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        let mut v: Vec<f32> = (0..dims)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x % 2000) as f32 / 1000.0 - 1.0
-            })
-            .collect();
-        let norm = v.iter().map(|a| a * a).sum::<f32>().sqrt();
-        v.iter_mut().for_each(|a| *a /= norm);
-        v
-    }
+    use crate::funnel::tests::unit;
 
     /// `Ivf::search` followed by the f32 re-scoring the semantic layer does.
     fn search_exact(

@@ -28,7 +28,7 @@ pub mod terms;
 pub mod trace;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use crate::identity::Caller;
 use density::{Budget, Packed};

@@ -193,20 +193,7 @@ mod tests {
     use super::*;
     use crate::funnel::ivf::dot;
 
-    fn unit(seed: u64, dims: usize) -> Vec<f32> {
-        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        let mut v: Vec<f32> = (0..dims)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x % 2001) as f32 / 1000.0 - 1.0
-            })
-            .collect();
-        let norm = v.iter().map(|a| a * a).sum::<f32>().sqrt();
-        v.iter_mut().for_each(|a| *a /= norm);
-        v
-    }
+    use crate::funnel::tests::unit;
 
     #[test]
     fn the_bound_holds_and_is_tight_enough_to_rule_out_most_records() {

@@ -36,6 +36,12 @@ impl Rng {
     }
 }
 
+/// A deterministic pseudo-random unit vector (xorshift), for the ivf and quant unit tests.
+pub(crate) fn unit(seed: u64, dims: usize) -> Vec<f32> {
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    normalized((0..dims).map(|_| (rng.next() % 2000) as f32 / 1000.0 - 1.0).collect())
+}
+
 fn normalized(mut v: Vec<f32>) -> Vec<f32> {
     let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
     v.iter_mut().for_each(|x| *x /= norm);

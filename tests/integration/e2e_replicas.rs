@@ -14,6 +14,16 @@ fn replica(mock: &Proc, db: &TestDb) -> Proc {
     )
 }
 
+/// An admin call to one replica; its status.
+async fn admin(gateway: &Proc, method: reqwest::Method, path: &str, body: Option<&Value>) -> u16 {
+    let mut request =
+        client().request(method, gateway.url(&format!("/admin/v1{path}"))).bearer_auth(ADMIN_TOKEN);
+    if let Some(body) = body {
+        request = request.json(body);
+    }
+    request.send().await.unwrap().status().as_u16()
+}
+
 async fn explain_ids(gateway: &Proc, question: &str) -> Vec<String> {
     let body = json!({
         "request": {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": question}]},
@@ -38,13 +48,10 @@ async fn replicas_on_one_postgres_serve_each_others_writes_within_seconds() {
     let mock = Proc::mock(&[]);
     let a = replica(&mock, &db);
     let b = replica(&mock, &db);
-    let http = client();
 
     let record = json!({"id": "sop-refund", "type": "fact", "scope": ["team:support"], "key": "sop:refund-window",
         "content": {"statement": "Refunds are possible within 30 days of delivery for order ORD-2024-0615."}});
-    let created =
-        http.post(a.url("/admin/v1/memories")).bearer_auth(ADMIN_TOKEN).json(&record).send().await.unwrap();
-    assert_eq!(created.status(), 201);
+    assert_eq!(admin(&a, reqwest::Method::POST, "/memories", Some(&record)).await, 201);
     let question = "Can I still get a refund for ORD-2024-0615?";
     assert_eq!(explain_ids(&a, question).await, ["sop-refund"]);
     eventually(Duration::from_secs(5), "replica B to serve A's new record", || async {
@@ -52,33 +59,17 @@ async fn replicas_on_one_postgres_serve_each_others_writes_within_seconds() {
     })
     .await;
 
-    let deleted =
-        http.delete(a.url("/admin/v1/memories/sop-refund")).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
-    assert_eq!(deleted.status(), 200);
+    assert_eq!(admin(&a, reqwest::Method::DELETE, "/memories/sop-refund", None).await, 200);
     eventually(Duration::from_secs(5), "replica B to drop A's deleted record", || async {
         explain_ids(&b, question).await.is_empty().then_some(())
     })
     .await;
 
-    let patched = http
-        .patch(a.url("/admin/v1/releases/v2"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"stage": "canary", "canary_percent": 5}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(patched.status(), 200);
+    let canary = json!({"stage": "canary", "canary_percent": 5});
+    assert_eq!(admin(&a, reqwest::Method::PATCH, "/releases/v2", Some(&canary)).await, 200);
     eventually(Duration::from_secs(3), "replica B to see the canary", || async {
-        let listed: Value = http
-            .get(b.url("/admin/v1/releases/v2"))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        (listed["rollout"]["stage"] == "canary" && listed["rollout"]["canary_percent"] == 5.0).then_some(())
+        let rollout = release_rollout(&b, "v2").await;
+        (rollout["stage"] == "canary" && rollout["canary_percent"] == 5.0).then_some(())
     })
     .await;
 }
@@ -109,7 +100,8 @@ fn slow_poll_config() -> TempDir {
     dir
 }
 
-async fn release_stage(gateway: &Proc, name: &str) -> Value {
+/// The rollout state of release `name` as this replica routes by it.
+async fn release_rollout(gateway: &Proc, name: &str) -> Value {
     let listed: Value = client()
         .get(gateway.url(&format!("/admin/v1/releases/{name}")))
         .bearer_auth(ADMIN_TOKEN)
@@ -119,7 +111,7 @@ async fn release_stage(gateway: &Proc, name: &str) -> Value {
         .json()
         .await
         .unwrap();
-    listed["rollout"]["stage"].clone()
+    listed["rollout"].clone()
 }
 
 #[tokio::test]
@@ -135,15 +127,12 @@ async fn with_redis_replicas_take_in_each_others_changes_without_waiting_for_the
         })
         .await;
     }
-    let http = client();
     let question = "Can I still get a refund for ORD-2024-0615?";
     assert!(explain_ids(&b, question).await.is_empty());
 
     let record = json!({"id": "sop-refund", "type": "fact", "scope": ["team:support"],
         "content": {"statement": "Refunds are possible within 30 days of delivery for order ORD-2024-0615."}});
-    let created =
-        http.post(a.url("/admin/v1/memories")).bearer_auth(ADMIN_TOKEN).json(&record).send().await.unwrap();
-    assert_eq!(created.status(), 201);
+    assert_eq!(admin(&a, reqwest::Method::POST, "/memories", Some(&record)).await, 201);
     eventually(Duration::from_secs(10), "replica B to serve A's new record", || async {
         (explain_ids(&b, question).await == ["sop-refund"]).then_some(())
     })
@@ -152,9 +141,7 @@ async fn with_redis_replicas_take_in_each_others_changes_without_waiting_for_the
     // that look is over, so only A's message can bring B the second one.
     let second = json!({"id": "sop-exchange", "type": "fact", "scope": ["team:support"],
         "content": {"statement": "Exchanges for order ORD-2024-0777 are free within 14 days."}});
-    let created =
-        http.post(a.url("/admin/v1/memories")).bearer_auth(ADMIN_TOKEN).json(&second).send().await.unwrap();
-    assert_eq!(created.status(), 201);
+    assert_eq!(admin(&a, reqwest::Method::POST, "/memories", Some(&second)).await, 201);
     eventually(Duration::from_secs(10), "replica B to serve A's second record", || async {
         explain_ids(&b, "Can I exchange ORD-2024-0777?")
             .await
@@ -163,25 +150,17 @@ async fn with_redis_replicas_take_in_each_others_changes_without_waiting_for_the
     })
     .await;
 
-    let deleted =
-        http.delete(b.url("/admin/v1/memories/sop-refund")).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
-    assert_eq!(deleted.status(), 200);
+    assert_eq!(admin(&b, reqwest::Method::DELETE, "/memories/sop-refund", None).await, 200);
     eventually(Duration::from_secs(10), "replica A to drop B's deleted record", || async {
         (!explain_ids(&a, question).await.contains(&"sop-refund".to_owned())).then_some(())
     })
     .await;
 
-    assert_eq!(release_stage(&b, "v2").await, "available");
-    let patched = http
-        .patch(a.url("/admin/v1/releases/v2"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"stage": "canary", "canary_percent": 5}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(patched.status(), 200);
+    assert_eq!(release_rollout(&b, "v2").await["stage"], "available");
+    let canary = json!({"stage": "canary", "canary_percent": 5});
+    assert_eq!(admin(&a, reqwest::Method::PATCH, "/releases/v2", Some(&canary)).await, 200);
     eventually(Duration::from_secs(10), "replica B to see A's canary", || async {
-        (release_stage(&b, "v2").await == "canary").then_some(())
+        (release_rollout(&b, "v2").await["stage"] == "canary").then_some(())
     })
     .await;
 }
