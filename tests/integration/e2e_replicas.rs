@@ -176,14 +176,11 @@ async fn an_unreachable_redis_costs_nothing_but_the_poll() {
     assert_eq!(ready.status(), 200, "a replica without its Redis is still ready");
     let record = json!({"type": "fact", "scope": ["team:support"], "aliases": ["ORD-2024-0615"],
         "content": {"statement": "Order ORD-2024-0615 left the warehouse."}});
-    let created = client()
-        .post(a.url("/admin/v1/memories"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&record)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(created.status(), 201, "writes go on without Redis");
+    assert_eq!(
+        admin(&a, reqwest::Method::POST, "/memories", Some(&record)).await,
+        201,
+        "writes go on without Redis"
+    );
     assert_eq!(explain_ids(&a, "Where is ORD-2024-0615?").await.len(), 1, "and are served at once");
     eventually(Duration::from_secs(10), "the replica to say Redis is unavailable", || async {
         a.stderr().contains("redis unavailable").then_some(())
@@ -210,14 +207,7 @@ async fn a_question_embedded_on_one_replica_is_not_embedded_again_on_another() {
     // With no record to compare it with, a question is not embedded at all: give them one.
     let record = json!({"type": "fact", "scope": ["team:support"], "aliases": ["nordic shipping"],
         "content": {"statement": "Orders to Norway ship from the Oslo warehouse."}});
-    let created = client()
-        .post(a.url("/admin/v1/memories"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&record)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(created.status(), 201);
+    assert_eq!(admin(&a, reqwest::Method::POST, "/memories", Some(&record)).await, 201);
     eventually(Duration::from_secs(10), "replica B to have the record", || async {
         (explain_ids(&b, "nordic shipping").await.len() == 1).then_some(())
     })
