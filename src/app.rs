@@ -86,9 +86,12 @@ impl AppState {
             .map_err(|message| StartupError::ConfigInvalid { key: "releases".into(), message })?;
         let fanout = match &config.redis {
             Some(redis) => {
-                let invalid = |message| StartupError::ConfigInvalid { key: "redis.url".into(), message };
-                embedder.share_queries_through(SharedVectors::start(redis).map_err(invalid)?);
-                Fanout::start(redis).map_err(invalid)?
+                let fanout = Fanout::start(redis)
+                    .map_err(|message| StartupError::ConfigInvalid { key: "redis.url".into(), message })?;
+                if let Some(connection) = fanout.connection() {
+                    embedder.share_queries_through(SharedVectors::new(connection, &redis.key_prefix));
+                }
+                fanout
             }
             None => Fanout::disabled(),
         };

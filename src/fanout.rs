@@ -11,7 +11,8 @@
 //! wrong answer (fail-open). Bursts coalesce: while a look is running, any number of messages
 //! make one more look.
 //!
-//! Lifecycle: [`Fanout::start`] returns at once; one task (re)connects the publishing connection,
+//! Lifecycle: [`Fanout::start`] returns at once; one task connects the replica's one Redis
+//! connection (publishing here, and the shared query embeddings, `embed::shared`),
 //! another (re)subscribes, each retrying every `RETRY` while Redis is away, and after every
 //! (re)subscription the replica looks once, for what it may have missed meanwhile.
 
@@ -85,7 +86,7 @@ impl Fanout {
     pub fn start(config: &RedisConfig) -> Result<Fanout, String> {
         let client = redis::Client::open(config.url.as_str())
             .map_err(|e| format!("redis.url: {e} (use redis://HOST:PORT or rediss://HOST:PORT)"))?;
-        let publisher = keep_connected(client.clone(), "change fan-out");
+        let publisher = keep_connected(client.clone());
         let inner = Arc::new(Inner {
             client,
             channel: format!("{}:changes", config.key_prefix),
@@ -96,6 +97,12 @@ impl Fanout {
         });
         tokio::spawn(listen(Arc::downgrade(&inner)));
         Ok(Fanout { inner: Some(inner) })
+    }
+
+    /// The connection this replica publishes on, for its other uses of Redis (the shared query
+    /// embeddings): one connection per replica, empty while Redis is away.
+    pub fn connection(&self) -> Option<Arc<ArcSwapOption<ConnectionManager>>> {
+        self.inner.as_ref().map(|inner| inner.publisher.clone())
     }
 
     pub fn is_enabled(&self) -> bool {
@@ -168,10 +175,7 @@ impl Inner {
 /// A Redis connection that appears once Redis answers: a task tries every `RETRY` until it
 /// does, then the connection manager reconnects by itself. Empty until then (and for good if
 /// every holder is gone first), so users must cope with no connection: they fail open.
-pub(crate) fn keep_connected(
-    client: redis::Client,
-    purpose: &'static str,
-) -> Arc<ArcSwapOption<ConnectionManager>> {
+fn keep_connected(client: redis::Client) -> Arc<ArcSwapOption<ConnectionManager>> {
     let slot = Arc::new(ArcSwapOption::empty());
     let weak = Arc::downgrade(&slot);
     tokio::spawn(async move {
@@ -185,9 +189,9 @@ pub(crate) fn keep_connected(
                     return;
                 }
                 Ok(Err(err)) if !warned => {
-                    tracing::warn!(error = %err, purpose, "redis unavailable; retrying")
+                    tracing::warn!(error = %err, "redis unavailable; retrying")
                 }
-                Err(_) if !warned => tracing::warn!(purpose, "redis did not answer in time; retrying"),
+                Err(_) if !warned => tracing::warn!("redis did not answer in time; retrying"),
                 _ => {}
             }
             warned = true;

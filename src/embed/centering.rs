@@ -52,20 +52,16 @@ pub enum Role {
 /// Chinese word is one or two characters, an English one about five letters), so a Chinese
 /// sentence naming an English product is still Chinese.
 pub fn script_of(text: &str) -> Script {
-    let mut weight = [0usize; 3];
+    let (mut weight, mut others) = ([0usize; 3], 0);
     for c in text.chars() {
         match c {
             'a'..='z' | 'A'..='Z' | '\u{00C0}'..='\u{024F}' => weight[0] += 1,
             '\u{0400}'..='\u{052F}' => weight[1] += 1,
             '\u{3400}'..='\u{4DBF}' | '\u{4E00}'..='\u{9FFF}' | '\u{F900}'..='\u{FAFF}' => weight[2] += 3,
+            c if c.is_alphabetic() => others += 1,
             _ => {}
         }
     }
-    let others = text
-        .chars()
-        .filter(|c| c.is_alphabetic())
-        .count()
-        .saturating_sub(weight[0] + weight[1] + weight[2] / 3);
     let scripts = [Script::Latin, Script::Cyrillic, Script::Han];
     match scripts.into_iter().zip(weight).max_by_key(|(_, w)| *w) {
         Some((script, most)) if most > 0 && others <= most => script,

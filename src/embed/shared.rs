@@ -18,8 +18,6 @@ use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
 use sha2::{Digest, Sha256};
 
-use crate::config::RedisConfig;
-
 /// The longest a replica waits for Redis before running the model itself.
 const READ_TIMEOUT: Duration = Duration::from_millis(10);
 const WRITE_TIMEOUT: Duration = Duration::from_millis(500);
@@ -32,14 +30,10 @@ pub struct SharedVectors {
 }
 
 impl SharedVectors {
-    /// Starts connecting in the background; fails only on a malformed URL.
-    pub fn start(config: &RedisConfig) -> Result<SharedVectors, String> {
-        let client = redis::Client::open(config.url.as_str())
-            .map_err(|e| format!("redis.url: {e} (use redis://HOST:PORT or rediss://HOST:PORT)"))?;
-        Ok(SharedVectors {
-            connection: crate::fanout::keep_connected(client, "shared query embeddings"),
-            prefix: config.key_prefix.clone(),
-        })
+    /// Over `connection`, the replica's one Redis connection (`Fanout::connection`), which may
+    /// not be there yet.
+    pub fn new(connection: Arc<ArcSwapOption<ConnectionManager>>, key_prefix: &str) -> SharedVectors {
+        SharedVectors { connection, prefix: key_prefix.to_owned() }
     }
 
     fn key(&self, model_id: &str, text: &str) -> String {

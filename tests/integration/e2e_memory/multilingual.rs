@@ -3,109 +3,9 @@
 use super::*;
 
 /// The support knowledge of one tenant: four topics, each written in one language, and three
-/// records about nothing a customer asks.
-fn support_records() -> Vec<(&'static str, Value)> {
-    vec![
-        (
-            "conv-desk-delay",
-            json!({
-                "type": "conversation_summary",
-                "scope": ["user:u-789"],
-                "priority": 4,
-                "content": {
-                    "summary": "Li Wei's standing desk order is running late: the carrier missed the \
-                        pickup at our warehouse, so the delivery moved from Monday to Friday. We apologised \
-                        and upgraded the shipment to free express delivery.",
-                    "channel": "chat",
-                    "outcome": "pending",
-                    "follow_up": "Check on Friday that the desk was delivered."
-                }
-            }),
-        ),
-        (
-            "sop-refund-zh",
-            json!({
-                "type": "internal_sop",
-                "scope": ["team:support"],
-                "content": {
-                    "title": "退款政策",
-                    "purpose": "客户申请退货退款时，客服应遵循的规则。",
-                    "steps": "1. 客户签收后30天内可以申请全额退款。\n\
-                        2. 商品须未使用，并保留原包装。\n\
-                        3. 审核通过后，退款在5个工作日内原路退回客户的付款账户。\n\
-                        4. 定制商品不支持退款，只能维修或换货。",
-                    "owner_team": "客户服务部"
-                }
-            }),
-        ),
-        (
-            "sop-password-ru",
-            json!({
-                "type": "internal_sop",
-                "scope": ["team:support"],
-                "content": {
-                    "title": "Сброс пароля учётной записи",
-                    "purpose": "Что делать, если клиент не может войти в личный кабинет.",
-                    "steps": "1. Попросите клиента нажать «Забыли пароль?» на странице входа.\n\
-                        2. Ссылка для сброса приходит на электронную почту и действует 30 минут.\n\
-                        3. Если письмо не пришло, проверьте папку «Спам» и отправьте ссылку повторно из \
-                        панели поддержки.\n\
-                        4. Никогда не спрашивайте у клиента его текущий пароль.",
-                    "owner_team": "Служба поддержки"
-                }
-            }),
-        ),
-        (
-            "profile-li-wei",
-            json!({
-                "type": "customer_profile",
-                "scope": ["user:u-789"],
-                "priority": 4,
-                "content": {
-                    "name": "Li Wei",
-                    "preferred_language": "zh-CN",
-                    "timezone": "Asia/Shanghai",
-                    "preferred_channel": "chat",
-                    "special_requests": [
-                        "Always reply in Simplified Chinese, even when he writes in English."
-                    ]
-                }
-            }),
-        ),
-        (
-            "spec-grinder",
-            json!({
-                "type": "product_spec",
-                "scope": ["public"],
-                "content": {
-                    "sku": "GRND-200",
-                    "name": "Burr coffee grinder",
-                    "category": "Kitchen",
-                    "description": "Conical steel burrs with 40 grind settings and a 250 g bean hopper.",
-                    "warranty_months": 24
-                }
-            }),
-        ),
-        (
-            "fact-party-zh",
-            json!({
-                "type": "fact",
-                "scope": ["team:support"],
-                "content": {"statement": "公司年会将于十二月在杭州西湖边的酒店举行，全体员工需要提前报名。"}
-            }),
-        ),
-        (
-            "fact-office-ru",
-            json!({
-                "type": "fact",
-                "scope": ["team:support"],
-                "content": {
-                    "statement": "Офис в Новосибирске в сентябре переезжает на улицу Ленина; парковка для \
-                        сотрудников будет во дворе."
-                }
-            }),
-        ),
-    ]
+/// records about nothing a customer asks (shared with the SDK test, `tests/sdk/test_memory.py`).
+fn support_records() -> Vec<Value> {
+    serde_json::from_str(include_str!("../../data/support_records.json")).unwrap()
 }
 
 /// Queries a customer might send, in three languages, and the record that answers each.
@@ -138,8 +38,7 @@ struct Outcome {
 /// and measures each query's similarities on the side.
 async fn ask_the_support_queries() -> Vec<Outcome> {
     let gate = Memgate::start(CONFIG);
-    for (id, mut record) in support_records() {
-        record["id"] = json!(id);
+    for record in support_records() {
         gate.remember(TENANT, &record).await;
     }
     let key = gate.key(TENANT, &["team:support"], &["assert_subject"]).await;
