@@ -1,20 +1,27 @@
 #!/usr/bin/env python3
 """Checks that the Grafana dashboards in deploy/grafana/ name only metrics memgate exports.
 
-It starts the real binary (`memgate serve` on a loopback port the OS picks, a SQLite store in a
-temporary folder, the configuration of the Kubernetes manifests, deploy/k8s/base/memgate.toml, so
-that file is proven to load too), reads its /metrics, and parses every PromQL expression of every
-dashboard (panel targets and template-variable queries) with a real PromQL parser. Each metric
-name an expression selects must be a series memgate exports:
+It starts the real binary: `memgate mock-upstream`, and `memgate serve` in front of it with the
+configuration of the Kubernetes manifests (deploy/k8s/base/memgate.toml, so that file is proven to
+load too), both on loopback ports the OS picks, with a SQLite store in a temporary folder. Then it
+reads /metrics and parses every PromQL expression of every dashboard (panel targets and
+template-variable queries) with a real PromQL parser:
 
-- a counter family `F` exports `F_total`; a histogram family `F` exports `F_bucket`, `F_sum` and
-  `F_count`; a gauge `F` exports `F`;
-- the families come from the `# TYPE` lines, which prometheus-client prints for every registered
-  family, also one without samples yet (a fresh process has counted no rollback or degraded
-  request; the check verifies that such families are listed).
+- each metric name an expression selects must be a series memgate exports: a counter family `F`
+  exports `F_total`, a histogram family `F` exports `F_bucket`, `F_sum` and `F_count`, a gauge
+  `F` exports `F`;
+- each label it names (in a matcher, `by`/`without`, `on`/`ignoring`, `group_left`) must be one
+  that a metric it selects carries, or one Prometheus adds (`job`, `instance`).
 
-Exits 0 when every name is exported, 1 with the list of unknown names or unparsable expressions,
-2 when memgate cannot be started.
+prometheus-client lists a labelled family in /metrics only once it has a sample (a fresh process
+shows just the three embedding counters), so before reading /metrics the check exercises every
+metric: a public record written through the admin API, a Messages request that injects it, one
+whose malformed `system` makes the memory step fail (degraded, reason `placement`), and a canary
+of `v2` rolled back. Each step checks its answer; a step that stops working fails the check with
+exit 2, never by passing with fewer metrics.
+
+Exits 0 when every name and label is exported, 1 with the list of problems, 2 when memgate cannot
+be started or exercised.
 
 Usage: scripts/check-dashboard-metrics.py [DASHBOARD.json ...]
 Environment: MEMGATE_BIN (default target/debug/memgate), MEMGATE_MODEL_DIR and ORT_DYLIB_PATH
@@ -34,6 +41,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -44,6 +52,9 @@ BIN = os.environ.get("MEMGATE_BIN") or str(REPO / "target" / "debug" / "memgate"
 CONFIG = REPO / "deploy" / "k8s" / "base" / "memgate.toml"
 STARTUP_DEADLINE_S = float(os.environ.get("MEMGATE_STARTUP_TIMEOUT", "90"))
 LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
+ADMIN_TOKEN = "dashboard-check-admin-token"
+# Labels Prometheus puts on every scraped series.
+TARGET_LABELS = {"job", "instance"}
 
 # Series names each metric type exports, from the family name (OpenMetrics, as prometheus-client
 # writes it and Prometheus stores it).
@@ -62,14 +73,65 @@ SUFFIXES = {
 GRAFANA_DURATIONS = re.compile(r"\$\{?__(rate_interval|interval|range|interval_ms|range_s|range_ms)\}?")
 
 
-def start_memgate(workdir: Path) -> tuple[subprocess.Popen[str], str]:
-    """Starts `memgate serve` and returns it with its base URL, or exits 2 with its stderr."""
-    if not os.access(BIN, os.X_OK):
-        sys.exit(f"check-dashboard-metrics: no memgate binary at {BIN} (cargo build, or set MEMGATE_BIN)")
+class ExerciseError(Exception):
+    """memgate could not be started or did not answer an exercise step as expected."""
+
+
+# ---- running memgate -----------------------------------------------------------------------
+
+
+class Service:
+    """A memgate subprocess that announced its URL; `stop()` sends SIGTERM and waits."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], workdir: Path) -> None:
+        self.stderr_path = workdir / f"{name}.stderr.log"
+        with open(self.stderr_path, "w") as stderr:
+            self.proc = subprocess.Popen(
+                [BIN, *args], cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=stderr, text=True,
+            )
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def pump() -> None:
+            # Reads stdout for the process's whole life, so it never blocks on a full pipe.
+            assert self.proc.stdout is not None
+            for line in self.proc.stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + STARTUP_DEADLINE_S
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                line = lines.get(timeout=min(remaining, 0.5))
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            if match := LISTENING.search(line):
+                self.url = match.group(1)
+                return
+        self.stop()
+        raise ExerciseError(
+            f"`memgate {' '.join(args)}` did not start listening within {STARTUP_DEADLINE_S:.0f}s; "
+            f"its stderr:\n{self.stderr_path.read_text(errors='replace')}"
+        )
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def child_env(workdir: Path) -> dict[str, str]:
     env = {
         name: value
         for name, value in os.environ.items()
-        # A developer's own settings and keys must not reach this process.
+        # A developer's own settings and keys must not reach these processes.
         if not (name.startswith("MEMGATE_") or name.startswith("ANTHROPIC_"))
         or name in ("MEMGATE_MODEL_DIR", "MEMGATE_LOG_LEVEL")
     }
@@ -79,63 +141,93 @@ def start_memgate(workdir: Path) -> tuple[subprocess.Popen[str], str]:
     if libs:
         env.setdefault("ORT_DYLIB_PATH", str(libs[-1]))
     env["MEMGATE_DATABASE_URL"] = f"sqlite://{workdir / 'memgate.db'}"
-    # The configuration's `managed` mode wants an upstream key; nothing is sent upstream here.
-    env["ANTHROPIC_API_KEY"] = "sk-ant-dashboard-check-placeholder"
-    stderr_path = workdir / "memgate.stderr.log"
-    args = [BIN, "serve", "--config", str(CONFIG), "--listen", "127.0.0.1:0"]
-    with open(stderr_path, "w") as stderr:
-        proc = subprocess.Popen(
-            args, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr, text=True
-        )
-    lines: queue.Queue[str | None] = queue.Queue()
+    env["MEMGATE_ADMIN_TOKEN"] = ADMIN_TOKEN
+    return env
 
-    def pump() -> None:
-        # Reads stdout for the process's whole life, so it never blocks on a full pipe.
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(None)
 
-    threading.Thread(target=pump, daemon=True).start()
-    deadline = time.monotonic() + STARTUP_DEADLINE_S
-    while (remaining := deadline - time.monotonic()) > 0:
+def call(method: str, url: str, body: object | None = None, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, {k.lower(): v for k, v in answer.headers.items()}, answer.read()
+    except urllib.error.HTTPError as err:
+        return err.code, {k.lower(): v for k, v in err.headers.items()}, err.read()
+
+
+def expect(step: str, got: tuple[int, dict[str, str], bytes], status: int, headers: dict[str, str] | None = None) -> None:
+    code, answer_headers, body = got
+    wrong = [f"{name}: {answer_headers.get(name)!r} (want {want!r})" for name, want in (headers or {}).items() if answer_headers.get(name) != want]
+    if code != status or wrong:
+        raise ExerciseError(f"exercise step `{step}`: status {code} (want {status}) {'; '.join(wrong)}\n{body[:500]!r}")
+
+
+def exercise(url: str) -> None:
+    """Makes every metric family memgate registers produce a sample."""
+    admin = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+    caller = {"x-api-key": "sk-ant-dashboard-check", "anthropic-version": "2023-06-01"}
+    record = {"type": "fact", "scope": ["public"], "key": "dashboard-check",
+              "content": {"statement": "The dashboard check exercises every metric."}}
+    expect("create a public record", call("POST", f"{url}/admin/v1/memories", record, admin), 201)
+    # The record's key named in the question: it passes the funnel without a similarity score.
+    message = {"model": "claude-dashboard-check", "max_tokens": 16,
+               "messages": [{"role": "user", "content": "What is dashboard-check?"}]}
+    expect("a Messages request that injects the record", call("POST", f"{url}/v1/messages", message, caller), 200,
+           {"x-memory-injected": "1", "x-memory-status": "ok"})
+    # A `system` that is neither a string nor blocks: the block has nowhere to go, so the memory
+    # step fails (reason `placement`) and the request goes on without it.
+    expect("a Messages request whose memory step fails", call("POST", f"{url}/v1/messages", {**message, "system": 42}, caller),
+           200, {"x-memory-status": "degraded"})
+    expect("start a canary of v2", call("PATCH", f"{url}/admin/v1/releases/v2", {"stage": "canary", "canary_percent": 5}, admin), 200)
+    expect("roll the canary back", call("POST", f"{url}/admin/v1/releases/v2/rollback", {"reason": "dashboard check"}, admin), 200)
+
+
+def scrape() -> str:
+    with tempfile.TemporaryDirectory(prefix="memgate-dashboard-check-") as tmp:
+        workdir = Path(tmp)
+        env = child_env(workdir)
+        if not os.access(BIN, os.X_OK):
+            raise ExerciseError(f"no memgate binary at {BIN} (cargo build, or set MEMGATE_BIN)")
+        upstream = Service("mock-upstream", ["mock-upstream", "--listen", "127.0.0.1:0"], env, workdir)
         try:
-            line = lines.get(timeout=min(remaining, 0.5))
-        except queue.Empty:
-            continue
-        if line is None:
-            break
-        if match := LISTENING.search(line):
-            return proc, match.group(1)
-    stop(proc)
-    print(f"check-dashboard-metrics: `{' '.join(args)}` did not start listening within "
-          f"{STARTUP_DEADLINE_S:.0f}s; its stderr:\n{stderr_path.read_text(errors='replace')}", file=sys.stderr)
-    sys.exit(2)
+            # Passthrough: the exercise's caller needs no gateway key; the file's other settings
+            # (and its validity) are what the Kubernetes pods run with.
+            gateway = Service("serve", ["serve", "--config", str(CONFIG), "--listen", "127.0.0.1:0",
+                                        "--upstream-url", upstream.url, "--auth-mode", "passthrough"], env, workdir)
+            try:
+                exercise(gateway.url)
+                code, _, body = call("GET", f"{gateway.url}/metrics")
+                if code != 200:
+                    raise ExerciseError(f"GET /metrics answered {code}")
+                return body.decode()
+            finally:
+                gateway.stop()
+        finally:
+            upstream.stop()
 
 
-def stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+# ---- reading /metrics and the dashboards ---------------------------------------------------
 
 
-def exported_series(text: str) -> tuple[dict[str, str], set[str], set[str]]:
-    """Families by name with their type, every series name a family exports, and the series
-    names that have samples right now."""
+def exported(text: str) -> tuple[dict[str, str], dict[str, set[str]]]:
+    """Families by name with their type, and every series name each family exports with the
+    label names its samples carry."""
     families: dict[str, str] = {}
-    sampled: set[str] = set()
+    labels: dict[str, set[str]] = {}
     for line in text.splitlines():
         if line.startswith("# TYPE "):
             _, _, name, kind = line.split(maxsplit=3)
             families[name] = kind.strip()
         elif line and not line.startswith("#"):
-            sampled.add(re.split(r"[{ ]", line, maxsplit=1)[0])
-    series = {family + suffix for family, kind in families.items() for suffix in SUFFIXES.get(kind, [""])}
-    return families, series, sampled
+            name, _, rest = line.partition("{")
+            name = name.split(" ")[0]
+            found = set(re.findall(r'([A-Za-z_][A-Za-z0-9_]*)="', rest.rsplit("}", 1)[0])) if rest else set()
+            labels.setdefault(name, set()).update(found)
+    series: dict[str, set[str]] = {}
+    for family, kind in families.items():
+        for suffix in SUFFIXES.get(kind, [""]):
+            series[family + suffix] = labels.get(family + suffix, set())
+    return families, series
 
 
 def dashboard_queries(node: object, where: str = "") -> list[tuple[str, str]]:
@@ -173,58 +265,62 @@ def variable_expr(text: str) -> str | None:
     return args
 
 
-def metric_names(expr: str) -> set[str]:
-    """The metric names an expression selects, by its parsed syntax tree."""
+def references(expr: str) -> tuple[set[str], set[str]]:
+    """The metric names and the label names an expression uses, from its syntax tree."""
     tree = promql_parser.parse(GRAFANA_DURATIONS.sub("5m", expr))
     names: set[str] = set()
+    labels: set[str] = set()
 
     def visit(node: object) -> bool:
         if isinstance(node, promql_parser.VectorSelector):
             if node.name:
                 names.add(node.name)
             for matcher in node.matchers.matchers:
-                if matcher.name == "__name__":
-                    if matcher.op != promql_parser.MatchOp.Equal:
-                        raise ValueError(f"a __name__ matcher that is not `=` cannot be checked: {matcher}")
+                if matcher.name != "__name__":
+                    labels.add(matcher.name)
+                elif matcher.op == promql_parser.MatchOp.Equal:
                     names.add(matcher.value)
+                else:
+                    raise ValueError(f"a __name__ matcher that is not `=` cannot be checked: {matcher}")
+        elif isinstance(node, promql_parser.AggregateExpr) and node.modifier is not None:
+            labels.update(node.modifier.labels)
+        elif isinstance(node, promql_parser.BinaryExpr) and node.modifier is not None:
+            if node.modifier.matching is not None:
+                labels.update(node.modifier.matching.labels)
+            labels.update(node.modifier.group_labels or [])
         return True
 
     promql_parser.walk(tree, visit)
-    return names
+    return names, labels
 
 
 def main() -> int:
     dashboards = [Path(arg) for arg in sys.argv[1:]] or sorted((REPO / "deploy" / "grafana").glob("*.json"))
-    with tempfile.TemporaryDirectory(prefix="memgate-dashboard-check-") as tmp:
-        proc, url = start_memgate(Path(tmp))
-        try:
-            with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
-                text = answer.read().decode()
-        finally:
-            stop(proc)
-    families, series, sampled = exported_series(text)
-    if not families:
-        print("check-dashboard-metrics: /metrics listed no metric family", file=sys.stderr)
-        return 1
-    # prometheus-client lists a family before it has any sample; the check relies on that.
-    unsampled = sorted(f for f, kind in families.items() if not any(f + s in sampled for s in SUFFIXES.get(kind, [""])))
+    try:
+        text = scrape()
+    except ExerciseError as err:
+        print(f"check-dashboard-metrics: {err}", file=sys.stderr)
+        return 2
+    families, series = exported(text)
 
     problems: list[str] = []
     used: set[str] = set()
     count = 0
     for dashboard in dashboards:
-        model = json.loads(dashboard.read_text())
-        for where, expr in dashboard_queries(model):
+        for where, expr in dashboard_queries(json.loads(dashboard.read_text())):
             count += 1
             try:
-                names = metric_names(expr)
+                names, labels = references(expr)
             except Exception as err:  # the parser's errors have no common base class
                 problems.append(f"{dashboard.name}: {where}: cannot parse `{expr}`: {err}")
                 continue
             if not names:
                 problems.append(f"{dashboard.name}: {where}: names no metric: `{expr}`")
-            for name in sorted(names - series):
+            for name in sorted(names - series.keys()):
                 problems.append(f"{dashboard.name}: {where}: `{name}` is not exported by memgate")
+            known = TARGET_LABELS.union(*(series.get(name, set()) for name in names))
+            for label in sorted(labels - known):
+                problems.append(f"{dashboard.name}: {where}: label `{label}` is on none of {sorted(names)}")
             used |= names
     if problems:
         print("check-dashboard-metrics: FAILED", file=sys.stderr)
@@ -232,10 +328,11 @@ def main() -> int:
             print(f"  {problem}", file=sys.stderr)
         print(f"  memgate exports: {', '.join(sorted(series))}", file=sys.stderr)
         return 1
+    unused = sorted(f for f in families if not any(f + s in used for s in SUFFIXES.get(families[f], [""])))
     print(
         f"check-dashboard-metrics: ok: {count} expressions in {len(dashboards)} dashboard(s) use "
-        f"{len(used)} series, all exported by memgate ({len(families)} families; "
-        f"{len(unsampled)} listed with no sample yet: {', '.join(unsampled) or 'none'})"
+        f"{len(used)} series, all exported by memgate with the labels they name "
+        f"({len(families)} families; not on a dashboard: {', '.join(unused) or 'none'})"
     )
     return 0
 
