@@ -11,12 +11,21 @@
 //! themselves run on the tokio runtime. The "send lag" figures say how late the driver actually
 //! started requests: when they grow, the driver (or the machine) is the bottleneck.
 //!
+//! Bodies: one file, several files or a JSON Lines file, sent in turn (request `i` gets body
+//! `i mod n`); with `--unique`, every `{n}` in a body becomes a string no other request of any
+//! run has, so a server that caches by content (memgate's query-embedding cache) misses every
+//! time. With `--ttft` the answer is read as Server-Sent Events and the time to the first
+//! `content_block_delta` is measured as well (time to first token).
+//!
 //! Build: `cargo build --release --example loadgen`; see `loadtest/README.md`.
 #![allow(clippy::print_stdout)]
 
+use bytes::Bytes;
 use clap::Parser;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use std::collections::BTreeMap;
 use std::error::Error;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -37,9 +46,28 @@ struct Args {
     /// Seconds of sending.
     #[arg(long, default_value_t = 30.0)]
     duration: f64,
-    /// File whose bytes are the request body (sent with `content-type: application/json`).
+    /// File whose bytes are a request body (sent with `content-type: application/json`);
+    /// repeatable: the bodies are sent in turn.
+    #[arg(long = "body-file")]
+    body_files: Vec<PathBuf>,
+    /// A JSON Lines file: every non-empty line is one request body; sent in turn, after any
+    /// `--body-file`.
     #[arg(long)]
-    body_file: std::path::PathBuf,
+    body_lines: Option<PathBuf>,
+    /// Replace every `{n}` in the bodies with a string unique to the request and to this run
+    /// (`<run nonce>-<request number>`).
+    #[arg(long)]
+    unique: bool,
+    /// Read answers as Server-Sent Events: also measure the time to the first
+    /// `content_block_delta` event, and count a 2xx stream without `message_stop` as an error.
+    #[arg(long)]
+    ttft: bool,
+    /// Count the values of this response header (e.g. `x-memory-status`); repeatable.
+    #[arg(long = "count-header")]
+    count_headers: Vec<String>,
+    /// Also report figures per window of this many seconds of schedule (0: not).
+    #[arg(long, default_value_t = 0.0)]
+    window: f64,
     /// Extra request header, `name: value`; repeatable.
     #[arg(long = "header", short = 'H')]
     headers: Vec<String>,
@@ -62,6 +90,64 @@ struct Args {
     label: String,
 }
 
+/// The request bodies of a run, sent in turn.
+struct Bodies {
+    bodies: Vec<Bytes>,
+    /// With `--unique`: the run's nonce, put with the request number in place of each `{n}`.
+    nonce: Option<String>,
+}
+
+impl Bodies {
+    fn load(args: &Args) -> Result<Bodies, BoxError> {
+        let mut bodies = Vec::new();
+        for path in &args.body_files {
+            let bytes =
+                std::fs::read(path).map_err(|err| format!("--body-file {}: {err}", path.display()))?;
+            bodies.push(Bytes::from(bytes));
+        }
+        if let Some(path) = &args.body_lines {
+            let text = std::fs::read_to_string(path)
+                .map_err(|err| format!("--body-lines {}: {err}", path.display()))?;
+            bodies.extend(
+                text.lines().filter(|line| !line.trim().is_empty()).map(|line| Bytes::from(line.to_owned())),
+            );
+        }
+        if bodies.is_empty() {
+            return Err("no request body: give --body-file or a non-empty --body-lines".into());
+        }
+        // The nonce keeps two runs' "unique" bodies apart: nanoseconds since the epoch.
+        let nonce = args.unique.then(|| {
+            let since =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            format!("{:x}", since.as_nanos())
+        });
+        Ok(Bodies { bodies, nonce })
+    }
+
+    fn get(&self, i: u64) -> Bytes {
+        let len = self.bodies.len() as u64;
+        let body =
+            usize::try_from(i % len).ok().and_then(|k| self.bodies.get(k)).cloned().unwrap_or_default();
+        match &self.nonce {
+            None => body,
+            Some(nonce) => {
+                let text = String::from_utf8_lossy(&body);
+                Bytes::from(text.replace("{n}", &format!("{nonce}-{i}")))
+            }
+        }
+    }
+}
+
+/// What every request of the run shares.
+struct Plan {
+    client: reqwest::Client,
+    url: String,
+    headers: HeaderMap,
+    bodies: Bodies,
+    ttft: bool,
+    count_headers: Vec<HeaderName>,
+}
+
 /// What happened to one request.
 enum Outcome {
     /// A 2xx answer, fully read: latency from the scheduled send time, in microseconds.
@@ -70,12 +156,49 @@ enum Outcome {
     Status { status: u16 },
     /// Connect, send, read or timeout failure.
     Transport { message: String },
+    /// `--ttft`: a 2xx stream that ended without `message_stop`.
+    Stream,
 }
 
 struct Sample {
     outcome: Outcome,
     /// How late the request actually started compared with its schedule, in microseconds.
     send_lag_us: u64,
+    /// The scheduled send time, from the start of the run, in microseconds.
+    offset_us: u64,
+    /// `--ttft`: from the scheduled send time to the chunk holding the first content delta.
+    ttft_us: Option<u64>,
+    /// The values of the `--count-header` headers, by their position in that list.
+    header_values: Vec<String>,
+}
+
+/// Finds, across chunk boundaries, the first content delta and the end of an SSE stream.
+#[derive(Default)]
+struct SseScan {
+    tail: Vec<u8>,
+    delta_seen: bool,
+    stopped: bool,
+}
+
+impl SseScan {
+    /// Longer than either marker, so that a marker split between two chunks is still found.
+    const KEEP: usize = 32;
+
+    /// Feeds one chunk; true when it holds the stream's first content delta.
+    fn feed(&mut self, chunk: &[u8]) -> bool {
+        let mut window = std::mem::take(&mut self.tail);
+        window.extend_from_slice(chunk);
+        let first = !self.delta_seen && contains(&window, b"content_block_delta");
+        self.delta_seen |= first;
+        self.stopped |= contains(&window, b"message_stop");
+        let keep = window.len().saturating_sub(Self::KEEP);
+        self.tail = window.split_off(keep);
+        first
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 fn parse_headers(raw: &[String]) -> Result<HeaderMap, BoxError> {
@@ -98,29 +221,50 @@ fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-async fn one_request(
-    client: reqwest::Client,
-    url: Arc<str>,
-    body: bytes::Bytes,
-    headers: HeaderMap,
-    scheduled: Instant,
-) -> Sample {
+async fn one_request(plan: Arc<Plan>, i: u64, start: Instant, scheduled: Instant) -> Sample {
     let send_lag_us = micros(Instant::now().saturating_duration_since(scheduled));
+    let body = plan.bodies.get(i);
+    let mut ttft_us = None;
+    let mut header_values = Vec::with_capacity(plan.count_headers.len());
+    let mut complete = true;
     let result = async {
-        let response = client.post(&*url).headers(headers).body(body).send().await?;
+        let mut response =
+            plan.client.post(&plan.url).headers(plan.headers.clone()).body(body).send().await?;
         let status = response.status();
+        for name in &plan.count_headers {
+            let value =
+                response.headers().get(name).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+            header_values.push(value.unwrap_or_else(|| "(absent)".to_owned()));
+        }
         // Read the whole body: the latency is the time to the last byte.
-        let _ = response.bytes().await?;
+        if plan.ttft {
+            let mut scan = SseScan::default();
+            while let Some(chunk) = response.chunk().await? {
+                if scan.feed(&chunk) {
+                    ttft_us = Some(micros(Instant::now().saturating_duration_since(scheduled)));
+                }
+            }
+            complete = scan.stopped;
+        } else {
+            let _ = response.bytes().await?;
+        }
         Ok::<_, reqwest::Error>(status)
     }
     .await;
     let latency_us = micros(Instant::now().saturating_duration_since(scheduled));
     let outcome = match result {
+        Ok(status) if status.is_success() && !complete => Outcome::Stream,
         Ok(status) if status.is_success() => Outcome::Ok { latency_us },
         Ok(status) => Outcome::Status { status: status.as_u16() },
         Err(err) => Outcome::Transport { message: error_chain(&err) },
     };
-    Sample { outcome, send_lag_us }
+    Sample {
+        outcome,
+        send_lag_us,
+        offset_us: micros(scheduled.saturating_duration_since(start)),
+        ttft_us,
+        header_values,
+    }
 }
 
 fn error_chain(err: &dyn Error) -> String {
@@ -146,23 +290,57 @@ fn quantile(sorted: &[u64], q: f64) -> u64 {
     sorted.get(rank - 1).copied().unwrap_or(0)
 }
 
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+/// p50 … max of sorted microseconds, in milliseconds.
+fn percentiles_json(sorted: &[u64]) -> serde_json::Value {
+    serde_json::json!({
+        "p50": ms(quantile(sorted, 0.50)),
+        "p90": ms(quantile(sorted, 0.90)),
+        "p99": ms(quantile(sorted, 0.99)),
+        "p99.9": ms(quantile(sorted, 0.999)),
+        "max": ms(sorted.last().copied().unwrap_or(0)),
+        "min": ms(sorted.first().copied().unwrap_or(0)),
+    })
+}
+
+/// One `--window` of the schedule.
+#[derive(Default)]
+struct Window {
+    ok: u64,
+    errors: u64,
+    latencies_us: Vec<u64>,
+}
+
 #[derive(Default)]
 struct Report {
     label: String,
     url: String,
     target_rate: f64,
     duration_s: f64,
+    bodies: usize,
+    unique: bool,
     scheduled: u64,
     sent: u64,
     ok: u64,
     errors: u64,
     errors_status: u64,
     errors_transport: u64,
+    errors_stream: u64,
     errors_skipped: u64,
     errors_unfinished: u64,
-    status_counts: std::collections::BTreeMap<u16, u64>,
+    status_counts: BTreeMap<u16, u64>,
     first_transport_error: Option<String>,
     latencies_us: Vec<u64>,
+    /// `--ttft`: time to first token of the 2xx streams that had a content delta.
+    ttft: bool,
+    ttfts_us: Vec<u64>,
+    /// Per `--count-header` name: value → count.
+    header_counts: Vec<(String, BTreeMap<String, u64>)>,
+    window_s: f64,
+    windows: Vec<Window>,
     send_lag_max_us: u64,
     send_lag_p50_us: u64,
     send_lag_p99_us: u64,
@@ -172,18 +350,23 @@ struct Report {
 
 impl Report {
     fn to_json(&self) -> serde_json::Value {
-        let ms = |us: u64| us as f64 / 1000.0;
-        let lat = &self.latencies_us;
         let statuses: serde_json::Map<String, serde_json::Value> = self
             .status_counts
             .iter()
             .map(|(status, count)| (status.to_string(), serde_json::Value::from(*count)))
             .collect();
-        serde_json::json!({
+        let header_counts: serde_json::Map<String, serde_json::Value> = self
+            .header_counts
+            .iter()
+            .map(|(name, counts)| (name.clone(), serde_json::json!(counts)))
+            .collect();
+        let mut json = serde_json::json!({
             "label": self.label,
             "url": self.url,
             "target_rate": self.target_rate,
             "duration_s": self.duration_s,
+            "bodies": self.bodies,
+            "unique": self.unique,
             "scheduled": self.scheduled,
             "sent": self.sent,
             "count": self.ok,
@@ -191,19 +374,14 @@ impl Report {
             "errors_by_kind": {
                 "status": self.errors_status,
                 "transport": self.errors_transport,
+                "stream": self.errors_stream,
                 "skipped": self.errors_skipped,
                 "unfinished": self.errors_unfinished,
             },
             "error_statuses": statuses,
             "first_transport_error": self.first_transport_error,
-            "latency_ms": {
-                "p50": ms(quantile(lat, 0.50)),
-                "p90": ms(quantile(lat, 0.90)),
-                "p99": ms(quantile(lat, 0.99)),
-                "p99.9": ms(quantile(lat, 0.999)),
-                "max": ms(lat.last().copied().unwrap_or(0)),
-                "min": ms(lat.first().copied().unwrap_or(0)),
-            },
+            "latency_ms": percentiles_json(&self.latencies_us),
+            "header_counts": header_counts,
             "achieved_rate": rate(self.sent, self.send_phase_s),
             "ok_throughput": rate(self.ok, self.elapsed_s),
             "send_lag_ms": {
@@ -213,19 +391,47 @@ impl Report {
             },
             "send_phase_s": self.send_phase_s,
             "elapsed_s": self.elapsed_s,
-        })
+        });
+        if self.ttft {
+            let mut ttft = percentiles_json(&self.ttfts_us);
+            ttft["count"] = serde_json::Value::from(self.ttfts_us.len());
+            json["ttft_ms"] = ttft;
+        }
+        if self.window_s > 0.0 {
+            let windows: Vec<serde_json::Value> = self
+                .windows
+                .iter()
+                .enumerate()
+                .map(|(k, w)| {
+                    serde_json::json!({
+                        "start_s": k as f64 * self.window_s,
+                        "ok": w.ok,
+                        "errors": w.errors,
+                        "p50_ms": ms(quantile(&w.latencies_us, 0.50)),
+                        "p99_ms": ms(quantile(&w.latencies_us, 0.99)),
+                        "max_ms": ms(w.latencies_us.last().copied().unwrap_or(0)),
+                    })
+                })
+                .collect();
+            json["window_s"] = serde_json::Value::from(self.window_s);
+            json["windows"] = serde_json::Value::from(windows);
+        }
+        json
     }
 
     fn print_text(&self) {
-        let ms = |us: u64| us as f64 / 1000.0;
         let lat = &self.latencies_us;
         if !self.label.is_empty() {
             println!("== {} ==", self.label);
         }
         println!("target        {}", self.url);
         println!(
-            "schedule      {:.1} req/s for {:.1} s ({} requests)",
-            self.target_rate, self.duration_s, self.scheduled
+            "schedule      {:.1} req/s for {:.1} s ({} requests, {} bodies{})",
+            self.target_rate,
+            self.duration_s,
+            self.scheduled,
+            self.bodies,
+            if self.unique { ", unique" } else { "" }
         );
         println!(
             "achieved rate {:.1} req/s sent; {:.1} req/s answered 2xx",
@@ -234,10 +440,11 @@ impl Report {
         );
         println!("count         {} (2xx)", self.ok);
         println!(
-            "errors        {} (non-2xx {}, transport {}, skipped {}, unfinished {})",
+            "errors        {} (non-2xx {}, transport {}, stream {}, skipped {}, unfinished {})",
             self.errors,
             self.errors_status,
             self.errors_transport,
+            self.errors_stream,
             self.errors_skipped,
             self.errors_unfinished
         );
@@ -249,19 +456,45 @@ impl Report {
         if let Some(err) = &self.first_transport_error {
             println!("first error   {err}");
         }
+        for (name, counts) in &self.header_counts {
+            let list: Vec<String> =
+                counts.iter().map(|(value, count)| format!("{value}\u{d7}{count}")).collect();
+            println!("{name}: {}", list.join(", "));
+        }
         println!("latency (ms, from scheduled send time to last body byte, 2xx only)");
-        println!("  p50   {:>10.3}", ms(quantile(lat, 0.50)));
-        println!("  p90   {:>10.3}", ms(quantile(lat, 0.90)));
-        println!("  p99   {:>10.3}", ms(quantile(lat, 0.99)));
-        println!("  p99.9 {:>10.3}", ms(quantile(lat, 0.999)));
-        println!("  max   {:>10.3}", ms(lat.last().copied().unwrap_or(0)));
+        print_percentiles(lat);
+        if self.ttft {
+            println!(
+                "time to first token (ms, to the first content_block_delta; {} streams)",
+                self.ttfts_us.len()
+            );
+            print_percentiles(&self.ttfts_us);
+        }
         println!(
             "send lag      p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms (driver start delay vs schedule)",
             ms(self.send_lag_p50_us),
             ms(self.send_lag_p99_us),
             ms(self.send_lag_max_us)
         );
+        for (k, w) in self.windows.iter().enumerate() {
+            println!(
+                "window {:>7.1} s  ok {:>7}  errors {:>5}  p50 {:>9.3}  p99 {:>9.3} ms",
+                k as f64 * self.window_s,
+                w.ok,
+                w.errors,
+                ms(quantile(&w.latencies_us, 0.50)),
+                ms(quantile(&w.latencies_us, 0.99))
+            );
+        }
     }
+}
+
+fn print_percentiles(sorted: &[u64]) {
+    println!("  p50   {:>10.3}", ms(quantile(sorted, 0.50)));
+    println!("  p90   {:>10.3}", ms(quantile(sorted, 0.90)));
+    println!("  p99   {:>10.3}", ms(quantile(sorted, 0.99)));
+    println!("  p99.9 {:>10.3}", ms(quantile(sorted, 0.999)));
+    println!("  max   {:>10.3}", ms(sorted.last().copied().unwrap_or(0)));
 }
 
 fn rate(count: u64, seconds: f64) -> f64 {
@@ -270,23 +503,47 @@ fn rate(count: u64, seconds: f64) -> f64 {
 
 fn record(report: &mut Report, lags: &mut Vec<u64>, sample: Sample) {
     lags.push(sample.send_lag_us);
+    for ((_, counts), value) in report.header_counts.iter_mut().zip(sample.header_values) {
+        *counts.entry(value).or_insert(0) += 1;
+    }
+    let window = if report.window_s > 0.0 {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+        let k = (sample.offset_us as f64 / 1e6 / report.window_s) as usize;
+        if report.windows.len() <= k {
+            report.windows.resize_with(k + 1, Window::default);
+        }
+        report.windows.get_mut(k)
+    } else {
+        None
+    };
     match sample.outcome {
         Outcome::Ok { latency_us } => {
             report.ok += 1;
             report.latencies_us.push(latency_us);
+            if let Some(ttft) = sample.ttft_us {
+                report.ttfts_us.push(ttft);
+            }
+            if let Some(w) = window {
+                w.ok += 1;
+                w.latencies_us.push(latency_us);
+            }
+            return;
         }
         Outcome::Status { status } => {
-            report.errors += 1;
             report.errors_status += 1;
             *report.status_counts.entry(status).or_insert(0) += 1;
         }
         Outcome::Transport { message } => {
-            report.errors += 1;
             report.errors_transport += 1;
             if report.first_transport_error.is_none() {
                 report.first_transport_error = Some(message);
             }
         }
+        Outcome::Stream => report.errors_stream += 1,
+    }
+    report.errors += 1;
+    if let Some(w) = window {
+        w.errors += 1;
     }
 }
 
@@ -303,13 +560,20 @@ async fn run(args: Args) -> Result<Report, BoxError> {
     if !(args.drain_timeout.is_finite() && args.drain_timeout >= 0.0) {
         return Err("--drain-timeout must be zero or more seconds".into());
     }
-    let url: Arc<str> = Arc::from(args.url.as_str());
-    reqwest::Url::parse(&url).map_err(|err| format!("--url {:?}: {err}", args.url))?;
-    let body = bytes::Bytes::from(
-        std::fs::read(&args.body_file)
-            .map_err(|err| format!("--body-file {}: {err}", args.body_file.display()))?,
-    );
+    if !(args.window.is_finite() && args.window >= 0.0) {
+        return Err("--window must be zero or more seconds".into());
+    }
+    reqwest::Url::parse(&args.url).map_err(|err| format!("--url {:?}: {err}", args.url))?;
+    let bodies = Bodies::load(&args)?;
     let headers = parse_headers(&args.headers)?;
+    let count_headers = args
+        .count_headers
+        .iter()
+        .map(|name| {
+            HeaderName::from_bytes(name.trim().as_bytes())
+                .map_err(|err| format!("--count-header {name:?}: {err}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let client = reqwest::Client::builder()
         .no_proxy()
         .tcp_nodelay(true)
@@ -329,11 +593,18 @@ async fn run(args: Args) -> Result<Report, BoxError> {
         url: args.url.clone(),
         target_rate: args.rate,
         duration_s: args.duration,
+        bodies: bodies.bodies.len(),
+        unique: args.unique,
         scheduled: total,
         latencies_us: Vec::with_capacity(usize::try_from(total).unwrap_or(0)),
+        ttft: args.ttft,
+        header_counts: count_headers.iter().map(|name| (name.as_str().to_owned(), BTreeMap::new())).collect(),
+        window_s: args.window,
         ..Report::default()
     };
     let mut lags: Vec<u64> = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
+    let plan =
+        Arc::new(Plan { client, url: args.url.clone(), headers, bodies, ttft: args.ttft, count_headers });
 
     // The pacer: a plain OS thread that sleeps to each scheduled instant (the kernel's timers are
     // far finer than tokio's 1 ms wheel) and hands the request to the runtime. It never waits for
@@ -368,10 +639,9 @@ async fn run(args: Args) -> Result<Report, BoxError> {
                     continue;
                 };
                 sent.fetch_add(1, Ordering::Relaxed);
-                let (client, url, body, headers, results) =
-                    (client.clone(), url.clone(), body.clone(), headers.clone(), results_tx.clone());
+                let (plan, results) = (plan.clone(), results_tx.clone());
                 runtime.spawn(async move {
-                    let sample = one_request(client, url, body, headers, scheduled).await;
+                    let sample = one_request(plan, i, start, scheduled).await;
                     drop(permit);
                     let _ = results.send(sample);
                 });
@@ -422,6 +692,10 @@ async fn run(args: Args) -> Result<Report, BoxError> {
     report.elapsed_s = start.elapsed().as_secs_f64();
 
     report.latencies_us.sort_unstable();
+    report.ttfts_us.sort_unstable();
+    for window in &mut report.windows {
+        window.latencies_us.sort_unstable();
+    }
     lags.sort_unstable();
     report.send_lag_p50_us = quantile(&lags, 0.50);
     report.send_lag_p99_us = quantile(&lags, 0.99);
@@ -446,5 +720,30 @@ async fn main() -> std::process::ExitCode {
             eprintln!("loadgen: {}", error_chain(&*err));
             std::process::ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sse_scan_finds_markers_split_across_chunks() {
+        let mut scan = SseScan::default();
+        assert!(!scan.feed(b"event: message_start\ndata: {}\n\nevent: content_blo"));
+        assert!(scan.feed(b"ck_delta\ndata: {}\n\n"));
+        assert!(!scan.feed(b"event: content_block_delta\ndata: {}\n\nevent: message_st"));
+        assert!(!scan.stopped);
+        assert!(!scan.feed(b"op\ndata: {}\n\n"));
+        assert!(scan.stopped);
+    }
+
+    #[test]
+    fn unique_bodies_differ_per_request() {
+        let bodies =
+            Bodies { bodies: vec![Bytes::from_static(b"{\"q\":\"order {n}\"}")], nonce: Some("ab".into()) };
+        assert_eq!(bodies.get(7), Bytes::from_static(b"{\"q\":\"order ab-7\"}"));
+        let plain = Bodies { bodies: vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")], nonce: None };
+        assert_eq!(plain.get(3), Bytes::from_static(b"b"));
     }
 }
