@@ -153,6 +153,8 @@ def call(method: str, url: str, body: object | None = None, headers: dict[str, s
             return answer.status, {k.lower(): v for k, v in answer.headers.items()}, answer.read()
     except urllib.error.HTTPError as err:
         return err.code, {k.lower(): v for k, v in err.headers.items()}, err.read()
+    except OSError as err:  # refused, reset, timed out
+        raise ExerciseError(f"{method} {url}: {err}") from err
 
 
 def expect(step: str, got: tuple[int, dict[str, str], bytes], status: int, headers: dict[str, str] | None = None) -> None:
