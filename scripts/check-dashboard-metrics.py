@@ -15,9 +15,9 @@ template-variable queries) with a real PromQL parser:
 
 prometheus-client lists a labelled family in /metrics only once it has a sample (a fresh process
 shows just the three embedding counters), so before reading /metrics the check exercises every
-metric: a public record written through the admin API, a Messages request that injects it, one
-whose malformed `system` makes the memory step fail (degraded, reason `placement`), and a canary
-of `v2` rolled back. Each step checks its answer; a step that stops working fails the check with
+metric: a public record written through the admin API, a first Messages request (so the upstream
+accepts the caller's key), one that injects the record, one whose malformed `system` makes the
+memory step fail (degraded, reason `placement`), and a canary of `v2` rolled back. Each step checks its answer; a step that stops working fails the check with
 exit 2, never by passing with fewer metrics.
 
 Exits 0 when every name and label is exported, 1 with the list of problems, 2 when memgate cannot
@@ -174,6 +174,9 @@ def exercise(url: str) -> None:
     # The record's key named in the question: it passes the funnel without a similarity score.
     message = {"model": "claude-dashboard-check", "max_tokens": 16,
                "messages": [{"role": "user", "content": "What is dashboard-check?"}]}
+    # A passthrough caller's key gets memory once the upstream has accepted it: one request first.
+    expect("a first Messages request (the upstream accepts the caller's key)",
+           call("POST", f"{url}/v1/messages", message, caller), 200)
     expect("a Messages request that injects the record", call("POST", f"{url}/v1/messages", message, caller), 200,
            {"x-memory-injected": "1", "x-memory-status": "ok"})
     # A `system` that is neither a string nor blocks: the block has nowhere to go, so the memory
