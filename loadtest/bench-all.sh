@@ -16,9 +16,12 @@
 # STREAM_RATES, BIG_RATES (comma lists, req/s); RECORDS (the big tenant), FUNNEL_RECORDS;
 # SCENARIOS (subset of sweep,stream,newq,litellm,big); RECORDS_CACHE=0 (import again even when a
 # store with RECORDS records is cached); SOAK_SECONDS, SOAK_RATE, SOAK_SAMPLE; MEMGATE_LOG_LEVEL
-# (default info, as shipped); RESULTS_DIR; KEEP_WORK=1 (keep the temp dir with every log).
+# (default info, as shipped); IMPORT_CHUNK (1000 lines a request), IMPORT_PACED=0 (send the
+# import requests back to back); RSS_LIMIT_MB (8000: a server above it is killed); RESULTS_DIR;
+# KEEP_WORK=1 (keep the temp dir with every log).
 # Binaries: MEMGATE_BIN, LOADGEN_BIN (default /work/target-bench/release/…, built here unless
-# SKIP_BUILD=1; CARGO_TARGET_DIR changes where).
+# SKIP_BUILD=1; CARGO_TARGET_DIR changes where); MEMGATE_COMMIT names what MEMGATE_BIN was built
+# from when that is not this work tree's HEAD.
 set -euo pipefail
 
 mode="${1:-full}"
@@ -27,7 +30,7 @@ cd "$repo"
 case "$mode" in
 quick | full | soak | prepare | report) ;;
 *)
-    sed -n '2,24p' "$0" >&2
+    sed -n '2,26p' "$0" >&2
     exit 2
     ;;
 esac

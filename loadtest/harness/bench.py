@@ -19,12 +19,14 @@ import resource
 import re
 import secrets
 import shutil
+import sqlite3
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -104,8 +106,11 @@ def machine():
                             text=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "src", "Cargo.toml"],
                            capture_output=True, text=True).stdout.strip()
+    commit = commit + (" (src/ had uncommitted changes)" if dirty else "")
+    # MEMGATE_COMMIT names what MEMGATE_BIN was built from, when that is not this work tree.
+    commit = os.environ.get("MEMGATE_COMMIT") or commit
     return {"nproc": os.cpu_count(), "cpu_model": model, "kernel": platform.release(), "memory": mem,
-            "commit": commit + (" (src/ had uncommitted changes)" if dirty else ""),
+            "commit": commit,
             "loadavg_start": P.loadavg()}
 
 
@@ -156,6 +161,26 @@ class Bench:
             if not os.access(binary, os.X_OK):
                 sys.exit(f"not found or not executable: {binary} (build it, or set MEMGATE_BIN / LOADGEN_BIN)")
         self._write_bodies()
+        self.watchdog = threading.Thread(target=self._watch_memory, name="rss-watchdog", daemon=True)
+        self.watchdog.start()
+
+    def _watch_memory(self):
+        """The machine is shared: a server whose resident memory passes RSS_LIMIT_MB (default
+        8000) is killed, and the run fails saying so, rather than pushing the machine into swap
+        or the OOM killer. (A 10,000-line import request once took memgate past 13 GB.)"""
+        limit = float(os.environ.get("RSS_LIMIT_MB", 8000))
+        while True:
+            for proc in list(self.procs.running):
+                rss = proc.rss_mb()
+                if rss > limit:
+                    note = f"{proc.name} (pid {proc.pid}) killed: RSS {rss:.0f} MB over RSS_LIMIT_MB={limit:.0f}"
+                    self.results["notes"].append(note)
+                    say(note)
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            time.sleep(1)
 
     def _on_signal(self, signum, _frame):
         say(f"signal {signum}: stopping everything")
@@ -224,6 +249,7 @@ class Bench:
         proc = self.procs.spawn(name, [self.s["memgate_bin"], "serve", "--config", config, "--listen",
                                        "127.0.0.1:0", "--upstream-url", self.mock.url, "--auth-mode",
                                        auth_mode], env=env, cwd=REPO)
+        proc.db_path = db_path or self.path(name + ".db")
         self.procs.wait_listening(proc, "memgate", timeout=300)
         P.poll(f"{name} /readyz", lambda: P.http("GET", proc.url + "/readyz", timeout=5)[0] == 200, 60,
                proc=proc)
@@ -251,62 +277,93 @@ class Bench:
             raise P.StartError(f"creating a gateway key: {status} {answer}")
         return answer["key"]
 
-    def import_records(self, proc, count, chunk=10000):
-        """Imports `count` generated records through POST /admin/v1/import and waits until the
-        embedding model has embedded every one of them (the import makes them findable by exact
-        terms at once, by meaning once embedded). Returns the ingest figures."""
+    def import_records(self, proc, count):
+        """Imports `count` generated records through POST /admin/v1/import, IMPORT_CHUNK (1,000)
+        JSON Lines a request, and waits until every one has a stored embedding of the running
+        model (findable by exact terms at once, by meaning once embedded). Returns the ingest
+        figures.
+
+        With IMPORT_PACED=1 (the default) the next request waits until the previous one's records
+        are embedded. Unpaced, memgate (at fcce8c3) starts one background embedding task per
+        import request, each over every record still missing a vector: the model then embeds the
+        same records many times over, and resident memory grew past 8 GB at 43,000 records."""
+        chunk = int(os.environ.get("IMPORT_CHUNK", 1000))
+        paced = os.environ.get("IMPORT_PACED", "1") == "1"
         lines = data.records(count)
-        before = embedding_counters(proc.url)["texts"]
         t0 = time.monotonic()
+        peak = proc.rss_mb()
         for start in range(0, len(lines), chunk):
             part = "\n".join(lines[start:start + chunk]) + "\n"
             status, answer = self.admin(proc, "POST", "/import", body=part, content_type="application/x-ndjson")
             if status != 201:
                 raise P.StartError(f"import of lines {start + 1}-{start + chunk}: {status} "
                                    f"{json.dumps(answer)[:800]}")
+            if paced:
+                self.wait_embedded(proc, min(start + chunk, count), t0, quiet=True)
+            peak = max(peak, proc.rss_mb())
+            done = min(start + chunk, count)
+            if paced and (start // chunk) % 10 == 9:
+                elapsed = time.monotonic() - t0
+                say(f"  {proc.name}: {done}/{count} imported and embedded after {elapsed:.0f} s "
+                    f"({done / elapsed:.1f}/s), RSS {proc.rss_mb():.0f} MB")
         imported_s = time.monotonic() - t0
-        say(f"{proc.name}: imported {count} records in {imported_s:.1f} s; waiting until every one is "
-            "embedded (searchable by meaning)")
-        searchable_s = self.wait_embedded(proc, before, count, t0)
-        figures = {"records": count, "import_request_s": round(imported_s, 2),
+        say(f"{proc.name}: imported {count} records in {imported_s:.1f} s "
+            f"({'paced' if paced else 'unpaced'}); waiting until every one is embedded")
+        searchable_s = self.wait_embedded(proc, count, t0)
+        figures = {"records": count, "chunk": chunk, "paced": paced, "import_requests_s": round(imported_s, 2),
                    "searchable_s": round(searchable_s, 1),
                    "records_per_s": round(count / searchable_s, 1) if searchable_s > 0 else None,
-                   "loadavg_after": P.loadavg()}
+                   "rss_peak_mb": round(max(peak, proc.rss_mb()), 1), "loadavg_after": P.loadavg()}
         say(f"{proc.name}: {count} records searchable after {searchable_s:.1f} s "
-            f"({figures['records_per_s']} records/s)")
+            f"({figures['records_per_s']} records/s), peak RSS {figures['rss_peak_mb']:.0f} MB")
         return figures
 
-    def wait_embedded(self, proc, before, count, t0):
-        """Polls memgate_embedding_texts_total until `count` more texts were embedded. No query
-        traffic runs meanwhile, so every embedded text is a record's. The deadline assumes at
+    def embedded(self, proc):
+        """(records with a stored embedding of the running model, active records) in the default
+        tenant, read from the SQLite store (read-only). The store is the truth: the
+        memgate_embedding_texts_total counter over-counts when several background embedding
+        tasks embed the same records."""
+        if not getattr(proc, "model_id", None):
+            with open(proc.err_path, errors="replace") as f:
+                text = re.sub(r"\x1b\[[0-9;]*m", "", f.read())
+            match = re.search(r"embedding model loaded model_id=(\S+)", text)
+            if not match:
+                raise P.StartError(f"{proc.name}: no 'embedding model loaded model_id=' line in its log")
+            proc.model_id = match.group(1)
+        db = sqlite3.connect(f"file:{proc.db_path}?mode=ro", uri=True, timeout=30)
+        try:
+            (vectors,) = db.execute("SELECT count(*) FROM memory_embeddings WHERE tenant = 'default' AND "
+                                    "model_id = ?", (proc.model_id,)).fetchone()
+            (records,) = db.execute("SELECT count(*) FROM memories WHERE tenant = 'default' AND "
+                                    "status = 'active'").fetchone()
+        finally:
+            db.close()
+        return vectors, records
+
+    def wait_embedded(self, proc, count, t0, quiet=False):
+        """Polls the store until `count` records have their embedding. The deadline assumes at
         least 5 records/s."""
         last_report = [time.monotonic()]
 
         def done():
-            texts = embedding_counters(proc.url)["texts"] - before
-            if time.monotonic() - last_report[0] > 60:
+            vectors, _ = self.embedded(proc)
+            if not quiet and time.monotonic() - last_report[0] > 60:
                 elapsed = time.monotonic() - t0
-                say(f"  {proc.name}: {texts:.0f}/{count} embedded after {elapsed:.0f} s "
-                    f"({texts / elapsed:.1f}/s), RSS {proc.rss_mb():.0f} MB")
+                say(f"  {proc.name}: {vectors}/{count} embedded after {elapsed:.0f} s "
+                    f"({vectors / elapsed:.1f}/s), RSS {proc.rss_mb():.0f} MB")
                 last_report[0] = time.monotonic()
-            return texts >= count
+            return vectors >= count
 
-        P.poll(f"{count} records embedded in {proc.name}", done, timeout=max(300, count / 5), interval=1,
+        P.poll(f"{count} records embedded in {proc.name}", done, timeout=max(300, count / 5), interval=0.5,
                proc=proc)
         return time.monotonic() - t0
 
-    def wait_quiet(self, proc, seconds=10):
-        """For a store whose records were embedded before (the records cache): ready once the
-        background embedding has nothing to do, i.e. the counter has not moved for `seconds`."""
-        state = {"value": None, "since": time.monotonic()}
-
-        def quiet():
-            value = embedding_counters(proc.url)["texts"]
-            if value != state["value"]:
-                state.update(value=value, since=time.monotonic())
-            return time.monotonic() - state["since"] >= seconds
-
-        P.poll(f"{proc.name} background embedding to finish", quiet, timeout=7200, interval=1, proc=proc)
+    def wait_all_embedded(self, proc):
+        """For a store whose records were imported before (the records cache): ready once every
+        active record has an embedding of the running model (memgate re-embeds them in the
+        background when the model changed)."""
+        _, records = self.embedded(proc)
+        self.wait_embedded(proc, records, time.monotonic())
 
     def start_funnel(self, name, records):
         proc = self.start_memgate(name, "managed")
@@ -334,7 +391,7 @@ class Bench:
             with open(cached + ".json") as f:
                 meta = json.load(f)
             proc = self.start_memgate("memgate-big", "managed", db_path=db)
-            self.wait_quiet(proc)
+            self.wait_all_embedded(proc)
             proc.key = self.gateway_key(proc)
             ingest = dict(meta["ingest"], from_cache=True, cached_at=meta["cached_at"])
             idle = meta.get("rss_idle_mb")
@@ -346,7 +403,7 @@ class Bench:
             if self.s["records_cache"]:
                 self._save_cache(proc, db, cached, ingest, idle)
                 proc = self.start_memgate("memgate-big", "managed", db_path=db)
-                self.wait_quiet(proc)
+                self.wait_all_embedded(proc)
                 proc.key = self.gateway_key(proc)
         self.results["ingest"]["memgate-big"] = ingest
         self.results["memory"]["memgate-big"] = {
@@ -495,6 +552,35 @@ class Bench:
         with open(os.path.join(self.results_dir, "results.json"), "w") as f:
             json.dump(self.results, f, indent=1)
 
+    def prime(self, proc, bodies_path):
+        """Sends each warm question once, one at a time, until memgate answered every one with
+        `X-Memory-Status: ok`: its query embedding is then in memgate's cache. The warm-up alone
+        is not enough on a busy machine: a query whose embedding overruns the memory budget
+        (50 ms) is answered `degraded`, and its vector is dropped with the request, not cached,
+        so the same question misses again next time."""
+        with open(bodies_path) as f:
+            bodies = [line for line in f.read().splitlines() if line.strip()]
+        headers = {"content-type": "application/json", "anthropic-version": "2023-06-01",
+                   "x-api-key": proc.key, "x-memory-subject": data.SUBJECT}
+        pending = list(bodies)
+        for _ in range(20):
+            failed = []
+            for body in pending:
+                request = urllib.request.Request(proc.url + "/v1/messages", data=body.encode(), headers=headers)
+                try:
+                    with urllib.request.urlopen(request, timeout=30) as response:
+                        response.read()
+                        if response.headers.get("x-memory-status") != "ok":
+                            failed.append(body)
+                except OSError:
+                    failed.append(body)
+            if not failed:
+                break
+            pending = failed
+        else:
+            raise P.StartError(f"{len(pending)} warm questions still not answered with memory ok after 20 rounds")
+        say(f"{proc.name}: {len(bodies)} warm questions primed in memgate's query cache")
+
     def smoke(self, name, proc, args, expect_upstream=True):
         """One request through a system before its runs: a 2xx answer, and the mock saw it."""
         self.clear_mock()
@@ -544,6 +630,7 @@ class Bench:
                                                       "started_in_s": round(passthrough.started_in, 1)}
             funnel = self.start_funnel("memgate-funnel", s["funnel_records"])
             t = self.targets(mock, nginx, passthrough, funnel)
+            self.prime(funnel, self.path("warm.jsonl"))
             for name in ("direct", "nginx", "memgate-pass", "funnel-warm", "funnel-warm-stream"):
                 if name in t:
                     self.smoke(name, *t[name])
@@ -586,6 +673,7 @@ class Bench:
         if "big" in groups:
             big = self.start_big()
             t = self.targets(mock, funnel=big)
+            self.prime(big, self.path("warm.jsonl"))
             self.smoke("funnel-big", *t["funnel-warm"])
             say(f"group big: direct and memgate funnel (warm) with {s['records']} records, per rate")
             for rate in s["big_rates"]:
@@ -612,6 +700,7 @@ class Bench:
         self.start_mock()
         funnel = self.start_funnel("memgate-funnel", s["funnel_records"])
         t = self.targets(self.mock, funnel=funnel)["funnel-warm"]
+        self.prime(funnel, self.path("warm.jsonl"))
         self.smoke("funnel-warm", *t)
         self.loadgen("soak warm-up", funnel.url + "/v1/messages", s["soak_rate"], max(s["warmup"], 5), t[1])
         csv_path = os.path.join(self.results_dir, "soak-rss.csv")
