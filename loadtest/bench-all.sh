@@ -30,7 +30,7 @@ cd "$repo"
 case "$mode" in
 quick | full | soak | prepare | report) ;;
 *)
-    sed -n '2,26p' "$0" >&2
+    sed -n '2,24p' "$0" >&2
     exit 2
     ;;
 esac

@@ -37,9 +37,14 @@ import report  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LOADTEST = os.path.join(REPO, "loadtest")
 
-# The mock's stream shape: the first content delta 5 ms after `message_start`, then 5 deltas 2 ms
-# apart. A proxy that buffered a stream would show a time to first token of the whole stream.
-MOCK_FLAGS = ["--ttft-ms", "5", "--delta-interval-ms", "2", "--deltas", "5"]
+# The mock's stream shape, MOCK_STREAM="TTFT_MS,DELTA_INTERVAL_MS" (5 text deltas). The default,
+# "0,0", writes the whole stream at once. Spaced events ("5,2") would show a buffering proxy, but
+# the mock (like memgate, at fcce8c3) does not set TCP_NODELAY on the sockets it accepts: a small
+# event written while the previous one is unacknowledged then waits for the client's delayed ACK
+# (~40 ms), on the direct floor and on every proxy's upstream leg alike, and that stall, not the
+# proxy, becomes the time to first token.
+MOCK_STREAM = os.environ.get("MOCK_STREAM", "0,0").split(",")
+MOCK_FLAGS = ["--ttft-ms", MOCK_STREAM[0], "--delta-interval-ms", MOCK_STREAM[1], "--deltas", "5"]
 
 DEFAULTS = {
     "quick": dict(duration=3, warmup=1, rates=[100, 1000], litellm_rates=[25], newq_rates=[50],
@@ -77,6 +82,7 @@ def settings_for(mode):
         "soak_rate": float(os.environ.get("SOAK_RATE", 1000)),
         "soak_sample": float(os.environ.get("SOAK_SAMPLE", 5)),
         "memgate_log_level": os.environ.get("MEMGATE_LOG_LEVEL", "info"),
+        "mock_stream": os.environ.get("MOCK_STREAM", "0,0"),
         "memgate_bin": os.environ.get("MEMGATE_BIN", "/work/target-bench/release/memgate"),
         "loadgen_bin": os.environ.get("LOADGEN_BIN", "/work/target-bench/release/examples/loadgen"),
     }
@@ -765,7 +771,9 @@ def main():
         say(f"FAILED: {err}")
         sys.exit(1)
     if mode in ("quick", "full", "soak"):
-        report.write_all(REPO, only=mode)
+        default = os.path.join(LOADTEST, "results", mode)
+        own = mode == "quick" or os.path.abspath(bench.results_dir) != os.path.abspath(default)
+        report.write_all(REPO, bench.results_dir if own else None)
 
 
 if __name__ == "__main__":

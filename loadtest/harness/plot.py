@@ -15,6 +15,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report  # noqa: E402
@@ -46,6 +47,11 @@ def load_plot(results, path):
             ax.scatter([p[0] for p in bad], [p[1] for p in bad], marker="x", s=90, color="red", zorder=5)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    rates = sorted({r["rate"] for r in results["runs"] if r["system"] != "direct"})
+    ax.set_xticks(rates)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.tick_params(axis="x", labelsize=8)
     ax.set_xlabel("offered rate (requests/s, open loop)")
     ax.set_ylabel("added p99 latency vs direct (ms)")
     m = results["machine"]
@@ -82,7 +88,7 @@ def soak_plot(results, path, csv_path):
     bottom.set_ylabel("latency (ms)")
     bottom.set_xlabel("minutes (RSS clock starts at the measured run; latency by scheduled time)")
     bottom.grid(True, which="both", alpha=0.3)
-    bottom.legend(fontsize=8, loc="upper right")
+    bottom.legend(fontsize=8, loc="upper left", framealpha=0.8)
     v = results["soak"]
     fig.suptitle(f"Soak {v['seconds'] / 60:.0f} min at {v['rate']:.0f} req/s through the funnel: "
                  f"{'PASS' if v['pass'] else 'FAIL'}", fontsize=10)
