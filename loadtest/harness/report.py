@@ -285,7 +285,7 @@ def page(full, soak, img_prefix):
     out.append("")
     if full:
         out.append(f"**Run:** `{full['mode']}`, {full['started_at']} → {full.get('finished_at', '?')}; "
-                   f"{full['settings']['duration']:.0f} s per run after a {full['settings']['warmup']:.0f} s "
+                   f"{full['settings']['duration']:g} s per run after a {full['settings']['warmup']:g} s "
                    f"warm-up. **Machine:** {machine_line(full)}.")
         oc = other_cpu(full)
         if oc:
@@ -333,6 +333,22 @@ def page(full, soak, img_prefix):
                            "answers): " + "; ".join(f"{rate}/s: {seen} of {ok}" for rate, ok, seen in seen) + ".")
                 ceiling = highest_sustained(full, "litellm")
                 out += ["", f"Highest rate LiteLLM sustained: **{ceiling or 'none'} req/s**.", ""]
+                lite50 = find(full, "litellm", 50, "litellm")
+                lite_added = added(full, lite50) if lite50 else None
+                rows = []
+                for system, group in (("memgate-pass", "sweep"), ("funnel-warm", "sweep"), ("funnel-big", "big")):
+                    top = highest_sustained(full, system)
+                    at1000 = find(full, system, 1000, group)
+                    a = added(full, at1000) if at1000 else None
+                    rows.append((TITLES[system], f"{top or '—'}",
+                                 f"{top / ceiling:.0f}×" if top and ceiling else "—", ms(a, 3),
+                                 f"{a / lite_added:.3f}" if a is not None and lite_added else "—"))
+                if rows:
+                    note = "" if lite50 is None or sustained(lite50) else " LiteLLM did not sustain 50/s here, so its p99 there is a queue's."
+                    out += ["Against LiteLLM (goal: ≥ 30× its ceiling, ≤ 1/20 = 0.050 of its added p99)." + note, "",
+                            table(["memgate", "highest sustained req/s (of those tried)", "÷ LiteLLM's ceiling",
+                                   "added p99 at 1000/s", "÷ LiteLLM's added p99 at 50/s ("
+                                   + ms(lite_added, 2) + " ms)"], rows), ""]
             else:
                 out += [table(LAT_HEADER if group == "sweep" else LAT_HEADER[:8] + LAT_HEADER[9:], rows
                               if group == "sweep" else [r[:8] + r[9:] for r in rows]), ""]
@@ -342,11 +358,11 @@ def page(full, soak, img_prefix):
                     f"`stream: true`; the mock's stream: first delta {full['settings'].get('mock_stream', '0,0').split(',')[0]} ms "
                     f"after `message_start`, 5 text deltas {full['settings'].get('mock_stream', '0,0').split(',')[1]} ms apart "
                     "(`MOCK_STREAM`). Time to first token (TTFT) = from the scheduled send time to the chunk that "
-                    "holds the first `content_block_delta`. With no spacing the whole stream is written at once, "
-                    "so this measures the relay's cost, not whether it buffers; spaced events are not used "
-                    "because the mock (like memgate at this commit) does not set TCP_NODELAY on accepted "
-                    "sockets, and the ~40 ms delayed-ACK stall that follows dominates every system alike "
-                    "(loadtest/README.md).", ""]
+                    "holds the first `content_block_delta`. memgate relays a stream event by event; on a socket "
+                    "without TCP_NODELAY (memgate's listener and the mock's, as built at this commit) an event "
+                    "written while the previous one is unacknowledged waits for the client's delayed ACK, ~40 ms. "
+                    "The same runs with TCP_NODELAY set on both: "
+                    "[loadtest/results/experiments](../loadtest/results/experiments/README.md).", ""]
             rows = []
             for run in stream:
                 floor = floor_of(full, run)
