@@ -207,7 +207,7 @@ class Procs:
 
     def wait_listening(self, proc, prefix, timeout=120):
         """Waits for a `PREFIX listening on http://ADDR` line on the process's stdout."""
-        pattern = re.compile(rf"^{re.escape(prefix)} listening on (http://127\.0\.0\.1:\d+)$", re.M)
+        pattern = re.compile(rf"^{re.escape(prefix)} listening on (http://127\.0\.0\.1:\d+)", re.M)
 
         def found():
             try:
