@@ -343,7 +343,7 @@ function viewerMay(method, pathname, query) {
 }
 
 function sessionAnswer(s) {
-  return { role: s.role, actor: s.actor, tenants: [...tenants.keys()].sort(), expires_at: iso(s.expires), idle_timeout_secs: IDLE_SECS };
+  return { authenticated: true, role: s.role, actor: s.actor, tenants: [...tenants.keys()].sort(), expires_at: iso(s.expires), idle_timeout_secs: IDLE_SECS };
 }
 
 async function consoleSession(req, res) {
@@ -367,7 +367,7 @@ async function consoleSession(req, res) {
   }
   if (req.method === 'GET') {
     const s = findSession(req);
-    if (!s) throw new ApiError(401, 'authentication_error', 'no console session; log in', { code: 'no_session' });
+    if (!s) return send(res, 200, { authenticated: false });
     checkCsrf(req);
     return send(res, 200, sessionAnswer(s));
   }

@@ -176,8 +176,9 @@ export function checkEnvelope(input, schemas, now = Date.now()) {
   if (from !== null && until !== null && until <= from) {
     problems.push({ path: '$.valid_until', kind: 'invalid_time_range', message: `valid_until must be after valid_from (got ${new Date(until).toISOString()} and ${new Date(from).toISOString()})` });
   }
-  env.valid_from = new Date(from ?? now).toISOString().replace('.000Z', 'Z');
-  env.valid_until = until === Date.parse(OPEN_END) ? OPEN_END : new Date(until ?? now).toISOString().replace('.000Z', 'Z');
+  const iso = (ms) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
+  env.valid_from = iso(from ?? now);
+  env.valid_until = until === Date.parse(OPEN_END) ? OPEN_END : iso(until ?? now);
   env.priority = input.priority ?? 3;
   if (!Number.isInteger(env.priority) || env.priority < 1 || env.priority > 5) {
     problems.push({ path: '$.priority', kind: 'invalid_priority', message: 'priority must be an integer from 1 to 5' });
