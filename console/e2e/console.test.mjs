@@ -236,7 +236,7 @@ test('the console, screen by screen', async (t) => {
   await t.test('records: search, open, and a 422 shown at its field', async () => {
     await visit('records');
     await page.locator('table.records tbody tr').first().waitFor();
-    await shot('records');
+    await shot('records', { fullPage: false });
     await page.locator('#flt-q').fill(RUN);
     await page.getByRole('button', { name: 'Search' }).click();
     await page.locator(`tr[data-record="${RECORD_ID}"]`).waitFor();

@@ -7,6 +7,7 @@ export function count(n: number): string {
   if (Math.abs(n) >= 1e9) return `${(n / 1e9).toFixed(1)}B`;
   if (Math.abs(n) >= 1e6) return `${(n / 1e6).toFixed(1)}M`;
   if (Math.abs(n) >= 1e4) return `${(n / 1e3).toFixed(1)}k`;
+  if (Math.abs(n) < 10 && !Number.isInteger(n)) return n.toFixed(1);
   return nf.format(Math.round(n));
 }
 

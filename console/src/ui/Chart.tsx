@@ -78,7 +78,7 @@ export function Chart({ title, times, series, format, stacked, bound, height = 1
   const y = (v: number) => M.top + plotH - (Math.min(v, top) / top) * plotH;
   const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => f * top);
   const spanDays = n > 1 && times[n - 1] - times[0] > 6 * 3600_000;
-  const labelEvery = Math.max(1, Math.ceil(n / 6));
+  const labelEvery = Math.max(1, Math.ceil(n / Math.max(2, Math.floor(plotW / (spanDays ? 90 : 64)))));
 
   const linePath = (all: (number | null)[]) => {
     const values = partial ? all.slice(0, -1) : all;
@@ -170,7 +170,12 @@ export function Chart({ title, times, series, format, stacked, bound, height = 1
         onBlur={() => setCursor(null)}
       >
         <svg ref={box} viewBox={`0 0 ${W} ${H}`} width={W} height={H} role="img" aria-label={`${title}. ${readout}`} onMouseMove={(e) => pick(e.clientX)} onMouseLeave={() => setCursor(null)}>
-          {ticks.map((t) => (
+          {!drawn ? (
+            <text class="empty" x={M.left + plotW / 2} y={M.top + plotH / 2} text-anchor="middle">
+              No data in this window
+            </text>
+          ) : null}
+          {(drawn ? ticks : [0]).map((t) => (
             <g key={t} class="grid">
               <line x1={M.left} x2={W - M.right} y1={y(t)} y2={y(t)} />
               <text x={M.left - 6} y={y(t) + 4} text-anchor="end">
