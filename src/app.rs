@@ -13,15 +13,18 @@
 //! `records::secrets`) and writes them through `store`.
 
 use crate::config::{Config, Limits, MemoryConfig};
+use crate::client_addr::ClientAddrs;
 use crate::embed::Embedder;
 use crate::embed::shared::SharedVectors;
 use crate::error::StartupError;
 use crate::fanout::Fanout;
 use crate::funnel::index::MemoryIndex;
 use crate::identity::Authenticator;
+use crate::identity::rate_limit::Strikes;
 use crate::inject::{DEFAULT_RELEASE, Templates};
 use crate::memory::MemoryService;
 use crate::observability::metrics::Metrics;
+use crate::proxy::budget::BodyBudget;
 use crate::proxy::upstream::Upstream;
 use crate::records::schemas::SchemaSet;
 use crate::rollout::Rollout;
@@ -29,9 +32,10 @@ use crate::rollout::release::load_releases;
 use crate::store::Store;
 use crate::{admin, health, observability, proxy};
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{ConnectInfo, DefaultBodyLimit};
 use axum::routing::{any, get, post};
 use secrecy::SecretString;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -45,13 +49,19 @@ struct Inner {
     /// Change fan-out between replicas (a no-op without Redis).
     fanout: Fanout,
     limits: Limits,
+    /// Messages bodies in flight, by count and bytes (`proxy::budget`).
+    body_budget: BodyBudget,
+    client_addrs: ClientAddrs,
+    /// Failed admin authentications per client address.
+    admin_strikes: Strikes,
+    /// Shadow runs in flight (`proxy::shadow`).
+    shadow_slots: Arc<tokio::sync::Semaphore>,
     identity: Authenticator,
     upstream: Upstream,
     metrics: Arc<Metrics>,
     draining: AtomicBool,
     memories: MemoryService,
     admin_token: Option<SecretString>,
-    admin_rate_limit_per_minute: u32,
     max_import_bytes: u64,
     templates: Templates,
     memory_config: MemoryConfig,
@@ -125,8 +135,15 @@ impl AppState {
             admin_token: config.admin.token.clone(),
             max_import_bytes: config.admin.max_import_bytes,
             limits: config.limits.clone(),
+            body_budget: BodyBudget::new(
+                config.limits.max_inflight_body_bytes,
+                config.limits.max_inflight_requests,
+                config.limits.inflight_wait,
+            ),
+            client_addrs: config.client_addrs.clone(),
+            admin_strikes: Strikes::new(config.admin.rate_limit_per_minute),
+            shadow_slots: Arc::new(tokio::sync::Semaphore::new(proxy::shadow::MAX_RUNNING)),
             identity,
-            admin_rate_limit_per_minute: config.admin.rate_limit_per_minute,
             upstream: Upstream::new(&config.upstream)?,
             metrics,
             draining: AtomicBool::new(false),
@@ -142,8 +159,22 @@ impl AppState {
         &self.inner.limits
     }
 
-    pub fn admin_rate_limit_per_minute(&self) -> u32 {
-        self.inner.admin_rate_limit_per_minute
+    pub fn body_budget(&self) -> &BodyBudget {
+        &self.inner.body_budget
+    }
+
+    /// The client's address (`client_addr`): the peer, or whom a trusted proxy names.
+    pub fn client_addr(&self, parts: &axum::http::request::Parts) -> Option<std::net::IpAddr> {
+        let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
+        self.inner.client_addrs.resolve(peer, &parts.headers)
+    }
+
+    pub fn shadow_slots(&self) -> &Arc<tokio::sync::Semaphore> {
+        &self.inner.shadow_slots
+    }
+
+    pub fn admin_strikes(&self) -> &Strikes {
+        &self.inner.admin_strikes
     }
 
     pub fn identity(&self) -> &Authenticator {
@@ -204,8 +235,33 @@ impl AppState {
     }
 }
 
-/// The route table: path → handler, nothing else.
+/// The route table: path → handler, nothing else. Everything on one listener.
 pub fn build_app(state: AppState) -> Router {
+    finish(public_routes().merge(operator_routes(&state)), state)
+}
+
+/// The public listener when `/admin` and `/metrics` have a listener of their own
+/// (`admin.listen`): the proxy and health only.
+pub fn build_public_app(state: AppState) -> Router {
+    finish(public_routes(), state)
+}
+
+/// The operators' listener (`admin.listen`): the admin API, metrics and health.
+pub fn build_admin_app(state: AppState) -> Router {
+    let health = Router::new().route("/healthz", get(health::healthz)).route("/readyz", get(health::readyz));
+    finish(operator_routes(&state).merge(health), state)
+}
+
+fn public_routes() -> Router<AppState> {
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/v1/messages", post(proxy::messages).fallback(proxy::passthrough))
+        .route("/v1/messages/count_tokens", post(proxy::count_tokens).fallback(proxy::passthrough))
+        .route("/v1/{*rest}", any(proxy::passthrough))
+}
+
+fn operator_routes(state: &AppState) -> Router<AppState> {
     use admin::{memories, transfer};
     let admin = Router::new()
         .route("/memories", post(memories::create).get(memories::list))
@@ -230,14 +286,11 @@ pub fn build_app(state: AppState) -> Router {
         .fallback(proxy::not_found)
         .method_not_allowed_fallback(proxy::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state.clone(), admin::require_admin));
-    Router::new()
-        .nest("/admin/v1", admin)
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/metrics", get(observability::metrics_handler))
-        .route("/v1/messages", post(proxy::messages).fallback(proxy::passthrough))
-        .route("/v1/messages/count_tokens", post(proxy::count_tokens).fallback(proxy::passthrough))
-        .route("/v1/{*rest}", any(proxy::passthrough))
+    Router::new().nest("/admin/v1", admin).route("/metrics", get(observability::metrics_handler))
+}
+
+fn finish(routes: Router<AppState>, state: AppState) -> Router {
+    routes
         .fallback(proxy::not_found)
         .method_not_allowed_fallback(proxy::method_not_allowed)
         // Body limits are enforced by the handlers, which answer in Anthropic's error shape.

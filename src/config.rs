@@ -27,6 +27,8 @@ pub const RAW_DEDUPE: f32 = 0.96;
 
 /// Anthropic's own limit for a Messages request body.
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 32 * 1024 * 1024;
+/// Messages bodies held at once: four of the largest with their injected copies.
+pub const DEFAULT_INFLIGHT_BODY_BYTES: u64 = 8 * DEFAULT_MAX_BODY_BYTES;
 
 /// The file's shape: every key optional, unknown keys refused with their path.
 #[derive(Debug, Default, Deserialize)]
@@ -39,6 +41,8 @@ pub struct RawConfig {
     pub auth: RawAuth,
     #[serde(default)]
     pub limits: RawLimits,
+    #[serde(default)]
+    pub client_ip: RawClientIp,
     #[serde(default)]
     pub shutdown: RawShutdown,
     #[serde(default)]
@@ -93,6 +97,16 @@ pub struct RawRelease {
     pub max_stubs: Option<usize>,
     pub placement: Option<String>,
     pub empty_block: Option<bool>,
+    /// How the person's words are found (`query`); absent keys keep the defaults.
+    pub query: Option<RawQuery>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawQuery {
+    pub harness_tags: Option<Vec<String>>,
+    pub unwrap_tags: Option<Vec<String>>,
+    pub follow_up_words: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -100,6 +114,7 @@ pub struct RawRelease {
 pub struct RawDatabase {
     pub url: Option<String>,
     pub poll_interval_ms: Option<u64>,
+    pub tombstone_retention_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -113,6 +128,7 @@ pub struct RawRedis {
 #[serde(deny_unknown_fields)]
 pub struct RawAdmin {
     pub token: Option<String>,
+    pub listen: Option<String>,
     pub max_import_bytes: Option<u64>,
     pub rate_limit_per_minute: Option<u32>,
 }
@@ -141,6 +157,8 @@ pub struct RawUpstream {
 pub struct RawAuth {
     pub mode: Option<String>,
     pub rate_limit_per_minute: Option<u32>,
+    pub passthrough_rate_limit_per_minute: Option<u32>,
+    pub preauth_rate_limit_per_minute: Option<u32>,
     #[serde(default)]
     pub jwt: RawJwt,
 }
@@ -166,6 +184,16 @@ pub struct RawJwt {
 pub struct RawLimits {
     pub max_body_bytes: Option<u64>,
     pub body_read_timeout_ms: Option<u64>,
+    pub max_inflight_body_bytes: Option<u64>,
+    pub max_inflight_requests: Option<usize>,
+    pub inflight_wait_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClientIp {
+    pub trusted_proxies: Option<Vec<String>>,
+    pub header: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -236,6 +264,7 @@ pub struct Config {
     pub auth_mode: AuthMode,
     pub identity: IdentityConfig,
     pub limits: Limits,
+    pub client_addrs: crate::client_addr::ClientAddrs,
     pub shutdown_grace: Duration,
     pub log_format: LogFormat,
     pub log_level: String,
@@ -243,6 +272,9 @@ pub struct Config {
     /// How often a replica looks in the store for other replicas' changes (records, releases),
     /// lets the canary guards judge, and writes access counts.
     pub poll_interval: Duration,
+    /// How long the ids of removed records are kept for other replicas to take in; a replica
+    /// that was away longer reloads every record.
+    pub tombstone_retention: Duration,
     /// Change fan-out between replicas (`fanout`); `None` runs on the poll alone.
     pub redis: Option<RedisConfig>,
     pub admin: AdminConfig,
@@ -275,8 +307,11 @@ pub struct MemoryConfig {
 pub struct AdminConfig {
     /// Bearer token of the admin API; `None` turns the admin API off.
     pub token: Option<SecretString>,
+    /// A listener of its own for `/admin` and `/metrics`, off the public one; `None` serves them
+    /// on `listen`.
+    pub listen: Option<SocketAddr>,
     pub max_import_bytes: u64,
-    /// Per client address.
+    /// Failed admin authentications allowed per client address and minute.
     pub rate_limit_per_minute: u32,
 }
 
@@ -293,6 +328,13 @@ pub struct Limits {
     pub max_body_bytes: u64,
     /// How long a client may take to send a Messages body it has started.
     pub body_read_timeout: Duration,
+    /// Bytes of Messages bodies held at once, across requests (each counts twice: see
+    /// `proxy::budget`).
+    pub max_inflight_body_bytes: u64,
+    /// Messages requests being read, recalled and sent at once.
+    pub max_inflight_requests: usize,
+    /// How long a request waits for its share before a 529.
+    pub inflight_wait: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -352,6 +394,7 @@ impl RawConfig {
         set(&mut self.database.url, "MEMGATE_DATABASE_URL");
         set(&mut self.redis.url, "MEMGATE_REDIS_URL");
         set(&mut self.admin.token, "MEMGATE_ADMIN_TOKEN");
+        set(&mut self.admin.listen, "MEMGATE_ADMIN_LISTEN");
         if let Some(dir) = env("MEMGATE_MODEL_DIR").filter(|v| !v.is_empty()) {
             self.embedding.model_dir = Some(dir.into());
         }
@@ -459,7 +502,28 @@ impl RawConfig {
                 self.limits.body_read_timeout_ms,
                 60_000,
             )?,
+            max_inflight_body_bytes: self.limits.max_inflight_body_bytes.unwrap_or(DEFAULT_INFLIGHT_BODY_BYTES),
+            max_inflight_requests: self.limits.max_inflight_requests.unwrap_or(1024),
+            inflight_wait: millis("limits.inflight_wait_ms", self.limits.inflight_wait_ms, 5_000)?,
         };
+        if limits.max_inflight_body_bytes < 2 * max_body_bytes {
+            return Err(invalid(
+                "limits.max_inflight_body_bytes",
+                format!(
+                    "{} cannot hold one request of limits.max_body_bytes ({max_body_bytes}) and its copy; \
+                     use at least twice that",
+                    limits.max_inflight_body_bytes
+                ),
+            ));
+        }
+        if limits.max_inflight_requests == 0 {
+            return Err(invalid("limits.max_inflight_requests", "use at least 1".into()));
+        }
+        let client_addrs = crate::client_addr::ClientAddrs::new(
+            self.client_ip.trusted_proxies.as_deref().unwrap_or_default(),
+            self.client_ip.header.as_deref().unwrap_or("x-forwarded-for"),
+        )
+        .map_err(|message| invalid("client_ip", message))?;
 
         let shutdown_grace = Duration::from_millis(self.shutdown.grace_ms.unwrap_or(30_000));
 
@@ -492,6 +556,14 @@ impl RawConfig {
         if poll_interval < Duration::from_millis(100) {
             return Err(invalid("database.poll_interval_ms", "use at least 100 (ms)".into()));
         }
+        let tombstone_retention =
+            Duration::from_millis(self.database.tombstone_retention_ms.unwrap_or(10 * 60 * 1000));
+        if tombstone_retention < Duration::from_secs(10) {
+            return Err(invalid(
+                "database.tombstone_retention_ms",
+                "keep tombstones at least 10000 ms, so that replicas have time to take them in".into(),
+            ));
+        }
         let redis = match self.redis.url.filter(|u| !u.is_empty()) {
             None => None,
             Some(url) => {
@@ -515,10 +587,17 @@ impl RawConfig {
                 "the admin token must be at least 16 characters (MEMGATE_ADMIN_TOKEN)".into(),
             ));
         }
+        let admin_listen = match self.admin.listen.filter(|l| !l.is_empty()) {
+            None => None,
+            Some(text) => Some(text.parse::<SocketAddr>().map_err(|_| {
+                invalid("admin.listen", format!("`{text}` is not an address like 127.0.0.1:9091 (MEMGATE_ADMIN_LISTEN)"))
+            })?),
+        };
         let admin = AdminConfig {
             token: admin_token.map(SecretString::from),
+            listen: admin_listen,
             max_import_bytes: self.admin.max_import_bytes.unwrap_or(64 * 1024 * 1024),
-            rate_limit_per_minute: self.admin.rate_limit_per_minute.unwrap_or(600),
+            rate_limit_per_minute: self.admin.rate_limit_per_minute.unwrap_or(30),
         };
         let jwt = self.auth.jwt;
         let identity = IdentityConfig {
@@ -548,6 +627,8 @@ impl RawConfig {
                 }
             },
             default_rate_limit_per_minute: self.auth.rate_limit_per_minute.unwrap_or(600),
+            passthrough_rate_limit_per_minute: self.auth.passthrough_rate_limit_per_minute.unwrap_or(0),
+            preauth_rate_limit_per_minute: self.auth.preauth_rate_limit_per_minute.unwrap_or(120),
         };
         if identity
             .jwt
@@ -649,6 +730,7 @@ impl RawConfig {
             releases: self.releases,
             database_url,
             poll_interval,
+            tombstone_retention,
             redis,
             admin,
             records,
@@ -657,6 +739,7 @@ impl RawConfig {
             auth_mode,
             identity,
             limits,
+            client_addrs,
             shutdown_grace,
             log_format,
             log_level,

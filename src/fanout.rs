@@ -3,7 +3,7 @@
 //! Every replica keeps the records and the rollout state in memory and takes in other replicas'
 //! changes from the store on a poll (`database.poll_interval_ms`, 1 s by default). With Redis
 //! configured (`MEMGATE_REDIS_URL`), a replica that commits a change also publishes one word —
-//! `memories` or `releases` — with its own id on the channel `<key_prefix>:changes`, and every
+//! `memories`, `releases` or `keys` (a revocation) — with its own id on the channel `<key_prefix>:changes`, and every
 //! other replica listening looks in the store at once.
 //!
 //! The store stays the truth: a message carries no data, only "look now". So a lost message, a
@@ -39,22 +39,23 @@ const RETRY: Duration = Duration::from_secs(1);
 pub enum Topic {
     Memories,
     Releases,
+    /// A gateway key was revoked: every replica drops its cached keys.
+    Keys,
 }
 
 impl Topic {
+    pub const ALL: [Topic; 3] = [Topic::Memories, Topic::Releases, Topic::Keys];
+
     fn as_str(self) -> &'static str {
         match self {
             Topic::Memories => "memories",
             Topic::Releases => "releases",
+            Topic::Keys => "keys",
         }
     }
 
     fn parse(word: &str) -> Option<Topic> {
-        match word {
-            "memories" => Some(Topic::Memories),
-            "releases" => Some(Topic::Releases),
-            _ => None,
-        }
+        Topic::ALL.into_iter().find(|topic| topic.as_str() == word)
     }
 }
 
@@ -73,6 +74,7 @@ struct Inner {
     publisher: Arc<ArcSwapOption<ConnectionManager>>,
     memories: Notify,
     releases: Notify,
+    keys: Notify,
 }
 
 impl Fanout {
@@ -94,6 +96,7 @@ impl Fanout {
             publisher,
             memories: Notify::new(),
             releases: Notify::new(),
+            keys: Notify::new(),
         });
         tokio::spawn(listen(Arc::downgrade(&inner)));
         Ok(Fanout { inner: Some(inner) })
@@ -153,22 +156,24 @@ impl Fanout {
     /// Waits until another replica says `topic` changed (never, without Redis).
     pub async fn changed(&self, topic: Topic) {
         match &self.inner {
-            Some(inner) => match topic {
-                Topic::Memories => inner.memories.notified().await,
-                Topic::Releases => inner.releases.notified().await,
-            },
+            Some(inner) => inner.notify_for(topic).notified().await,
             None => std::future::pending().await,
         }
     }
 }
 
 impl Inner {
+    fn notify_for(&self, topic: Topic) -> &Notify {
+        match topic {
+            Topic::Memories => &self.memories,
+            Topic::Releases => &self.releases,
+            Topic::Keys => &self.keys,
+        }
+    }
+
     fn wake(&self, topic: Topic) {
         // `notify_one` keeps one permit when nobody waits: a burst makes one more look.
-        match topic {
-            Topic::Memories => self.memories.notify_one(),
-            Topic::Releases => self.releases.notify_one(),
-        }
+        self.notify_for(topic).notify_one();
     }
 }
 
@@ -233,8 +238,9 @@ async fn listen(inner: std::sync::Weak<Inner>) {
         };
         tracing::info!(channel = %strong.channel, "listening for other replicas' changes on redis");
         // Whatever changed while this replica was not listening.
-        strong.wake(Topic::Memories);
-        strong.wake(Topic::Releases);
+        for topic in Topic::ALL {
+            strong.wake(topic);
+        }
         let replica = strong.replica.clone();
         drop(strong);
         let mut messages = pubsub.on_message();
@@ -258,7 +264,7 @@ mod tests {
 
     #[test]
     fn topics_round_trip_and_unknown_words_are_ignored() {
-        for topic in [Topic::Memories, Topic::Releases] {
+        for topic in Topic::ALL {
             assert_eq!(Topic::parse(topic.as_str()), Some(topic));
         }
         assert_eq!(Topic::parse("flushall"), None);

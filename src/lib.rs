@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod client_addr;
 pub mod config;
 pub mod embed;
 pub mod error;
@@ -16,6 +17,7 @@ pub mod memory;
 pub mod mock_upstream;
 pub mod observability;
 pub mod proxy;
+pub mod query;
 pub mod recall;
 pub mod records;
 pub mod rollout;
@@ -23,3 +25,6 @@ pub mod server;
 pub mod store;
 
 pub use app::{AppState, build_app};
+
+#[cfg(test)]
+mod fuzz;

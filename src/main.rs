@@ -157,7 +157,12 @@ fn load_config(flags: &ConfigFlags) -> Result<Config, String> {
 async fn serve(flags: ConfigFlags) -> Result<(), String> {
     let config = load_config(&flags)?;
     memgate::observability::logging::init(config.log_format, &config.log_level);
-    memgate::server::run(config, |addr| println!("memgate listening on http://{addr}"))
+    memgate::server::run(config, |addr, admin| {
+        println!("memgate listening on http://{addr}");
+        if let Some(admin) = admin {
+            println!("memgate admin API listening on http://{admin}");
+        }
+    })
         .await
         .map_err(|err| err.to_string())
 }

@@ -1,6 +1,7 @@
 //! Recall: the memory step of a Messages request, between reading the body and sending it
-//! upstream. It embeds the query (the last user turn), runs the funnel on the caller's tenant
-//! index, renders the release's block and places it where the prompt cache stays intact.
+//! upstream. It finds the person's words (`query`: the last user turn without harness text),
+//! embeds them, runs the funnel on the caller's tenant index, renders the release's block and
+//! places it where the prompt cache stays intact.
 //!
 //! Fail-open: the whole step has a time budget (`memory.funnel_timeout_ms`). When it overruns, or
 //! the embedder, a template or placement fails, the request goes upstream as the client sent it,
@@ -9,9 +10,10 @@
 use crate::app::AppState;
 use crate::error::{ApiError, ErrorKind};
 use crate::funnel::semantic::SemanticQuery;
-use crate::funnel::trace::Trace;
+use crate::funnel::trace::{Detail, Trace};
 use crate::identity::Caller;
-use crate::inject::{RenderItem, inject, last_user_text};
+use crate::inject::{RenderItem, inject};
+use crate::query::Query;
 use crate::memory::record::{format_ms, now_ms};
 use crate::rollout::Release;
 use axum::http::HeaderMap;
@@ -48,6 +50,8 @@ pub struct Recalled {
     pub block: Option<String>,
     pub placed_in: Option<&'static str>,
     pub trace: Option<Trace>,
+    /// The person's words memory was matched against, and where they came from (with a trace).
+    pub query: Option<Query>,
     /// Why it degraded, for logs and metrics.
     pub degraded_reason: Option<&'static str>,
 }
@@ -63,20 +67,46 @@ impl Recalled {
             block: None,
             placed_in: None,
             trace: None,
+            query: None,
             degraded_reason: reason,
         }
     }
 
     /// A compact trace for the `X-Memory-Trace` header.
     pub fn trace_json(&self) -> Value {
-        json!({"injected": self.injected_ids, "stubs": self.stub_ids, "tokens": self.tokens, "trace": self.trace})
+        json!({"query": self.query, "injected": self.injected_ids, "stubs": self.stub_ids, "tokens": self.tokens,
+            "trace": self.trace})
+    }
+
+    /// The trace as a header value of at most `max` bytes: the removal lists go first when it is
+    /// too long (the counts stay), then the layers, marked `"truncated": true`.
+    pub fn trace_header(&self, max: usize) -> String {
+        let full = self.trace_json().to_string();
+        if full.len() <= max {
+            return full;
+        }
+        let mut trace = self.trace.clone().unwrap_or_default();
+        for layer in &mut trace.layers {
+            layer.removed.clear();
+        }
+        let counts = json!({"query": self.query, "injected": self.injected_ids, "stubs": self.stub_ids,
+            "tokens": self.tokens, "trace": trace, "truncated": true})
+        .to_string();
+        if counts.len() <= max {
+            return counts;
+        }
+        json!({"injected": self.injected_ids.len(), "stubs": self.stub_ids.len(), "tokens": self.tokens,
+            "truncated": true})
+        .to_string()
     }
 }
 
 /// What the request asked of memory.
 pub struct Wish {
     pub off: bool,
-    pub debug: bool,
+    /// What the trace may tell: `Visible` for the caller's own `X-Memory-Debug`, `Full` for an
+    /// admin's `explain`.
+    pub trace: Detail,
     /// Overrides `memory.funnel_timeout_ms`: diagnostics (`explain`) and shadow runs, which
     /// nobody waits on, take the time they need.
     pub budget: Option<std::time::Duration>,
@@ -104,7 +134,8 @@ pub fn wish(headers: &HeaderMap, caller: &Caller) -> Result<Wish, ApiError> {
         }
         Some(_) => return Err(ApiError::invalid_request("X-Memory-Debug must be 1 or 0")),
     };
-    Ok(Wish { off, debug, budget: None, shadow: false })
+    let trace = if debug { Detail::Visible } else { Detail::Off };
+    Ok(Wish { off, trace, budget: None, shadow: false })
 }
 
 /// Runs recall for one request within the time budget.
@@ -149,12 +180,16 @@ async fn run(
     body: &Bytes,
     wish: &Wish,
 ) -> Result<Recalled, &'static str> {
-    let detailed = wish.debug;
-    let Some(query) = last_user_text(body).filter(|q| !q.trim().is_empty()) else {
+    let detailed = wish.trace.is_on();
+    let Some(matched) = crate::query::extract(body, &release.query) else {
         return Ok(Recalled::untouched(body.clone(), MemoryStatus::Ok, None));
     };
-    // A query this long says nothing more to the model: the embedding sees its start.
-    let query: String = query.chars().take(2000).collect();
+    let query = matched.text.clone();
+    // Nothing this caller could see: no model run (a trace, when asked for, still shows the
+    // layers).
+    if !detailed && !state.index().has_visible(&caller.tenant, &caller.scopes) {
+        return Ok(Recalled::untouched(body.clone(), MemoryStatus::Ok, None));
+    }
     let Some(tenant) = state.index().tenant(&caller.tenant) else {
         return Ok(Recalled::untouched(body.clone(), MemoryStatus::Ok, None));
     };
@@ -170,12 +205,13 @@ async fn run(
             threshold: release.funnel.threshold,
             probes: release.funnel.probes,
         };
-        let output = crate::funnel::run(&index, caller, &semantic, &release.funnel, now_ms(), detailed);
+        let output = crate::funnel::run(&index, caller, &semantic, &release.funnel, now_ms(), wish.trace);
         (output.packed.injected, output.packed.stubs, output.packed.tokens, output.trace)
     };
     if items.is_empty() && stub_items.is_empty() && !release.empty_block {
         let mut recalled = Recalled::untouched(body.clone(), MemoryStatus::Ok, None);
         recalled.trace = detailed.then_some(trace);
+        recalled.query = detailed.then_some(matched);
         return Ok(recalled);
     }
     let render_items: Vec<RenderItem> = items
@@ -203,6 +239,7 @@ async fn run(
         block: Some(block),
         placed_in: Some(injected.placed_in),
         trace: detailed.then_some(trace),
+        query: detailed.then_some(matched),
         degraded_reason: None,
     })
 }

@@ -4,7 +4,7 @@
 //! requests and streams in flight run on. When the last one ends the process exits; if some are
 //! still running after `shutdown.grace_ms`, they are cut and the process exits anyway.
 
-use crate::app::{AppState, build_app};
+use crate::app::{AppState, build_admin_app, build_app, build_public_app};
 use crate::config::Config;
 use crate::error::StartupError;
 use crate::fanout::Topic;
@@ -13,14 +13,27 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-pub async fn run(config: Config, on_ready: impl FnOnce(SocketAddr)) -> Result<(), StartupError> {
+pub async fn run(
+    config: Config,
+    on_ready: impl FnOnce(SocketAddr, Option<SocketAddr>),
+) -> Result<(), StartupError> {
     let state = AppState::new(&config).await?;
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|source| StartupError::Bind { addr: config.listen, source })?;
     let addr = listener.local_addr()?;
-    tracing::info!(%addr, upstream = %config.upstream.base_url, auth_mode = ?config.auth_mode, "memgate listening");
-    on_ready(addr);
+    let admin_listener = match config.admin.listen {
+        Some(admin_addr) => {
+            let admin_listener = TcpListener::bind(admin_addr)
+                .await
+                .map_err(|source| StartupError::Bind { addr: admin_addr, source })?;
+            Some(admin_listener)
+        }
+        None => None,
+    };
+    let admin_addr = admin_listener.as_ref().map(TcpListener::local_addr).transpose()?;
+    tracing::info!(%addr, ?admin_addr, upstream = %config.upstream.base_url, auth_mode = ?config.auth_mode, "memgate listening");
+    on_ready(addr, admin_addr);
 
     // The ticker: every poll interval (1 s by default), pick up rollout and record changes made
     // on other replicas, let the canary guards judge, and write the records' access counts. With
@@ -31,9 +44,11 @@ pub async fn run(config: Config, on_ready: impl FnOnce(SocketAddr)) -> Result<()
         let state = state.clone();
         let stop = stop_ticking.clone();
         let every = config.poll_interval;
+        let retention = config.tombstone_retention;
         tokio::spawn(async move {
             let mut interval = tokio::time::interval(every);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut pruned_at = std::time::Instant::now();
             loop {
                 tokio::select! {
                     () = stop.cancelled() => break,
@@ -43,26 +58,47 @@ pub async fn run(config: Config, on_ready: impl FnOnce(SocketAddr)) -> Result<()
                         if let Err(err) = state.memories().flush_accesses().await {
                             tracing::warn!(error = %err, "could not write records' access counts; retrying");
                         }
+                        // Tombstones name removed (and forgotten) records: kept only as long as a
+                        // replica may need them. Every replica prunes; the work is idempotent.
+                        if pruned_at.elapsed() >= retention / 10 {
+                            pruned_at = std::time::Instant::now();
+                            let before = crate::memory::record::now_ms() - retention.as_millis() as i64;
+                            if let Err(err) = state.store().prune_tombstones(before).await {
+                                tracing::warn!(error = %err, "could not prune tombstones; retrying later");
+                            }
+                        }
                     }
                 }
             }
         })
     };
-    let record_listener = listen_for(&state, &stop_ticking, Topic::Memories);
-    let release_listener = listen_for(&state, &stop_ticking, Topic::Releases);
+    let listeners = Topic::ALL.map(|topic| listen_for(&state, &stop_ticking, topic));
 
     let (signalled_tx, signalled_rx) = oneshot::channel::<()>();
     let draining_state = state.clone();
     let background = state.memories().tasks().clone();
     let memories = state.memories().clone();
-    let stop_accepting = async move {
+    let stop_accepting = CancellationToken::new();
+    let stop_admin = stop_accepting.clone();
+    let signalled = async move {
         shutdown_signal().await;
         tracing::info!("shutdown requested: no new connections; draining in-flight requests");
         draining_state.begin_draining();
         let _ = signalled_tx.send(());
+        stop_accepting.cancel();
     };
-    let app = build_app(state).into_make_service_with_connect_info::<SocketAddr>();
-    let server = axum::serve(listener, app).with_graceful_shutdown(stop_accepting);
+    // `/admin` and `/metrics` on a listener of their own, off the public one, when configured.
+    let (app, admin_server) = match admin_listener {
+        Some(admin_listener) => {
+            let admin_app = build_admin_app(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
+            let admin_server = axum::serve(admin_listener, admin_app)
+                .with_graceful_shutdown(async move { stop_admin.cancelled().await });
+            (build_public_app(state), Some(tokio::spawn(async move { admin_server.await })))
+        }
+        None => (build_app(state), None),
+    };
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
+    let server = axum::serve(listener, app).with_graceful_shutdown(signalled);
 
     let grace = config.shutdown_grace;
     let deadline = async move {
@@ -79,7 +115,13 @@ pub async fn run(config: Config, on_ready: impl FnOnce(SocketAddr)) -> Result<()
         }
     }
     stop_ticking.cancel();
-    let _ = tokio::join!(ticker, record_listener, release_listener);
+    let _ = ticker.await;
+    for listener in listeners {
+        let _ = listener.await;
+    }
+    if let Some(admin_server) = admin_server {
+        admin_server.abort();
+    }
     if let Err(err) = memories.flush_accesses().await {
         tracing::warn!(error = %err, "could not write the last access counts");
     }
@@ -105,6 +147,7 @@ fn listen_for(state: &AppState, stop: &CancellationToken, topic: Topic) -> tokio
                             tracing::warn!(error = %err, "could not take in another replica's rollout change; the poll retries");
                         }
                     }
+                    Topic::Keys => state.identity().keys().forget_cached(),
                 },
             }
         }

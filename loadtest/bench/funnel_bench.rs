@@ -27,13 +27,12 @@ use memgate::funnel::index::{IndexedRecord, MemoryIndex, TenantIndex};
 use memgate::funnel::ivf::dot;
 use memgate::funnel::quant::QuantizedQuery;
 use memgate::funnel::semantic::{self, DEFAULT_PROBES, EXACT_SCAN_MAX, SemanticQuery};
-use memgate::funnel::trace::Trace;
+use memgate::funnel::trace::{Detail, Trace};
 use memgate::funnel::{self, FunnelSettings, density, scope, temporal, terms};
-use memgate::identity::{Caller, Permissions};
+use memgate::identity::Caller;
 use memgate::memory::record::{OPEN_END_MS, Record, Status, now_ms};
-use memgate::proxy::headers::UpstreamCredential;
 use serde_json::{Map, Value, json};
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
@@ -293,7 +292,7 @@ fn run_path(
 ) -> PathRun {
     for q in warmup {
         black_box(
-            funnel::run(index, caller, &semantic_query(q, settings), settings, now, false).packed.tokens,
+            funnel::run(index, caller, &semantic_query(q, settings), settings, now, Detail::Off).packed.tokens,
         );
     }
     let mut funnel_times = Vec::with_capacity(queries.len());
@@ -306,7 +305,7 @@ fn run_path(
     for q in queries {
         let sq = semantic_query(q, settings);
         let started = Instant::now();
-        let out = funnel::run(index, caller, &sq, settings, now, false);
+        let out = funnel::run(index, caller, &sq, settings, now, Detail::Off);
         funnel_times.push(started.elapsed());
         injected += out.packed.injected.len();
         black_box(&out.packed);
@@ -314,7 +313,7 @@ fn run_path(
         // The same query layer by layer (untimed as a whole), for the breakdown and the recall.
         let mut trace = Trace::default();
         let t = Instant::now();
-        let visible = scope::visible(index, caller, false, &mut trace);
+        let visible = scope::visible(index, caller, Detail::Off, &mut trace);
         scope_t.push(t.elapsed());
         let t = Instant::now();
         let current = temporal::current(index, &visible, now, &settings.schema_versions, false, &mut trace);
@@ -434,15 +433,9 @@ fn recall_at_5(approx: &PathRun, exact: &PathRun) -> f64 {
 }
 
 fn caller() -> Caller {
-    Caller {
-        tenant: TENANT.into(),
-        subject: Some("u-42".into()),
-        scopes: BTreeSet::from(["public".into(), "team:sales".into(), "user:u-42".into()]),
-        permissions: Permissions::default(),
-        rate_key: "bench".into(),
-        rate_limit_per_minute: 0,
-        upstream_credential: UpstreamCredential::Forward,
-    }
+    let mut caller = Caller::new(TENANT, ["team:sales".to_owned(), "user:u-42".to_owned()]);
+    caller.subject = Some("u-42".into());
+    caller
 }
 
 const TEAMS: [&str; 8] = ["sales", "support", "billing", "logistics", "product", "legal", "hr", "ops"];
@@ -563,6 +556,7 @@ impl World {
             updated_at_ms: updated,
             last_accessed_at_ms: None,
             access_count: 0,
+            change_seq: 0,
         };
         (record, vector)
     }

@@ -39,14 +39,14 @@ use memgate::embed::Embedder;
 use memgate::funnel::index::{IndexedRecord, MemoryIndex, TenantIndex};
 use memgate::funnel::ivf::Ivf;
 use memgate::funnel::semantic::{DEFAULT_PROBES, EXACT_SCAN_MAX, SemanticQuery};
+use memgate::funnel::trace::Detail;
 use memgate::funnel::{self, FunnelSettings};
-use memgate::identity::{Caller, Permissions};
+use memgate::identity::Caller;
 use memgate::inject::{RenderItem, Templates};
 use memgate::memory::passage_text;
 use memgate::memory::record::{OPEN_END_MS, Record, Status, format_ms, now_ms};
-use memgate::proxy::headers::UpstreamCredential;
 use serde_json::{Map, Value, json};
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -158,6 +158,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
                     updated_at_ms: at,
                     last_accessed_at_ms: None,
                     access_count: 0,
+                    change_seq: 0,
                 });
             }
         }
@@ -478,7 +479,7 @@ fn run_funnel(
 ) -> (Vec<Record>, usize) {
     let query =
         SemanticQuery { text, vector: Some(vector), threshold: settings.threshold, probes: settings.probes };
-    let out = funnel::run(index, caller, &query, settings, now, false);
+    let out = funnel::run(index, caller, &query, settings, now, Detail::Off);
     (out.packed.injected.iter().map(|c| c.item.record.clone()).collect(), out.packed.tokens)
 }
 
@@ -494,15 +495,7 @@ fn render_item(record: &Record) -> RenderItem {
 }
 
 fn caller(tenant: &str) -> Caller {
-    Caller {
-        tenant: tenant.to_owned(),
-        subject: None,
-        scopes: BTreeSet::from(["public".to_owned()]),
-        permissions: Permissions::default(),
-        rate_key: "locomo".into(),
-        rate_limit_per_minute: 0,
-        upstream_credential: UpstreamCredential::Forward,
-    }
+    Caller::new(tenant, [])
 }
 
 /// `D8:6; D9:17`, `D9:1 D4:4`, `D:11:26` → `D8:6`, `D9:17`, … (the labels have a few typos).

@@ -7,9 +7,9 @@
 use super::{AdminContext, json_body};
 use crate::app::AppState;
 use crate::error::ApiError;
-use crate::identity::{Caller, Permissions, is_valid_subject};
+use crate::funnel::trace::Detail;
+use crate::identity::{Caller, is_valid_subject};
 use crate::memory::envelope::is_valid_scope;
-use crate::proxy::headers::UpstreamCredential;
 use crate::recall::{Wish, recall};
 use axum::Json;
 use axum::extract::{Request, State};
@@ -64,15 +64,8 @@ pub async fn explain(
         }
         scopes.insert(format!("user:{subject}"));
     }
-    let caller = Caller {
-        tenant: ctx.tenant,
-        subject: input.caller.subject,
-        scopes,
-        permissions: Permissions { debug: true, ..Permissions::default() },
-        rate_key: String::new(),
-        rate_limit_per_minute: 0,
-        upstream_credential: UpstreamCredential::Forward,
-    };
+    let mut caller = Caller::new(&ctx.tenant, scopes);
+    caller.subject = input.caller.subject;
     let release = match &input.release {
         Some(name) => state
             .rollout()
@@ -81,18 +74,19 @@ pub async fn explain(
         None => state.rollout().active(),
     };
     let body = serde_json::to_vec(&input.request).map_err(ApiError::internal)?;
-    crate::proxy::request_body::parse_messages_request(&body)?;
+    crate::proxy::request_body::check_messages_request(&body)?;
     let recalled = recall(
         &state,
         &caller,
         &release,
         Bytes::from(body),
-        &Wish { off: false, debug: true, budget: Some(std::time::Duration::from_secs(10)), shadow: true },
+        &Wish { off: false, trace: Detail::Full, budget: Some(std::time::Duration::from_secs(10)), shadow: true },
     )
     .await?;
     let request: Value = serde_json::from_slice(&recalled.body).map_err(ApiError::internal)?;
     Ok(Json(json!({
         "release": release.name,
+        "query": recalled.query,
         "status": recalled.status.as_str(),
         "degraded_reason": recalled.degraded_reason,
         "injected": recalled.injected_ids,

@@ -3,6 +3,7 @@
 use super::{AdminContext, json_body};
 use crate::app::AppState;
 use crate::error::ApiError;
+use crate::fanout::Topic;
 use crate::identity::keys::{KeyError, NewKey};
 use crate::memory::record::format_ms;
 use crate::store::StoreError;
@@ -63,7 +64,11 @@ pub async fn revoke(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     match state.identity().keys().revoke(&ctx.tenant, &id).await {
-        Ok(()) => Ok(Json(json!({"id": id, "revoked": true}))),
+        Ok(()) => {
+            // Other replicas drop their cached keys at once (without Redis: within the cache TTL).
+            state.fanout().publish(Topic::Keys).await;
+            Ok(Json(json!({"id": id, "revoked": true})))
+        }
         Err(StoreError::NotFound) => Err(ApiError::not_found(format!("no key `{id}` in this tenant"))),
         Err(err) => Err(ApiError::internal(err)),
     }

@@ -12,55 +12,58 @@ use crate::app::AppState;
 use crate::error::{ApiError, ErrorKind};
 use crate::identity::DEFAULT_TENANT;
 use crate::memory::MemoryError;
-use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
+use axum::extract::{FromRequestParts, Request, State};
 use axum::http::HeaderMap;
 use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use secrecy::ExposeSecret;
 use serde_json::{Value, json};
-use std::net::SocketAddr;
 use subtle::ConstantTimeEq;
 
 /// The largest JSON body a single-record admin call accepts.
 const MAX_ADMIN_BODY_BYTES: u64 = 1024 * 1024;
 
-/// Refuses any admin request without the admin token.
+/// Refuses any admin request without the admin token. Failed attempts count per client address
+/// (`admin.rate_limit_per_minute`); past the limit the address is refused for a while before
+/// any token is compared, so guessing is slow, and an admin who keeps sending the right token is
+/// never counted at all.
 pub async fn require_admin(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let Some(token) = state.admin_token() else {
         return ApiError::not_found("the admin API is off; set MEMGATE_ADMIN_TOKEN to turn it on")
             .into_response();
     };
-    let presented = request
-        .headers()
+    let (parts, body) = request.into_parts();
+    let client = state.client_addr(&parts).map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
+    if let Err(wait) = state.admin_strikes().check(&client) {
+        return too_many_failures(wait).into_response();
+    }
+    let presented = parts
+        .headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    // Counted per client address before the token is checked, so guessing is rate limited too.
-    let client = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map_or_else(|| "unknown".to_owned(), |ConnectInfo(addr)| addr.ip().to_string());
-    if let Err(wait) =
-        state.identity().limits().check(&format!("admin:{client}"), state.admin_rate_limit_per_minute())
-    {
-        return ApiError::new(
-            ErrorKind::RateLimited,
-            format!("admin API rate limit reached; retry in {wait} s"),
-        )
-        .with_retry_after(wait)
-        .into_response();
-    }
     let matches: bool = presented.as_bytes().ct_eq(token.expose_secret().as_bytes()).into();
     if !matches {
+        if let Err(wait) = state.admin_strikes().fail(&client) {
+            return too_many_failures(wait).into_response();
+        }
         return ApiError::new(
             ErrorKind::Authentication,
             "the admin API needs `Authorization: Bearer <MEMGATE_ADMIN_TOKEN>`",
         )
         .into_response();
     }
-    next.run(request).await
+    next.run(Request::from_parts(parts, body)).await
+}
+
+fn too_many_failures(wait: u64) -> ApiError {
+    ApiError::new(
+        ErrorKind::RateLimited,
+        format!("too many failed admin authentications from this address; retry in {wait} s"),
+    )
+    .with_retry_after(wait)
 }
 
 /// The tenant and actor of an admin request.

@@ -17,7 +17,8 @@ use super::quant::Rows;
 use super::terms;
 use crate::memory::record::{Record, Status};
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 /// Below this many vectors a tenant has no approximate index: an exact scan is as fast.
 pub const ANN_MIN_RECORDS: usize = 8192;
@@ -291,10 +292,20 @@ impl TenantIndex {
 }
 
 /// All tenants' indexes.
+///
+/// Changes arrive from this replica's own writes and from other replicas' (through the store's
+/// sync), in any order; the store's sequence number (`Record::change_seq`) decides which is newer,
+/// never a clock. A removal is remembered for a while (`REMEMBER_REMOVALS`), so that an older
+/// write still on its way cannot bring the record back.
 #[derive(Default)]
 pub struct MemoryIndex {
     tenants: RwLock<HashMap<String, Arc<RwLock<TenantIndex>>>>,
+    /// (tenant, id) → sequence number of its removal, and when it was noted.
+    removed: Mutex<HashMap<(String, String), (i64, Instant)>>,
 }
+
+/// How long a removal is remembered once the sync has passed it.
+const REMEMBER_REMOVALS: Duration = Duration::from_secs(60);
 
 impl MemoryIndex {
     pub fn tenant(&self, tenant: &str) -> Option<Arc<RwLock<TenantIndex>>> {
@@ -309,40 +320,76 @@ impl MemoryIndex {
         tenants.entry(tenant.to_owned()).or_default().clone()
     }
 
-    /// Adds or replaces a record. Records that can never be injected (paused, archived) are kept
-    /// out, so the funnel never spends time on them.
-    pub fn upsert(&self, item: IndexedRecord) {
-        let index = self.tenant_or_create(&item.record.tenant);
+    fn removed_at(&self, tenant: &str, id: &str) -> Option<i64> {
+        let removed = self.removed.lock().unwrap_or_else(|p| p.into_inner());
+        removed.get(&(tenant.to_owned(), id.to_owned())).map(|(seq, _)| *seq)
+    }
+
+    fn note_removal(&self, tenant: &str, id: &str, seq: i64) {
+        let mut removed = self.removed.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = removed.entry((tenant.to_owned(), id.to_owned())).or_insert((seq, Instant::now()));
+        if entry.0 <= seq {
+            *entry = (seq, Instant::now());
+        }
+    }
+
+    /// Forgets removals the sync has passed (`cursor`) a while ago.
+    pub fn forget_removals_upto(&self, cursor: i64) {
+        let mut removed = self.removed.lock().unwrap_or_else(|p| p.into_inner());
+        removed.retain(|_, (seq, at)| *seq > cursor || at.elapsed() < REMEMBER_REMOVALS);
+    }
+
+    /// Adds or replaces a record, unless the index already holds a newer write of it or saw it
+    /// removed later. Records that can never be injected (paused, archived) are kept out, so the
+    /// funnel never spends time on them. Returns whether it applied.
+    pub fn upsert(&self, item: IndexedRecord) -> bool {
+        let (tenant, id, seq) = (item.record.tenant.clone(), item.record.id.clone(), item.record.change_seq);
+        if self.removed_at(&tenant, &id).is_some_and(|removed| removed >= seq) {
+            return false;
+        }
+        let index = self.tenant_or_create(&tenant);
         let mut index = index.write().unwrap_or_else(|p| p.into_inner());
+        if index.get(&id).is_some_and(|current| current.record.change_seq > seq) {
+            return false;
+        }
         if item.record.status == Status::Active {
             index.upsert(Arc::new(item));
         } else {
-            index.remove(&item.record.id);
+            index.remove(&id);
+            drop(index);
+            self.note_removal(&tenant, &id, seq);
+        }
+        true
+    }
+
+    /// Removes a record, removed by the write with sequence number `seq`, unless the index holds
+    /// a newer write of it. Returns whether it was there.
+    pub fn remove(&self, tenant: &str, id: &str, seq: i64) -> bool {
+        self.note_removal(tenant, id, seq);
+        let Some(index) = self.tenant(tenant) else { return false };
+        let mut index = index.write().unwrap_or_else(|p| p.into_inner());
+        match index.get(id) {
+            Some(current) if current.record.change_seq <= seq => {
+                index.remove(id);
+                true
+            }
+            _ => false,
         }
     }
 
-    pub fn remove(&self, tenant: &str, id: &str) {
-        if let Some(index) = self.tenant(tenant) {
-            index.write().unwrap_or_else(|p| p.into_inner()).remove(id);
-        }
-    }
-
-    /// Whether the index holds this record at this revision or a later one.
-    pub fn has_revision(&self, tenant: &str, id: &str, revision: i64) -> bool {
+    /// Whether `tenant` holds any record under one of `scopes` (active ones only are indexed).
+    pub fn has_visible(&self, tenant: &str, scopes: &std::collections::BTreeSet<String>) -> bool {
         self.tenant(tenant).is_some_and(|index| {
-            index
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(id)
-                .is_some_and(|i| i.record.revision >= revision)
+            let index = index.read().unwrap_or_else(|p| p.into_inner());
+            scopes.iter().any(|scope| index.by_scope.get(scope).is_some_and(|slots| !slots.is_empty()))
         })
     }
 
-    /// The record's revision if the index holds it and it was last written before `at_ms`.
-    pub fn revision_if_older(&self, tenant: &str, id: &str, at_ms: i64) -> Option<i64> {
-        let index = self.tenant(tenant)?;
-        let index = index.read().unwrap_or_else(|p| p.into_inner());
-        index.get(id).filter(|i| i.record.updated_at_ms <= at_ms).map(|i| i.record.revision)
+    /// Whether the index holds this record at this write or a later one.
+    pub fn has_write(&self, tenant: &str, id: &str, seq: i64) -> bool {
+        self.tenant(tenant).is_some_and(|index| {
+            index.read().unwrap_or_else(|p| p.into_inner()).get(id).is_some_and(|i| i.record.change_seq >= seq)
+        })
     }
 
     /// Records (of any tenant) that have no embedding yet.
@@ -388,5 +435,6 @@ impl MemoryIndex {
         }
         let loaded = by_tenant.into_iter().map(|(t, i)| (t, Arc::new(RwLock::new(i)))).collect();
         *self.tenants.write().unwrap_or_else(|p| p.into_inner()) = loaded;
+        self.removed.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 }

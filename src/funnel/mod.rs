@@ -34,7 +34,7 @@ use crate::identity::Caller;
 use density::{Budget, Packed};
 use index::TenantIndex;
 use semantic::SemanticQuery;
-use trace::Trace;
+use trace::{Detail, Trace};
 
 /// The release's funnel settings.
 #[derive(Debug, Clone)]
@@ -59,10 +59,11 @@ pub fn run(
     query: &SemanticQuery<'_>,
     settings: &FunnelSettings,
     now_ms: i64,
-    detailed: bool,
+    detail: Detail,
 ) -> FunnelOutput {
     let mut trace = Trace::default();
-    let visible = scope::visible(index, caller, detailed, &mut trace);
+    let detailed = detail.is_on();
+    let visible = scope::visible(index, caller, detail, &mut trace);
     let current = temporal::current(index, &visible, now_ms, &settings.schema_versions, detailed, &mut trace);
     let hits = semantic::matching(index, &current, query, detailed, &mut trace);
     let budget = Budget {

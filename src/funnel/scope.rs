@@ -2,22 +2,31 @@
 //! scopes is among the caller's (`Caller::can_see`). Deny by default: the candidates are built
 //! only from the caller's own scopes, so a record no scope admits is never even looked at. The
 //! caller's scope lists are merged into a bitset (`SlotSet`), which also removes repeats.
+//!
+//! What this layer removed is the one part of a trace that is about records the caller may not
+//! see: only an admin's trace (`Detail::Full`) names them, and metrics (`Detail::Off`) count them.
+//! The caller's own trace (`Detail::Visible`) shows the layer's output alone, as if its visible
+//! records were all there is.
 
 use super::index::TenantIndex;
 use super::slots::SlotSet;
-use super::trace::{LayerLog, Trace};
+use super::trace::{Detail, LayerLog, Trace};
 use crate::identity::Caller;
 
 /// Slots of the tenant's records this caller may see.
-pub fn visible(index: &TenantIndex, caller: &Caller, detailed: bool, trace: &mut Trace) -> SlotSet {
+pub fn visible(index: &TenantIndex, caller: &Caller, detail: Detail, trace: &mut Trace) -> SlotSet {
     let mut visible = SlotSet::new(index.slots.len());
     for scope in &caller.scopes {
         for slot in index.by_scope.get(scope).into_iter().flatten() {
             visible.insert(*slot);
         }
     }
-    let mut log = LayerLog::new("scope", index.len(), detailed);
-    if detailed {
+    if detail == Detail::Visible {
+        LayerLog::new("scope", visible.len(), false).finish(visible.len(), trace);
+        return visible;
+    }
+    let mut log = LayerLog::new("scope", index.len(), detail.is_on());
+    if detail == Detail::Full {
         let hidden = index.slots.iter().enumerate().filter(|(slot, _)| !visible.contains(*slot as u32));
         for (_, item) in hidden {
             if !log.wants_detail() {

@@ -5,12 +5,10 @@
 use super::index::{IndexedRecord, TenantIndex};
 use super::ivf::dot;
 use super::semantic::{self, Hit, SemanticQuery};
-use super::trace::Trace;
+use super::trace::{Detail, Trace};
 use super::{FunnelSettings, scope, temporal};
-use crate::identity::{Caller, Permissions};
+use crate::identity::Caller;
 use crate::memory::record::{OPEN_END_MS, Record, Status, format_ms};
-use crate::proxy::headers::UpstreamCredential;
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 const NOW: i64 = 1_800_000_000_000;
@@ -91,6 +89,7 @@ fn record(id: &str, scope: &[&str], valid: (i64, i64), schema: &str) -> Record {
         updated_at_ms: NOW - DAY,
         last_accessed_at_ms: None,
         access_count: 0,
+        change_seq: 0,
     }
 }
 
@@ -104,15 +103,12 @@ fn item(record: Record, vector: Option<Vec<f32>>, terms: &[&str]) -> Arc<Indexed
 }
 
 fn caller(scopes: &[&str]) -> Caller {
-    Caller {
-        tenant: "t".into(),
-        subject: None,
-        scopes: scopes.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>(),
-        permissions: Permissions::default(),
-        rate_key: "test".into(),
-        rate_limit_per_minute: 0,
-        upstream_credential: UpstreamCredential::Forward,
+    let mut caller = Caller::new("t", scopes.iter().map(|s| (*s).to_owned()));
+    // A caller without `public` sees no public records: some tests need exactly that.
+    if !scopes.contains(&"public") {
+        caller.scopes.remove("public");
     }
+    caller
 }
 
 /// The f32 scan the int8 path must reproduce: every candidate with a vector, scored exactly.
@@ -132,7 +128,7 @@ fn similar(hits: &[Hit]) -> Vec<(u32, u32)> {
 }
 
 fn everything_visible(index: &TenantIndex) -> (super::slots::SlotSet, Vec<u32>) {
-    let visible = scope::visible(index, &caller(&["public"]), false, &mut Trace::default());
+    let visible = scope::visible(index, &caller(&["public"]), Detail::Full, &mut Trace::default());
     let list = visible.iter().collect();
     (visible, list)
 }
@@ -250,7 +246,7 @@ fn scope_and_temporal_bitsets_equal_a_naive_filter_after_removals_and_slot_reuse
         ] {
             let caller = caller(who);
             let mut trace = Trace::default();
-            let visible = scope::visible(&index, &caller, false, &mut trace);
+            let visible = scope::visible(&index, &caller, Detail::Full, &mut trace);
             let expected: Vec<u32> = (0..index.slots.len() as u32)
                 .filter(|s| {
                     index.slots[*s as usize].as_ref().is_some_and(|i| caller.can_see("t", &i.record.scope))
@@ -314,7 +310,7 @@ fn detailed_trace_keeps_counts_and_reasons() {
     let query = axis(0);
     let semantic =
         SemanticQuery { text: "where is ORD-1001", vector: Some(&query), threshold: 0.8, probes: 4 };
-    let out = super::run(&index, &caller(&["public", "user:1"]), &semantic, &settings, NOW, true);
+    let out = super::run(&index, &caller(&["public", "user:1"]), &semantic, &settings, NOW, Detail::Full);
     let layers = &out.trace.layers;
     let names: Vec<&str> = layers.iter().map(|l| l.layer).collect();
     assert_eq!(names, ["scope", "temporal", "semantic", "token_density"]);
@@ -346,9 +342,18 @@ fn detailed_trace_keeps_counts_and_reasons() {
     assert_eq!(injected, [("named", 1.0, true), ("same", 1.0, false), ("close", dot(&query, &close), false)]);
 
     // Without detail: the same counts, no names.
-    let out = super::run(&index, &caller(&["public", "user:1"]), &semantic, &settings, NOW, false);
+    let out = super::run(&index, &caller(&["public", "user:1"]), &semantic, &settings, NOW, Detail::Off);
     let plain: Vec<(usize, usize, usize)> =
         out.trace.layers.iter().map(|l| (l.input, l.output, l.removed_count)).collect();
     assert_eq!(plain, counts);
     assert!(out.trace.layers.iter().all(|l| l.removed.is_empty()));
+
+    // The caller's own trace: its visible records named, the hidden one neither named nor counted.
+    let out = super::run(&index, &caller(&["public", "user:1"]), &semantic, &settings, NOW, Detail::Visible);
+    let visible: Vec<(usize, usize, usize)> =
+        out.trace.layers.iter().map(|l| (l.input, l.output, l.removed_count)).collect();
+    assert_eq!(visible, [(8, 8, 0), (8, 5, 3), (5, 3, 2), (3, 3, 0)]);
+    assert!(out.trace.layers[0].removed.is_empty());
+    assert_eq!(out.trace.layers[1].removed.len(), 3, "what the caller may see is still explained");
+    assert!(!format!("{:?}", out.trace).contains("hidden"));
 }

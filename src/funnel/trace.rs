@@ -6,6 +6,24 @@ use serde::Serialize;
 
 pub const MAX_LISTED: usize = 50;
 
+/// How much a trace tells, and to whom.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// Counts only, for metrics and logs.
+    Off,
+    /// For the caller itself (`X-Memory-Debug` on the proxy path): ids and reasons of records it
+    /// may see, nothing of the others — not even how many the tenant holds.
+    Visible,
+    /// For an admin (`/admin/v1/explain`): every layer in full, the scope layer's removals too.
+    Full,
+}
+
+impl Detail {
+    pub fn is_on(self) -> bool {
+        self != Detail::Off
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Removed {
     pub id: String,

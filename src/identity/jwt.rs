@@ -171,7 +171,18 @@ impl JwtVerifier {
         if mtimes == watch.1 {
             return;
         }
-        match load_keys(&self.config) {
+        // A key file that was removed takes its keys out of force: deleting the JWKS is how an
+        // operator withdraws every key in it. One that is there but unreadable is likely being
+        // rewritten: the keys in force stay until it reads.
+        let mut present = self.config.clone();
+        for (path, mtime) in [&mut present.public_key_file, &mut present.jwks_file].into_iter().zip(&mtimes) {
+            if path.as_ref().is_some_and(|p| mtime.is_none() && !p.exists()) {
+                tracing::error!(file = %path.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+                    "a JWT key file is gone: tokens signed with its keys are refused until it is back");
+                *path = None;
+            }
+        }
+        match load_keys(&present) {
             Ok(keys) => {
                 self.keys.store(Arc::new(keys));
                 self.generation.fetch_add(1, Ordering::SeqCst);

@@ -1,7 +1,13 @@
 //! Gateway keys: `mgk_<id>_<secret>`. The id is public and indexes the key; the secret (256 random
 //! bits) is stored only as its SHA-256 and compared in constant time. Verified keys are cached for
-//! a few seconds so the request path does not touch the database on every call; a revocation on
-//! this replica drops its cache entry at once, other replicas see it within `CACHE_TTL`.
+//! a few seconds so the request path does not touch the database on every call.
+//!
+//! Revocation: the revoking replica drops its cache entry at once and tells the others through
+//! the change fan-out (`Topic::Keys`), which drop their whole cache; without Redis they see it
+//! within `CACHE_TTL`. The cache carries an epoch that every revocation bumps, and a lookup that
+//! read the store before a revocation may not put its (now stale) answer into the cache after
+//! it: otherwise a verification racing a revocation could bring the revoked key back for
+//! another `CACHE_TTL`.
 
 use crate::memory::envelope::is_valid_scope;
 use crate::memory::record::now_ms;
@@ -18,8 +24,10 @@ pub const KEY_PREFIX: &str = "mgk_";
 const CACHE_TTL: Duration = Duration::from_secs(5);
 const CACHE_MAX: usize = 10_000;
 
-/// What a key may do beyond reading its own scopes' records.
-pub const PERMISSIONS: [&str; 3] = ["pin_release", "assert_subject", "debug"];
+/// What a key may do beyond reading its own scopes' records. `batches`, `files` and
+/// `upstream_other` open `/v1/*` paths beyond Messages and models in managed mode, where every
+/// tenant's requests share memgate's one upstream key and so its workspace (docs/operations.md).
+pub const PERMISSIONS: [&str; 6] = ["pin_release", "assert_subject", "debug", "batches", "files", "upstream_other"];
 
 /// A request to issue a key.
 #[derive(Debug, Clone)]
@@ -42,12 +50,19 @@ pub enum KeyError {
 
 pub struct GatewayKeys {
     store: Store,
-    cache: Mutex<HashMap<String, (Option<KeyRecord>, Instant)>>,
+    cache: Mutex<KeyCache>,
+}
+
+#[derive(Default)]
+struct KeyCache {
+    entries: HashMap<String, (Option<KeyRecord>, Instant)>,
+    /// Bumped by every revocation seen here; see the module comment.
+    epoch: u64,
 }
 
 impl GatewayKeys {
     pub fn new(store: Store) -> GatewayKeys {
-        GatewayKeys { store, cache: Mutex::new(HashMap::new()) }
+        GatewayKeys { store, cache: Mutex::new(KeyCache::default()) }
     }
 
     /// Issues a key; the returned secret is shown once and never stored.
@@ -91,10 +106,21 @@ impl GatewayKeys {
         Ok((record, format!("{KEY_PREFIX}{id}_{secret}")))
     }
 
+    /// Revokes a key in the store and drops it from this replica's cache; the caller tells the
+    /// other replicas (`Topic::Keys`).
     pub async fn revoke(&self, tenant: &str, id: &str) -> Result<(), StoreError> {
         self.store.revoke_key(tenant, id, now_ms()).await?;
-        self.lock_cache().remove(id);
+        let mut cache = self.lock_cache();
+        cache.epoch += 1;
+        cache.entries.remove(id);
         Ok(())
+    }
+
+    /// Another replica revoked a key: forget every cached key.
+    pub fn forget_cached(&self) {
+        let mut cache = self.lock_cache();
+        cache.epoch += 1;
+        cache.entries.clear();
     }
 
     /// The live key this presented value names, or `None` (unknown, wrong secret, revoked).
@@ -109,8 +135,9 @@ impl GatewayKeys {
         let record = match self.cached(id) {
             Some(record) => record,
             None => {
+                let epoch = self.lock_cache().epoch;
                 let record = self.store.find_key(id).await?;
-                self.remember(id, record.clone());
+                self.remember(id, record.clone(), epoch);
                 record
             }
         };
@@ -120,23 +147,27 @@ impl GatewayKeys {
         }))
     }
 
-    fn lock_cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Option<KeyRecord>, Instant)>> {
+    fn lock_cache(&self) -> std::sync::MutexGuard<'_, KeyCache> {
         // A panic while holding this lock leaves only a cache behind; carry on with it.
         self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn cached(&self, id: &str) -> Option<Option<KeyRecord>> {
         let cache = self.lock_cache();
-        cache.get(id).filter(|(_, at)| at.elapsed() < CACHE_TTL).map(|(record, _)| record.clone())
+        cache.entries.get(id).filter(|(_, at)| at.elapsed() < CACHE_TTL).map(|(record, _)| record.clone())
     }
 
-    fn remember(&self, id: &str, record: Option<KeyRecord>) {
+    /// Caches what the store said at `epoch`, unless a revocation came in between.
+    fn remember(&self, id: &str, record: Option<KeyRecord>, epoch: u64) {
         let mut cache = self.lock_cache();
-        if cache.len() >= CACHE_MAX {
-            cache.retain(|_, (_, at)| at.elapsed() < CACHE_TTL);
+        if cache.epoch != epoch {
+            return;
         }
-        if cache.len() < CACHE_MAX {
-            cache.insert(id.to_owned(), (record, Instant::now()));
+        if cache.entries.len() >= CACHE_MAX {
+            cache.entries.retain(|_, (_, at)| at.elapsed() < CACHE_TTL);
+        }
+        if cache.entries.len() < CACHE_MAX {
+            cache.entries.insert(id.to_owned(), (record, Instant::now()));
         }
     }
 }
@@ -144,4 +175,54 @@ impl GatewayKeys {
 pub fn sha256_hex(text: &str) -> String {
     let digest = Sha256::digest(text.as_bytes());
     digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn keys() -> GatewayKeys {
+        let dir = std::env::temp_dir().join(format!("memgate-keys-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::connect(&format!("sqlite://{}", dir.join("t.db").display())).await.unwrap();
+        store.migrate().await.unwrap();
+        GatewayKeys::new(store)
+    }
+
+    fn new_key() -> NewKey {
+        NewKey {
+            tenant: "t".into(),
+            name: "bot".into(),
+            scopes: vec![],
+            permissions: vec![],
+            rate_limit_per_minute: None,
+        }
+    }
+
+    /// A verification that read the store before a revocation, and finishes after it, must not
+    /// put the key back into the cache (issue 10, finding 9).
+    #[tokio::test]
+    async fn a_lookup_racing_a_revocation_cannot_revive_the_key() {
+        let keys = keys().await;
+        let (record, secret) = keys.issue(&new_key()).await.unwrap();
+        // The racing lookup's first half: the epoch, then the store's answer (not yet revoked).
+        let epoch = keys.lock_cache().epoch;
+        let stale = keys.store.find_key(&record.id).await.unwrap();
+        keys.revoke("t", &record.id).await.unwrap();
+        // Its second half, after the revocation.
+        keys.remember(&record.id, stale, epoch);
+        assert!(keys.verify(&secret).await.unwrap().is_none(), "the revoked key came back from the cache");
+    }
+
+    #[tokio::test]
+    async fn another_replicas_revocation_empties_the_cache() {
+        let keys = keys().await;
+        let (record, secret) = keys.issue(&new_key()).await.unwrap();
+        assert!(keys.verify(&secret).await.unwrap().is_some());
+        // Revoked behind this replica's back, as another replica would.
+        keys.store.revoke_key("t", &record.id, now_ms()).await.unwrap();
+        assert!(keys.verify(&secret).await.unwrap().is_some(), "cached for CACHE_TTL");
+        keys.forget_cached();
+        assert!(keys.verify(&secret).await.unwrap().is_none());
+    }
 }

@@ -5,7 +5,14 @@
 //! mode a request needs a gateway key (`x-api-key: mgk_…`) or a JWT (`Authorization: Bearer`).
 //! In `passthrough` mode the caller's own Anthropic key goes upstream and the caller sees only
 //! `public` records of the default tenant. Rate limits are checked here too, per caller.
+//!
+//! Work before authentication is bounded per client address: in managed mode, failed
+//! credentials count against the address (`Strikes`), and past the limit it is refused before
+//! any key or token is checked; in passthrough mode, where only the upstream can judge a key,
+//! requests with a key the upstream has not yet accepted count against the address and get no
+//! memory work (`accepted`).
 
+pub mod accepted;
 pub mod jwt;
 pub mod keys;
 pub mod rate_limit;
@@ -16,13 +23,15 @@ use crate::error::{ApiError, ErrorKind};
 use crate::memory::envelope::is_valid_scope;
 use crate::proxy::headers::UpstreamCredential;
 use crate::store::Store;
+use accepted::{AcceptedKeys, KeyDigest};
 use axum::http::HeaderMap;
 use jwt::{JwtConfig, JwtVerifier};
 use keys::GatewayKeys;
-use rate_limit::RateLimits;
+use rate_limit::{RateLimits, Strikes};
 use secrecy::SecretString;
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 
 pub const DEFAULT_TENANT: &str = "default";
 pub const SUBJECT_HEADER: &str = "x-memory-subject";
@@ -36,6 +45,12 @@ pub struct Permissions {
     pub assert_subject: bool,
     /// May ask for the funnel trace with `X-Memory-Debug: 1`.
     pub debug: bool,
+    /// Managed mode: may use `/v1/messages/batches…` with memgate's upstream key.
+    pub batches: bool,
+    /// Managed mode: may use `/v1/files…` with memgate's upstream key.
+    pub files: bool,
+    /// Managed mode: may use any other `/v1/*` path with memgate's upstream key.
+    pub upstream_other: bool,
 }
 
 impl Permissions {
@@ -46,6 +61,9 @@ impl Permissions {
                 "pin_release" => p.pin_release = true,
                 "assert_subject" => p.assert_subject = true,
                 "debug" => p.debug = true,
+                "batches" => p.batches = true,
+                "files" => p.files = true,
+                "upstream_other" => p.upstream_other = true,
                 _ => {}
             }
         }
@@ -66,9 +84,32 @@ pub struct Caller {
     pub rate_key: String,
     pub rate_limit_per_minute: u32,
     pub upstream_credential: UpstreamCredential,
+    /// Whether memory may be recalled for this caller: always in managed mode (memgate checked
+    /// the credential); in passthrough mode only once the upstream has accepted the key.
+    pub memory_allowed: bool,
+    /// Passthrough mode: the digest of the caller's key, remembered when the upstream accepts it.
+    pub passthrough_key: Option<KeyDigest>,
 }
 
 impl Caller {
+    /// A caller that is no request's (an admin's `explain`, tests, benchmarks): these scopes in
+    /// `tenant` (plus `public`), no permissions, no rate limit, the upstream credential untouched.
+    pub fn new(tenant: &str, scopes: impl IntoIterator<Item = String>) -> Caller {
+        let mut scopes: BTreeSet<String> = scopes.into_iter().collect();
+        scopes.insert("public".to_owned());
+        Caller {
+            tenant: tenant.to_owned(),
+            subject: None,
+            scopes,
+            permissions: Permissions::default(),
+            rate_key: String::new(),
+            rate_limit_per_minute: 0,
+            upstream_credential: UpstreamCredential::Forward,
+            memory_allowed: true,
+            passthrough_key: None,
+        }
+    }
+
     /// The scope rule of the funnel: same tenant, and at least one scope in common.
     pub fn can_see(&self, tenant: &str, record_scopes: &[String]) -> bool {
         tenant == self.tenant && record_scopes.iter().any(|scope| self.scopes.contains(scope))
@@ -108,7 +149,14 @@ pub struct IdentityConfig {
     pub upstream_key: Option<SecretString>,
     pub jwt: JwtConfig,
     pub claims: ClaimMapping,
+    /// Per gateway key or JWT subject (managed mode), unless the key sets its own.
     pub default_rate_limit_per_minute: u32,
+    /// Per caller key in passthrough mode; 0 (the default) leaves passthrough callers to the
+    /// upstream's own limits.
+    pub passthrough_rate_limit_per_minute: u32,
+    /// Per client address: failed credentials (managed mode), requests with a key the upstream
+    /// has not yet accepted (passthrough mode).
+    pub preauth_rate_limit_per_minute: u32,
 }
 
 pub struct Authenticator {
@@ -116,12 +164,21 @@ pub struct Authenticator {
     keys: GatewayKeys,
     jwt: Option<JwtVerifier>,
     limits: RateLimits,
+    strikes: Strikes,
+    accepted: AcceptedKeys,
 }
 
 impl Authenticator {
     pub fn new(config: IdentityConfig, store: Store) -> Result<Authenticator, String> {
         let jwt = if config.jwt.is_enabled() { Some(JwtVerifier::new(config.jwt.clone())?) } else { None };
-        Ok(Authenticator { keys: GatewayKeys::new(store), jwt, limits: RateLimits::default(), config })
+        Ok(Authenticator {
+            keys: GatewayKeys::new(store),
+            jwt,
+            limits: RateLimits::default(),
+            strikes: Strikes::new(config.preauth_rate_limit_per_minute),
+            accepted: AcceptedKeys::default(),
+            config,
+        })
     }
 
     pub fn keys(&self) -> &GatewayKeys {
@@ -132,10 +189,25 @@ impl Authenticator {
         &self.limits
     }
 
-    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    /// The caller behind `headers`, from client address `client` (for the limits before
+    /// authentication), with its rate limits charged.
+    pub async fn authenticate(&self, headers: &HeaderMap, client: Option<IpAddr>) -> Result<Caller, ApiError> {
+        let address = client.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
         let mut caller = match self.config.mode {
-            AuthMode::Passthrough => self.passthrough_caller(headers),
-            AuthMode::Managed => self.managed_caller(headers).await?,
+            AuthMode::Passthrough => self.passthrough_caller(headers, &address)?,
+            AuthMode::Managed => {
+                self.strikes.check(&address).map_err(|wait| too_many_failures(wait))?;
+                match self.managed_caller(headers).await {
+                    Ok(caller) => caller,
+                    Err(err) if err.kind() == ErrorKind::Authentication => {
+                        return Err(match self.strikes.fail(&address) {
+                            Ok(()) => err,
+                            Err(wait) => too_many_failures(wait),
+                        });
+                    }
+                    Err(err) => return Err(err),
+                }
+            }
         };
         if let Some(value) = headers.get(SUBJECT_HEADER) {
             if !caller.permissions.assert_subject {
@@ -150,38 +222,72 @@ impl Authenticator {
                 )
             })?;
             caller.scopes.insert(format!("user:{subject}"));
-            caller.rate_key = format!("{}/subject:{subject}", caller.rate_key);
+            // The subject has a bucket of its own, and the key's is charged as well: naming a
+            // new subject on every request must not buy a fresh allowance.
+            let subject_key = format!("{}/subject:{subject}", caller.rate_key);
+            self.charge(&subject_key, caller.rate_limit_per_minute)?;
             caller.subject = Some(subject.to_owned());
         }
-        self.limits.check(&caller.rate_key, caller.rate_limit_per_minute).map_err(|wait| {
-            ApiError::new(
-                ErrorKind::RateLimited,
-                format!(
-                    "rate limit of {} requests a minute reached; retry in {wait} s",
-                    caller.rate_limit_per_minute
-                ),
-            )
-            .with_retry_after(wait)
-        })?;
+        self.charge(&caller.rate_key, caller.rate_limit_per_minute)?;
         Ok(caller)
     }
 
-    fn passthrough_caller(&self, headers: &HeaderMap) -> Caller {
-        // The caller's Anthropic key is its identity for rate limiting; only a hash is kept.
+    fn charge(&self, rate_key: &str, per_minute: u32) -> Result<(), ApiError> {
+        self.limits.check(rate_key, per_minute).map_err(|wait| {
+            ApiError::new(
+                ErrorKind::RateLimited,
+                format!("rate limit of {per_minute} requests a minute reached; retry in {wait} s"),
+            )
+            .with_retry_after(wait)
+        })
+    }
+
+    /// The upstream answered a passthrough caller: a 2xx makes its key one memory may be
+    /// recalled for, a 401 makes it one it may not.
+    pub fn upstream_answered(&self, caller: &Caller, status: u16) {
+        let Some(digest) = &caller.passthrough_key else { return };
+        match status {
+            200..=299 if !caller.memory_allowed => self.accepted.accept(*digest),
+            401 => self.accepted.forget(digest),
+            _ => {}
+        }
+    }
+
+    fn passthrough_caller(&self, headers: &HeaderMap, address: &str) -> Result<Caller, ApiError> {
+        // The caller's Anthropic key is its identity for rate limiting; only a digest is kept.
         let presented = headers
             .get("x-api-key")
             .or_else(|| headers.get("authorization"))
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
-        Caller {
+        let digest = KeyDigest::of(presented);
+        let accepted = self.accepted.contains(&digest);
+        if !accepted {
+            // Until the upstream has accepted this key, the request is unauthenticated work: it
+            // counts against the client's address.
+            let limit = self.config.preauth_rate_limit_per_minute;
+            self.limits.check(&format!("preauth:{address}"), limit).map_err(|wait| {
+                ApiError::new(
+                    ErrorKind::RateLimited,
+                    format!(
+                        "too many requests with keys the upstream has not accepted yet from this address \
+                         ({limit} a minute); retry in {wait} s"
+                    ),
+                )
+                .with_retry_after(wait)
+            })?;
+        }
+        Ok(Caller {
             tenant: DEFAULT_TENANT.to_owned(),
             subject: None,
             scopes: BTreeSet::from(["public".to_owned()]),
             permissions: Permissions::default(),
-            rate_key: format!("passthrough:{}", &keys::sha256_hex(presented)[..16]),
-            rate_limit_per_minute: self.config.default_rate_limit_per_minute,
+            rate_key: format!("passthrough:{}", digest.hex()),
+            rate_limit_per_minute: self.config.passthrough_rate_limit_per_minute,
             upstream_credential: UpstreamCredential::Forward,
-        }
+            memory_allowed: accepted,
+            passthrough_key: Some(digest),
+        })
     }
 
     async fn managed_caller(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
@@ -218,6 +324,8 @@ impl Authenticator {
                     .rate_limit_per_minute
                     .unwrap_or(self.config.default_rate_limit_per_minute),
                 upstream_credential: UpstreamCredential::Replace(upstream_key),
+                memory_allowed: true,
+                passthrough_key: None,
             });
         }
         let Some(token) = bearer else {
@@ -279,8 +387,18 @@ impl Authenticator {
             permissions,
             rate_limit_per_minute: self.config.default_rate_limit_per_minute,
             upstream_credential: UpstreamCredential::Forward,
+            memory_allowed: true,
+            passthrough_key: None,
         })
     }
+}
+
+fn too_many_failures(wait: u64) -> ApiError {
+    ApiError::new(
+        ErrorKind::RateLimited,
+        format!("too many failed authentications from this address; retry in {wait} s"),
+    )
+    .with_retry_after(wait)
 }
 
 pub fn is_valid_tenant(text: &str) -> bool {

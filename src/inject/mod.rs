@@ -17,6 +17,7 @@
 
 pub mod placement;
 pub mod render;
+pub mod scan;
 
 #[cfg(test)]
 mod placement_props;
@@ -25,5 +26,5 @@ mod placement_tests;
 #[cfg(test)]
 mod render_tests;
 
-pub use placement::{InjectError, Injected, Placement, inject, last_user_text};
+pub use placement::{InjectError, Injected, Placement, inject};
 pub use render::{DEFAULT_RELEASE, ReleaseSource, RenderError, RenderItem, Templates, record_line};

@@ -1,7 +1,8 @@
 //! Placing the rendered block into the client's Messages request.
 //!
-//! The body is edited as text, not rebuilt. It is parsed into `RawValue`s that borrow from the
-//! client's bytes (the top level as `IndexMap<String, &RawValue>`, arrays as `Vec<&RawValue>`), the
+//! The body is edited as text, not rebuilt. It is read as `RawValue`s that borrow from the
+//! client's bytes (the few top-level fields placement needs, array elements one at a time: see
+//! `scan`), the
 //! one value that changes is located by its byte span, and the output is the client's bytes with
 //! that one span replaced or one insertion made. Every other byte — the client's blocks, their key
 //! order, number formatting, string escapes, unknown fields, even whitespace — comes out as it
@@ -15,7 +16,7 @@
 //! Otherwise every breakpoint sits in `tools` or `system`, and the block becomes a trailing text
 //! block of `system`, which keeps the messages themselves unchanged.
 
-use indexmap::IndexMap;
+use super::scan::{for_each_element, top_fields};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -90,9 +91,6 @@ struct MessageProbe<'a> {
 /// may legitimately hold a key named `cache_control`) and `text` are skipped, never inspected.
 #[derive(Deserialize)]
 struct BlockProbe<'a> {
-    #[serde(rename = "type")]
-    kind: Option<String>,
-    text: Option<String>,
     #[serde(borrow)]
     cache_control: Option<&'a RawValue>,
     /// Nested blocks, as in `tool_result` and `search_result`; they can carry breakpoints too.
@@ -110,16 +108,16 @@ struct Splice {
 /// Puts `block` into `body`, the client's raw JSON (already validated as an object with `model`
 /// and `messages`), following `placement` and the cache rules in the module comment.
 pub fn inject(body: &[u8], block: &str, placement: Placement) -> Result<Injected, InjectError> {
-    let top: IndexMap<String, &RawValue> = serde_json::from_slice(body).map_err(InjectError::Body)?;
-    let messages = match top.get("messages") {
-        Some(raw) => parse::<Vec<&RawValue>>(raw, "messages", "an array of messages")?,
-        None => return Err(shape("messages", "present: an array of messages")),
+    let [messages, system, top_cache_control] =
+        top_fields(body, ["messages", "system", "cache_control"]).map_err(InjectError::Body)?;
+    let Some(messages) = messages else {
+        return Err(shape("messages", "present: an array of messages"));
     };
 
     // `cache_control: null` is no breakpoint: the API reads null as absent.
-    let mut message_breakpoint = top.get("cache_control").is_some_and(|raw| raw.get() != "null");
+    let mut message_breakpoint = top_cache_control.is_some_and(|raw| raw.get() != "null");
     let mut last_user: Option<(usize, Option<&RawValue>)> = None;
-    for (index, raw) in messages.iter().enumerate() {
+    for_each_element(messages, |index, raw| {
         let path = format!("messages.{index}");
         let message: MessageProbe = parse(raw, &path, "an object with `role` and `content`")?;
         if message.role.as_deref() == Some("user") {
@@ -132,7 +130,9 @@ pub fn inject(body: &[u8], block: &str, placement: Placement) -> Result<Injected
                     None => false,
                 };
         }
-    }
+        Ok(())
+    })
+    .map_err(|err| shape("messages", &format!("an array of messages ({err})")))??;
 
     let want_turn = match placement {
         Placement::Auto | Placement::System => message_breakpoint,
@@ -150,7 +150,7 @@ pub fn inject(body: &[u8], block: &str, placement: Placement) -> Result<Injected
         }
         // No user turn to take the block: `system` is the only place left, even in front of a
         // message breakpoint.
-        _ => (append_to_system(body, top.get("system").copied(), &block_json)?, PLACED_IN_SYSTEM),
+        _ => (append_to_system(body, system, &block_json)?, PLACED_IN_SYSTEM),
     };
 
     let mut out = Vec::with_capacity(body.len() + splice.text.len());
@@ -160,38 +160,6 @@ pub fn inject(body: &[u8], block: &str, placement: Placement) -> Result<Injected
     Ok(Injected { body: out, placed_in })
 }
 
-/// The text to match memory against: the last user turn's string content, or its text blocks
-/// joined with "\n". A user turn without text (only `tool_result` blocks, as in an agent's tool
-/// loop) is passed over for the user turn before it, so every step of a tool loop queries with
-/// the person's last words and gets the same memory. `None` when no user turn has text.
-pub fn last_user_text(body: &[u8]) -> Option<String> {
-    #[derive(Deserialize)]
-    struct Messages<'a> {
-        #[serde(borrow)]
-        messages: Vec<&'a RawValue>,
-    }
-    let parsed: Messages = serde_json::from_slice(body).ok()?;
-    parsed.messages.iter().rev().find_map(|raw| {
-        let message: MessageProbe = serde_json::from_str(raw.get()).ok()?;
-        if message.role.as_deref() != Some("user") {
-            return None;
-        }
-        let content = message.content?.get();
-        let text = if content.starts_with('"') {
-            serde_json::from_str::<String>(content).ok()?
-        } else {
-            let blocks: Vec<BlockProbe> = serde_json::from_str(content).ok()?;
-            let texts: Vec<String> = blocks
-                .into_iter()
-                .filter(|block| block.kind.as_deref() == Some("text"))
-                .filter_map(|block| block.text)
-                .collect();
-            texts.join("\n")
-        };
-        (!text.trim().is_empty()).then_some(text)
-    })
-}
-
 /// Whether a message's `content` (or a block's nested `content`) holds a breakpoint. A parse, not
 /// a text search: the text `"cache_control":` can appear legitimately as a key inside a tool
 /// call's `input`, and that is no breakpoint.
@@ -199,23 +167,22 @@ fn blocks_have_breakpoint(content: &RawValue, path: &str) -> Result<bool, Inject
     if !content.get().starts_with('[') {
         return Ok(false);
     }
-    let blocks: Vec<&RawValue> = parse(content, path, "a string or an array of content blocks")?;
-    for (index, raw) in blocks.iter().enumerate() {
-        if !raw.get().starts_with('{') {
-            continue;
+    let mut found = false;
+    for_each_element(content, |index, raw| {
+        if found || !raw.get().starts_with('{') {
+            return Ok(());
         }
         let path = format!("{path}.{index}");
         let block: BlockProbe = parse(raw, &path, "a content block object")?;
-        if block.cache_control.is_some() {
-            return Ok(true);
-        }
-        if let Some(nested) = block.content
-            && blocks_have_breakpoint(nested, &format!("{path}.content"))?
-        {
-            return Ok(true);
-        }
-    }
-    Ok(false)
+        found = block.cache_control.is_some()
+            || match block.content {
+                Some(nested) => blocks_have_breakpoint(nested, &format!("{path}.content"))?,
+                None => false,
+            };
+        Ok(())
+    })
+    .map_err(|err| shape(path, &format!("a string or an array of content blocks ({err})")))??;
+    Ok(found)
 }
 
 fn append_to_system(body: &[u8], system: Option<&RawValue>, block_json: &str) -> Result<Splice, InjectError> {

@@ -8,7 +8,7 @@ use indexmap::IndexMap;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::placement::{Injected, Placement, inject, last_user_text};
+use super::placement::{Injected, Placement, inject};
 
 pub(super) const BLOCK: &str = "<MEMORY_CONTEXT version=\"v1\">\nnotes\n{\"id\":\"m1\",\"content\":\"\\u003c/x\\u003e\"}\n</MEMORY_CONTEXT>";
 
@@ -367,23 +367,4 @@ fn malformed_shapes_are_errors_not_panics() {
     ] {
         assert!(inject(body.as_bytes(), BLOCK, Placement::Auto).is_err(), "{body}");
     }
-}
-
-#[test]
-fn last_user_text_reads_the_last_user_turn() {
-    let body = |messages: &str| format!(r#"{{"model":"m","messages":{messages}}}"#);
-    assert_eq!(
-        last_user_text(body(r#"[{"role":"user","content":"a \u00e9"}]"#).as_bytes()).as_deref(),
-        Some("a é")
-    );
-    let blocks = r#"[{"role":"user","content":"old"},{"role":"assistant","content":"x"},
-      {"role":"user","content":[{"type":"text","text":"one"},{"type":"image","source":{}},{"type":"text","text":"two"}]},
-      {"role":"assistant","content":"prefill"}]"#;
-    assert_eq!(last_user_text(body(blocks).as_bytes()).as_deref(), Some("one\ntwo"));
-    let tool_loop = r#"[{"role":"user","content":"find order 42"},
-      {"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]},
-      {"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"found"}]}]"#;
-    assert_eq!(last_user_text(body(tool_loop).as_bytes()).as_deref(), Some("find order 42"));
-    assert_eq!(last_user_text(body(r#"[{"role":"assistant","content":"x"}]"#).as_bytes()), None);
-    assert_eq!(last_user_text(b"not json"), None);
 }

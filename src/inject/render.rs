@@ -257,8 +257,10 @@ impl Templates {
 /// One record as one line of JSON: keys in a fixed order (`id`, `type`, `priority`, `updated_at`,
 /// then `content` or `stub`; object keys inside `content` sorted), no insignificant whitespace,
 /// and `<`, `>`, `&` inside strings escaped as `\u003c`, `\u003e`, `\u0026` — so no record can
-/// close the block or forge another. U+0085, U+2028 and U+2029 are escaped too, so no reader that
-/// splits lines on them can cut a record in two.
+/// close the block or forge another. Their compatibility forms (fullwidth `＜ ＞ ＆`, small
+/// `﹤ ﹥ ﹠`), which a reader that normalizes text (NFKC) turns into the same characters, are
+/// escaped the same way. U+0085, U+2028 and U+2029 are escaped too, so no reader that splits lines
+/// on them can cut a record in two.
 pub fn record_line(item: &RenderItem) -> String {
     let mut out = String::with_capacity(96);
     out.push_str("{\"id\":");
@@ -334,7 +336,8 @@ fn push_escaped(out: &mut String, text: &str) {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            '<' | '>' | '&' | '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{2028}' | '\u{2029}' => {
+            '<' | '>' | '&' | '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{2028}' | '\u{2029}'
+            | '\u{ff1c}' | '\u{ff1e}' | '\u{ff06}' | '\u{fe64}' | '\u{fe65}' | '\u{fe60}' => {
                 let _ = write!(out, "\\u{:04x}", u32::from(ch));
             }
             _ => out.push(ch),

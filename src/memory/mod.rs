@@ -63,8 +63,10 @@ pub struct MemoryService {
     /// Background embedding of records written without one (imports, startup after a model
     /// change). Closed and awaited on shutdown; what it could not finish is redone at next start.
     tasks: TaskTracker,
-    /// Up to when (ms) this replica's index has taken in the store's changes.
+    /// The store's sequence number up to which this replica's index has taken in its changes.
     synced_until: Arc<std::sync::atomic::AtomicI64>,
+    /// One sync at a time: the ticker and the fan-out listener both start them.
+    sync_lock: Arc<tokio::sync::Mutex<()>>,
     /// Injections counted since the last flush to the store.
     accesses: Arc<access::AccessLog>,
     /// Tells other replicas about this one's writes (Redis), so they need not wait for the poll.
@@ -87,7 +89,8 @@ impl MemoryService {
             index: Arc::new(MemoryIndex::default()),
             dedupe_threshold,
             tasks: TaskTracker::new(),
-            synced_until: Arc::new(std::sync::atomic::AtomicI64::new(now_ms())),
+            synced_until: Arc::new(std::sync::atomic::AtomicI64::new(0)),
+            sync_lock: Arc::default(),
             accesses: Arc::default(),
             fanout: Fanout::disabled(),
         }
@@ -139,7 +142,9 @@ impl MemoryService {
     /// Loads every record with its stored embedding into the index, then embeds in the
     /// background the records that have none for the running model.
     pub async fn load_index(&self) -> Result<usize, StoreError> {
-        self.synced_until.store(now_ms(), std::sync::atomic::Ordering::SeqCst);
+        // The cursor is read before the records: whatever commits in between is read again by
+        // the next sync, and applying a write twice is harmless.
+        let cursor = self.store.sync_cursor().await?;
         let records = self.store.all_memories().await?;
         let mut vectors = self.store.embeddings_of_model(self.embedder.model_id()).await?;
         let items: Vec<IndexedRecord> = records
@@ -151,26 +156,31 @@ impl MemoryService {
             .collect();
         let count = items.len();
         self.index.load(items);
+        self.synced_until.store(cursor, std::sync::atomic::Ordering::SeqCst);
         self.spawn_backfill();
         Ok(count)
     }
 
-    /// Applies what other replicas wrote since the last sync to this replica's index. Runs once a
-    /// second from the server's ticker; the 5-second overlap absorbs clock skew between replicas,
-    /// and applying a change twice is harmless (a record's revision decides).
+    /// Applies what other replicas wrote since the last sync to this replica's index, in the
+    /// order the store numbered the writes (`Store::changed_since`): no clock is trusted, so a
+    /// replica whose clock runs behind cannot keep a deleted or forgotten record alive. Runs
+    /// from the server's ticker and on every fan-out message; applying a change twice is
+    /// harmless (the sequence number decides). A replica that fell behind the pruned tombstones
+    /// reloads everything.
     pub async fn sync_from_store(&self) -> Result<usize, StoreError> {
-        let now = now_ms();
-        let since = self.synced_until.swap(now, std::sync::atomic::Ordering::SeqCst) - 5_000;
-        let (records, removed) = self.store.changed_since(since).await?;
+        let _one_at_a_time = self.sync_lock.lock().await;
+        let cursor = self.synced_until.load(std::sync::atomic::Ordering::SeqCst);
+        let Some(changes) = self.store.changed_since(cursor).await? else {
+            tracing::warn!(cursor, "this replica fell behind the pruned tombstones; reloading every record");
+            return self.load_index().await;
+        };
         let mut applied = 0;
-        for (tenant, id, at) in removed {
-            if self.index.revision_if_older(&tenant, &id, at).is_some() {
-                self.index.remove(&tenant, &id);
-                applied += 1;
-            }
+        for (tenant, id, seq) in changes.removed {
+            applied += usize::from(self.index.remove(&tenant, &id, seq));
         }
-        for record in records {
-            if self.index.has_revision(&record.tenant, &record.id, record.revision) {
+        let mut missing = false;
+        for record in changes.records {
+            if self.index.has_write(&record.tenant, &record.id, record.change_seq) {
                 continue;
             }
             let vector = self
@@ -178,13 +188,14 @@ impl MemoryService {
                 .embedding(&record.tenant, &record.id, self.embedder.model_id())
                 .await?
                 .map(Arc::from);
-            let missing = vector.is_none();
-            self.index.upsert(IndexedRecord::new(record, vector));
-            if missing {
-                self.spawn_backfill();
-            }
-            applied += 1;
+            missing |= vector.is_none();
+            applied += usize::from(self.index.upsert(IndexedRecord::new(record, vector)));
         }
+        if missing {
+            self.spawn_backfill();
+        }
+        self.synced_until.store(changes.upto, std::sync::atomic::Ordering::SeqCst);
+        self.index.forget_removals_upto(changes.upto);
         Ok(applied)
     }
 
@@ -383,12 +394,12 @@ impl MemoryService {
     }
 
     pub async fn delete(&self, tenant: &str, id: &str, actor: &str) -> Result<Record, MemoryError> {
-        let record = self
+        let (record, seq) = self
             .store
             .delete_memory(tenant, id, actor, now_ms())
             .await
             .map_err(|err| MemoryError::from_store(err, id))?;
-        self.index.remove(tenant, id);
+        self.index.remove(tenant, id, seq);
         self.announce();
         Ok(record)
     }
@@ -421,9 +432,9 @@ impl MemoryService {
                 "a scope is `public` or `kind:value`, e.g. `user:u-789`",
             )]));
         }
-        let (ids, changes) = self.store.forget_scope(tenant, scope).await.map_err(MemoryError::Store)?;
+        let (ids, changes, seq) = self.store.forget_scope(tenant, scope).await.map_err(MemoryError::Store)?;
         for id in &ids {
-            self.index.remove(tenant, id);
+            self.index.remove(tenant, id, seq);
         }
         self.announce();
         Ok((ids.len() as u64, changes))

@@ -75,6 +75,9 @@ pub struct Record {
     pub updated_at_ms: i64,
     pub last_accessed_at_ms: Option<i64>,
     pub access_count: i64,
+    /// The store's sequence number of the record's last write: orders changes between replicas
+    /// without trusting anyone's clock (`Store::changed_since`). Never part of the API.
+    pub change_seq: i64,
 }
 
 impl Record {

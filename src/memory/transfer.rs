@@ -136,13 +136,13 @@ impl MemoryService {
         import_id: &str,
         actor: &str,
     ) -> Result<Vec<String>, MemoryError> {
-        let removed = self
+        let (removed, seq) = self
             .store
             .undo_import(tenant, import_id, actor, now_ms())
             .await
             .map_err(|err| MemoryError::from_store(err, import_id))?;
         for record in &removed {
-            self.index.remove(tenant, &record.id);
+            self.index.remove(tenant, &record.id, seq);
         }
         self.announce();
         Ok(removed.into_iter().map(|r| r.id).collect())

@@ -72,6 +72,10 @@ pub struct MockArgs {
     /// Answer 500 `api_error` to any Messages request whose `system` contains this text.
     #[arg(long)]
     pub fail_marker: Option<String>,
+    /// The only keys accepted (`x-api-key` or `Authorization: Bearer`), as Anthropic accepts only
+    /// its own: any other gets 401 `authentication_error`. Repeatable; none: every key is fine.
+    #[arg(long = "api-key", value_name = "KEY")]
+    pub api_keys: Vec<String>,
 }
 
 impl Default for MockArgs {
@@ -86,6 +90,7 @@ impl Default for MockArgs {
             slow_first_byte_ms: DEFAULT_SLOW_FIRST_BYTE_MS,
             pause_ms: DEFAULT_PAUSE_MS,
             fail_marker: None,
+            api_keys: Vec::new(),
         }
     }
 }

@@ -204,7 +204,11 @@ impl FromRequest<MockState> for Recorded {
         let (parts, body) = req.into_parts();
         let read = axum::body::to_bytes(body, MAX_BODY_BYTES).await;
         let raw = read.as_ref().map_or(Bytes::new(), Bytes::clone);
-        let json: Option<Value> = serde_json::from_slice(&raw).ok();
+        let json: Option<Value> = if raw.len() <= FULLY_PARSED_BYTES {
+            serde_json::from_slice(&raw).ok()
+        } else {
+            messages_fields(&raw)
+        };
         let method = parts.method.as_str().to_owned();
         let path = parts.uri.path().to_owned();
         let query = parts.uri.query().map(str::to_owned);
@@ -218,6 +222,20 @@ impl FromRequest<MockState> for Recorded {
             body_bytes: raw.len(),
             stream: OnceLock::new(),
         });
+        let args = &state.args;
+        if !args.api_keys.is_empty() {
+            let presented = parts
+                .headers
+                .get("x-api-key")
+                .and_then(|v| v.to_str().ok())
+                .or_else(|| {
+                    parts.headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "))
+                })
+                .unwrap_or("");
+            if !args.api_keys.iter().any(|key| key == presented) {
+                return Err(ApiError::Authentication.into_response_with(entry.seq));
+            }
+        }
         if let Err(err) = read {
             let too_large = std::error::Error::source(&err)
                 .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
@@ -245,4 +263,37 @@ fn headers_json(headers: &http::HeaderMap) -> Map<String, Value> {
         out.insert(name.as_str().to_owned(), Value::String(joined));
     }
     out
+}
+
+/// Bodies up to this size are parsed and kept whole; larger ones only for the fields a Messages
+/// answer reads (`messages_fields`), so that a load of 32 MB bodies padded with other fields does
+/// not cost the mock gigabytes of `Value`s.
+const FULLY_PARSED_BYTES: usize = 4 * 1024 * 1024;
+
+/// The Messages fields of a large body, every other top-level field skipped unparsed.
+fn messages_fields(raw: &[u8]) -> Option<Value> {
+    #[derive(serde::Deserialize)]
+    struct Fields {
+        model: Option<Value>,
+        max_tokens: Option<Value>,
+        stream: Option<Value>,
+        system: Option<Value>,
+        messages: Option<Value>,
+        tools: Option<Value>,
+    }
+    let fields: Fields = serde_json::from_slice(raw).ok()?;
+    let mut out = Map::new();
+    for (name, value) in [
+        ("model", fields.model),
+        ("max_tokens", fields.max_tokens),
+        ("stream", fields.stream),
+        ("system", fields.system),
+        ("messages", fields.messages),
+        ("tools", fields.tools),
+    ] {
+        if let Some(value) = value {
+            out.insert(name.to_owned(), value);
+        }
+    }
+    Some(Value::Object(out))
 }

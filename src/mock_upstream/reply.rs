@@ -17,6 +17,7 @@ const RETRY_AFTER_SECS: u32 = 7;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum ApiError {
     InvalidRequest(String),
+    Authentication,
     NotFound(String),
     TooLarge,
     RateLimited,
@@ -28,6 +29,7 @@ impl ApiError {
     fn status(&self) -> StatusCode {
         match self {
             ApiError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Authentication => StatusCode::UNAUTHORIZED,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RateLimited => StatusCode::TOO_MANY_REQUESTS,
@@ -39,6 +41,7 @@ impl ApiError {
     fn kind(&self) -> &'static str {
         match self {
             ApiError::InvalidRequest(_) => "invalid_request_error",
+            ApiError::Authentication => "authentication_error",
             ApiError::NotFound(_) => "not_found_error",
             ApiError::TooLarge => "request_too_large",
             ApiError::RateLimited => "rate_limit_error",
@@ -53,6 +56,7 @@ impl ApiError {
                 message
             }
             ApiError::TooLarge => "Request exceeds the maximum allowed number of bytes.",
+            ApiError::Authentication => "invalid x-api-key",
             ApiError::RateLimited => "This request would exceed the rate limit (mock-upstream).",
             ApiError::Overloaded => "Overloaded",
         }

@@ -2,10 +2,13 @@
 //! checked (they are where memory will be injected); every other `/v1/*` path and method streams
 //! through untouched. Either way the upstream's answer comes back as it is.
 
+pub mod budget;
 pub mod headers;
+pub mod paths;
 pub mod request_body;
 pub mod shadow;
 pub mod upstream;
+pub mod verify;
 
 use crate::app::AppState;
 use crate::error::ApiError;
@@ -13,14 +16,12 @@ use crate::recall::{self, Recalled};
 use crate::rollout::Release;
 use crate::rollout::stats::Outcome;
 use axum::body::Body;
-use axum::extract::ConnectInfo;
 use axum::extract::{Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use headers::upstream_request_headers;
 use http_body::Body as _;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use upstream::UpstreamLatency;
 use upstream::UpstreamRequest;
@@ -38,25 +39,44 @@ pub async fn count_tokens(State(state): State<AppState>, request: Request) -> Re
 /// Any other `/v1/*` path and method: body streamed through, nothing read.
 pub async fn passthrough(State(state): State<AppState>, request: Request) -> Result<Response, ApiError> {
     let (parts, body) = request.into_parts();
-    let caller = state.identity().authenticate(&parts.headers).await?;
+    let client = state.client_addr(&parts);
+    let caller = state.identity().authenticate(&parts.headers, client).await?;
+    paths::check_upstream_path(&caller, parts.uri.path())?;
     // A request without a body (GET /v1/models) must not grow a chunked empty one on the way.
     let body =
         (body.size_hint().exact() != Some(0)).then(|| reqwest::Body::wrap_stream(body.into_data_stream()));
     let headers = upstream_request_headers(&parts.headers, &caller.upstream_credential);
-    state.upstream().send(upstream_request(&parts, headers, body)).await
+    let response = state.upstream().send(upstream_request(&parts, headers, body)).await?;
+    state.identity().upstream_answered(&caller, response.status().as_u16());
+    Ok(response)
 }
 
 async fn forward_messages_request(state: &AppState, request: Request) -> Result<Response, ApiError> {
     let started = Instant::now();
     let (parts, body) = request.into_parts();
-    let caller = state.identity().authenticate(&parts.headers).await?;
+    let client = state.client_addr(&parts);
+    let mut caller = state.identity().authenticate(&parts.headers, client).await?;
     let limits = state.limits();
-    let bytes =
-        request_body::read_limited(&parts.headers, body, limits.max_body_bytes, limits.body_read_timeout)
-            .await?;
-    request_body::parse_messages_request(&bytes)?;
-    let wish = recall::wish(&parts.headers, &caller)?;
-    let client = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
+    // Held until the request has left for the upstream: see `budget`.
+    let (bytes, budget_permit) = request_body::read_budgeted(
+        &parts.headers,
+        body,
+        limits.max_body_bytes,
+        limits.body_read_timeout,
+        state.body_budget(),
+    )
+    .await?;
+    request_body::check_messages_request(&bytes)?;
+    let mut wish = recall::wish(&parts.headers, &caller)?;
+    // Passthrough: no memory work for a key the upstream has not accepted (`verify`), and no
+    // check of the key at all while no record could be recalled for it anyway (recall then
+    // finds nothing without running the model, and there is nothing to tell).
+    let nothing_to_recall = !state.index().has_visible(&caller.tenant, &caller.scopes);
+    if !wish.off && !caller.memory_allowed && !nothing_to_recall {
+        caller.memory_allowed = verify::key_accepted(state, &parts.headers, &caller).await;
+    }
+    let memory_allowed = caller.memory_allowed || nothing_to_recall;
+    wish.off |= !memory_allowed;
     // The request keeps this release to the end, whatever the rollout does meanwhile.
     let release = state.rollout().route(&caller, &parts.headers, client)?;
     // Memory turned off for this request: there is nothing to compare a candidate with.
@@ -77,37 +97,58 @@ async fn forward_messages_request(state: &AppState, request: Request) -> Result<
         Ok(response) => response,
         Err(err) => err.into_response(),
     };
+    drop(budget_permit);
+    let status = response.status();
+    state.identity().upstream_answered(&caller, status.as_u16());
     let upstream_time = response.extensions().get::<UpstreamLatency>().map_or(Duration::ZERO, |l| l.0);
-    state.rollout().record(
-        &release.name,
-        &Outcome {
-            upstream_error: response.status().is_server_error(),
-            memory_error: recalled.status == recall::MemoryStatus::Degraded,
-            injected_records: recalled.injected_ids.len(),
-            injected_tokens: recalled.tokens,
-            added_latency: started.elapsed().saturating_sub(upstream_time),
-        },
-    );
+    // A call the upstream refused for its credential says nothing about the release, nor does
+    // one memory was not allowed to touch: counted, a flood of bad keys would dilute a bad
+    // canary's error rate until the guard never fired.
+    let judged = memory_allowed && !matches!(status.as_u16(), 401 | 403);
+    if judged {
+        state.rollout().record(
+            &release.name,
+            &Outcome {
+                upstream_error: status.is_server_error(),
+                memory_error: recalled.status == recall::MemoryStatus::Degraded,
+                injected_records: recalled.injected_ids.len(),
+                injected_tokens: recalled.tokens,
+                added_latency: started.elapsed().saturating_sub(upstream_time),
+            },
+        );
+    }
     // Records reached the model only when it answered a Messages request (count_tokens counts).
-    if response.status().is_success() && parts.uri.path() == "/v1/messages" {
+    if status.is_success() && parts.uri.path() == "/v1/messages" {
         state.memories().note_accesses(&caller.tenant, &recalled.injected_ids);
     }
-    add_memory_headers(response.headers_mut(), &release, &recalled, wish.debug);
+    // An answer refusing the caller's credential says nothing about memory: the headers would
+    // tell whoever holds a refused key whether a record matched its text.
+    let told = memory_allowed && !matches!(status.as_u16(), 401 | 403);
+    add_memory_headers(response.headers_mut(), &release, &recalled, wish.trace.is_on() && told, told);
     Ok(response)
 }
 
-/// `X-Memory-Version`, `X-Memory-Injected`, `X-Memory-Status`, and the trace when asked for.
-fn add_memory_headers(headers: &mut HeaderMap, release: &Release, recalled: &Recalled, debug: bool) {
+/// The most bytes of `X-Memory-Trace`: proxies and clients refuse responses whose headers pass
+/// 8–16 KiB in all, and a refused answer would be worse than a shorter trace.
+const MAX_TRACE_HEADER_BYTES: usize = 6 * 1024;
+
+/// `X-Memory-Version` on every answer (which release served says nothing about records), and
+/// `X-Memory-Injected`, `X-Memory-Status` and the trace (when asked for) only when `told`: to a
+/// caller whose credential was accepted.
+fn add_memory_headers(headers: &mut HeaderMap, release: &Release, recalled: &Recalled, debug: bool, told: bool) {
     let mut set = |name: &'static str, value: String| {
         if let Ok(value) = HeaderValue::from_str(&value) {
             headers.insert(name, value);
         }
     };
     set("x-memory-version", release.name.clone());
+    if !told {
+        return;
+    }
     set("x-memory-injected", recalled.injected_ids.len().to_string());
     set("x-memory-status", recalled.status.as_str().to_owned());
     if debug {
-        set("x-memory-trace", recalled.trace_json().to_string());
+        set("x-memory-trace", recalled.trace_header(MAX_TRACE_HEADER_BYTES));
     }
 }
 

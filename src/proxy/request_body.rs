@@ -1,14 +1,25 @@
 //! Reading and checking a Messages request body before anything is sent upstream: a size limit
 //! (413 `request_too_large`), a read deadline against clients that stall mid-body, valid JSON
-//! (serde_json also refuses bad UTF-8 and nesting deeper than 128 levels), and the minimal shape
-//! memgate relies on. Every other field is the upstream's to judge and is forwarded untouched.
+//! (no bad UTF-8, nesting at most 128 levels deep), and the minimal shape memgate relies on. Every
+//! other field is the upstream's to judge and is forwarded untouched.
+//!
+//! Memory: a body is held once, as the client's bytes. The checks borrow from those bytes and
+//! never build a `serde_json::Value` of the whole request: a 32 MB body holding a long array of
+//! small numbers once cost ~0.5–1 GB as a `Value` (32 bytes per element). What a body may hold
+//! in memory at all, across concurrent requests, is bounded by `budget::BodyBudget`.
 
+use super::budget::{BodyBudget, BudgetPermit};
 use crate::error::{ApiError, ErrorKind};
 use axum::body::Body;
 use axum::http::HeaderMap;
-use bytes::Bytes;
-use serde_json::{Map, Value};
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use std::time::Duration;
+
+/// The deepest nesting a request may have, as serde_json's own recursion limit.
+const MAX_DEPTH: usize = 128;
 
 /// Reads the whole body, refusing one over `limit` bytes (by its `content-length` when declared,
 /// otherwise as soon as the limit is passed) or one that does not arrive within `deadline`.
@@ -18,6 +29,30 @@ pub async fn read_limited(
     limit: u64,
     deadline: Duration,
 ) -> Result<Bytes, ApiError> {
+    read(headers, body, limit, deadline, None).await.map(|(bytes, _)| bytes)
+}
+
+/// As [`read_limited`], and the bytes are held against `budget`: the permit covers the body
+/// (and as much again for the copy with memory injected) until it is dropped. A declared length
+/// is reserved before anything is read; a body of unknown length reserves as it arrives.
+pub async fn read_budgeted(
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+    deadline: Duration,
+    budget: &BodyBudget,
+) -> Result<(Bytes, BudgetPermit), ApiError> {
+    let (bytes, permit) = read(headers, body, limit, deadline, Some(budget)).await?;
+    Ok((bytes, permit.unwrap_or_else(BudgetPermit::none)))
+}
+
+async fn read(
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+    deadline: Duration,
+    budget: Option<&BodyBudget>,
+) -> Result<(Bytes, Option<BudgetPermit>), ApiError> {
     let too_large = || {
         ApiError::new(
             ErrorKind::RequestTooLarge,
@@ -29,20 +64,30 @@ pub async fn read_limited(
     if declared.is_some_and(|len| len > limit) {
         return Err(too_large());
     }
-    let limit_usize = usize::try_from(limit).unwrap_or(usize::MAX);
-    match tokio::time::timeout(deadline, axum::body::to_bytes(body, limit_usize)).await {
-        Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(err)) => {
-            let over_limit = std::error::Error::source(&err)
-                .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
-            if over_limit {
-                Err(too_large())
-            } else {
-                Err(ApiError::invalid_request(
-                    "the request body could not be read to its end (truncated or malformed)",
-                ))
+    let reading = async {
+        let mut permit = match budget {
+            Some(budget) => Some(budget.reserve(declared.unwrap_or(0)).await?),
+            None => None,
+        };
+        let capacity = usize::try_from(declared.unwrap_or(0).min(limit)).unwrap_or(0);
+        let mut buffer = BytesMut::with_capacity(capacity);
+        let mut stream = body.into_data_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|_| {
+                ApiError::invalid_request("the request body could not be read to its end (truncated or malformed)")
+            })?;
+            if (buffer.len() + chunk.len()) as u64 > limit {
+                return Err(too_large());
+            }
+            buffer.extend_from_slice(&chunk);
+            if let (Some(budget), Some(permit)) = (budget, permit.as_mut()) {
+                budget.grow(permit, buffer.len() as u64).await?;
             }
         }
+        Ok((buffer.freeze(), permit))
+    };
+    match tokio::time::timeout(deadline, reading).await {
+        Ok(result) => result,
         Err(_) => Err(ApiError::new(
             ErrorKind::RequestTimeout,
             format!("the request body did not arrive within {} s", deadline.as_secs()),
@@ -50,25 +95,77 @@ pub async fn read_limited(
     }
 }
 
-/// Parses a Messages (or count_tokens) request: a JSON object with a string `model` and an array
-/// `messages`. The error says what is wrong and where.
-pub fn parse_messages_request(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
-    let value: Value = serde_json::from_slice(bytes)
+/// Checks a Messages (or count_tokens) request: a JSON object with a string `model` and an array
+/// `messages`. The error says what is wrong and where. Nothing of the body is copied: unknown
+/// fields are skipped, `model` and `messages` are looked at where they lie in the client's bytes.
+pub fn check_messages_request(bytes: &[u8]) -> Result<(), ApiError> {
+    #[derive(Deserialize)]
+    struct Shape<'a> {
+        #[serde(borrow)]
+        model: Option<&'a RawValue>,
+        #[serde(borrow)]
+        messages: Option<&'a RawValue>,
+    }
+    if let Err(err) = std::str::from_utf8(bytes) {
+        return Err(ApiError::invalid_request(format!("the request body is not valid JSON: {err}")));
+    }
+    if nesting_depth(bytes) > MAX_DEPTH {
+        return Err(ApiError::invalid_request(format!(
+            "the request body is not valid JSON: recursion limit exceeded (nesting deeper than {MAX_DEPTH} levels)"
+        )));
+    }
+    let first = bytes.iter().copied().find(|b| !b.is_ascii_whitespace());
+    if first != Some(b'{') {
+        // Anything else that is valid JSON is the wrong shape; what is not valid JSON says so.
+        return match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+            Ok(_) => Err(ApiError::invalid_request(
+                "the request body must be a JSON object (a Messages request)",
+            )),
+            Err(err) => Err(ApiError::invalid_request(format!("the request body is not valid JSON: {err}"))),
+        };
+    }
+    let shape: Shape = serde_json::from_slice(bytes)
         .map_err(|err| ApiError::invalid_request(format!("the request body is not valid JSON: {err}")))?;
-    let Value::Object(object) = value else {
-        return Err(ApiError::invalid_request("the request body must be a JSON object (a Messages request)"));
-    };
-    match object.get("model") {
-        Some(Value::String(_)) => {}
+    match shape.model.map(RawValue::get) {
+        Some(raw) if raw.starts_with('"') => {}
         Some(_) => return Err(ApiError::invalid_request("model: must be a string")),
         None => return Err(ApiError::invalid_request("model: field required")),
     }
-    match object.get("messages") {
-        Some(Value::Array(_)) => {}
+    match shape.messages.map(RawValue::get) {
+        Some(raw) if raw.starts_with('[') => {}
         Some(_) => return Err(ApiError::invalid_request("messages: must be an array")),
         None => return Err(ApiError::invalid_request("messages: field required")),
     }
-    Ok(object)
+    Ok(())
+}
+
+/// How deeply arrays and objects nest, counted in one pass over the bytes (brackets inside
+/// strings do not count). serde_json's borrowed and skipped values are read without its
+/// recursion limit, so the limit the API promises is kept here.
+fn nesting_depth(bytes: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in bytes {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 #[cfg(test)]
@@ -77,24 +174,25 @@ mod tests {
 
     #[test]
     fn accepts_a_messages_request_with_unknown_fields() {
-        let body = br#"{"model":"m","max_tokens":5,"messages":[],"some_future_field":{"a":1}}"#;
-        let object = parse_messages_request(body).unwrap();
-        assert_eq!(object["some_future_field"]["a"], 1);
+        let body = br#"{"model":"m","max_tokens":5,"messages":[],"some_future_field":{"a":[1,{"b":"]"}]}}"#;
+        check_messages_request(body).unwrap();
     }
 
     #[test]
     fn refuses_what_is_not_a_messages_request() {
-        let cases: [(&[u8], &str); 7] = [
+        let cases: [(&[u8], &str); 9] = [
             (b"{", "not valid JSON"),
             (b"[1,2]", "JSON object"),
+            (b"  \"text\"", "JSON object"),
             (b"{\"messages\":[]}", "model: field required"),
             (b"{\"model\":1,\"messages\":[]}", "model: must be a string"),
             (b"{\"model\":\"m\"}", "messages: field required"),
             (b"{\"model\":\"m\",\"messages\":{}}", "messages: must be an array"),
             (b"{\"model\":\"\xff\xfe\",\"messages\":[]}", "not valid JSON"),
+            (b"{\"model\":\"m\",\"messages\":[]} trailing", "not valid JSON"),
         ];
         for (body, expected) in cases {
-            let err = parse_messages_request(body).unwrap_err();
+            let err = check_messages_request(body).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::InvalidRequest);
             assert!(err.message().contains(expected), "{} vs {expected}", err.message());
         }
@@ -104,7 +202,12 @@ mod tests {
     fn refuses_deep_nesting_without_overflowing_the_stack() {
         let depth = 100_000;
         let body = format!("{{\"model\":\"m\",\"messages\":{}{}}}", "[".repeat(depth), "]".repeat(depth));
-        let err = parse_messages_request(body.as_bytes()).unwrap_err();
+        let err = check_messages_request(body.as_bytes()).unwrap_err();
         assert!(err.message().contains("recursion limit"), "{}", err.message());
+        // Brackets inside strings are text, not nesting.
+        let body = format!("{{\"model\":\"m\",\"messages\":[],\"x\":\"{}\"}}", "[".repeat(depth));
+        check_messages_request(body.as_bytes()).unwrap();
+        let at_limit = format!("{{\"model\":\"m\",\"messages\":{}{}}}", "[".repeat(127), "]".repeat(127));
+        check_messages_request(at_limit.as_bytes()).unwrap();
     }
 }

@@ -2,10 +2,11 @@
 //! contract (`templates/<name>/`), and its funnel settings. Built-in `v1` and `v2` are the defaults;
 //! `[releases.<name>]` in the config overrides or adds.
 
-use crate::config::{Config, RawRelease};
+use crate::config::{Config, RawQuery, RawRelease};
 use crate::funnel::FunnelSettings;
 use crate::funnel::semantic::DEFAULT_PROBES;
 use crate::inject::{Placement, Templates};
+use crate::query::QueryRule;
 use std::collections::BTreeMap;
 
 #[derive(Debug, Clone)]
@@ -15,6 +16,8 @@ pub struct Release {
     pub placement: Placement,
     /// Inject an empty block when nothing survives (some teams want the contract every time).
     pub empty_block: bool,
+    /// How the person's words are found in a request (`query`).
+    pub query: QueryRule,
 }
 
 /// Every release the config and the templates define, checked against each other.
@@ -54,6 +57,7 @@ pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<
                     max_stubs: r.max_stubs.unwrap_or(3),
                     probes: DEFAULT_PROBES,
                 },
+                query: query_rule(r.query.unwrap_or_default()),
                 name,
                 placement,
                 empty_block: r.empty_block.unwrap_or(false),
@@ -72,5 +76,15 @@ fn overlay(base: RawRelease, top: RawRelease) -> RawRelease {
         max_stubs: top.max_stubs.or(base.max_stubs),
         placement: top.placement.or(base.placement),
         empty_block: top.empty_block.or(base.empty_block),
+        query: top.query.or(base.query),
+    }
+}
+
+fn query_rule(raw: RawQuery) -> QueryRule {
+    let defaults = QueryRule::default();
+    QueryRule {
+        harness_tags: raw.harness_tags.unwrap_or(defaults.harness_tags),
+        unwrap_tags: raw.unwrap_tags.unwrap_or(defaults.unwrap_tags),
+        follow_up_words: raw.follow_up_words.unwrap_or(defaults.follow_up_words),
     }
 }

@@ -11,7 +11,7 @@ use sqlx::{Any, AnyConnection, Row, Transaction};
 
 const COLUMNS: &str = "tenant, id, record_type, schema_version, scope_json, valid_from, valid_until, \
     priority, topic_key, aliases_json, content_json, metadata_json, revision, status, created_at, \
-    updated_at, last_accessed_at, access_count";
+    updated_at, last_accessed_at, access_count, change_seq";
 
 /// Who did a change, and what kind of change it was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,13 +103,13 @@ impl Store {
         actor: &str,
         now_ms: i64,
     ) -> Result<Created, StoreError> {
-        let mut tx = self.begin_write().await?;
+        let (mut tx, seq) = self.begin_record_write().await?;
         if let Some(existing) = find_exact_repeat(&mut tx, tenant, envelope).await? {
             return Ok(Created::ExactRepeat(existing));
         }
         if let Some(key) = &envelope.key {
             if let Some(current) = find_by_topic(&mut tx, tenant, key, &envelope.scope).await? {
-                let next = apply(&current, envelope, now_ms);
+                let next = apply(&current, envelope, now_ms, seq);
                 write_update(&mut tx, &current, &next, Action::Supersede, actor, now_ms).await?;
                 tx.commit().await?;
                 return Ok(Created::Superseded(next));
@@ -119,7 +119,7 @@ impl Store {
         if fetch_record(&mut tx, tenant, &id).await?.is_some() {
             return Err(StoreError::IdTaken(id));
         }
-        let record = new_record(tenant, &id, envelope, now_ms);
+        let record = new_record(tenant, &id, envelope, now_ms, seq);
         insert(&mut tx, &record, None).await?;
         log_change(
             &mut tx,
@@ -147,10 +147,10 @@ impl Store {
         actor: &str,
         now_ms: i64,
     ) -> Result<Record, StoreError> {
-        let mut tx = self.begin_write().await?;
+        let (mut tx, seq) = self.begin_record_write().await?;
         let current = fetch_record(&mut tx, tenant, id).await?.ok_or(StoreError::NotFound)?;
         check_revision(&current, expected_revision)?;
-        let next = apply(&current, envelope, now_ms);
+        let next = apply(&current, envelope, now_ms, seq);
         write_update(&mut tx, &current, &next, Action::Update, actor, now_ms).await?;
         tx.commit().await?;
         Ok(next)
@@ -165,7 +165,7 @@ impl Store {
         actor: &str,
         now_ms: i64,
     ) -> Result<Record, StoreError> {
-        let mut tx = self.begin_write().await?;
+        let (mut tx, seq) = self.begin_record_write().await?;
         let current = fetch_record(&mut tx, tenant, id).await?.ok_or(StoreError::NotFound)?;
         if current.status == status {
             return Ok(current);
@@ -174,6 +174,7 @@ impl Store {
         next.status = status;
         next.revision += 1;
         next.updated_at_ms = now_ms;
+        next.change_seq = seq;
         let action = match status {
             Status::Active => Action::Activate,
             Status::Paused => Action::Pause,
@@ -184,17 +185,18 @@ impl Store {
         Ok(next)
     }
 
-    /// Deletes a record; its history stays (and says who deleted it).
+    /// Deletes a record; its history stays (and says who deleted it). Returns the record as it
+    /// was, and the sequence number of its removal.
     pub async fn delete_memory(
         &self,
         tenant: &str,
         id: &str,
         actor: &str,
         now_ms: i64,
-    ) -> Result<Record, StoreError> {
-        let mut tx = self.begin_write().await?;
+    ) -> Result<(Record, i64), StoreError> {
+        let (mut tx, seq) = self.begin_record_write().await?;
         let current = fetch_record(&mut tx, tenant, id).await?.ok_or(StoreError::NotFound)?;
-        remove(&mut tx, tenant, id).await?;
+        remove(&mut tx, tenant, id, seq).await?;
         log_change(
             &mut tx,
             id,
@@ -208,7 +210,7 @@ impl Store {
         )
         .await?;
         tx.commit().await?;
-        Ok(current)
+        Ok((current, seq))
     }
 
     /// Adds injections to records' `access_count` and moves `last_accessed_at` forward (never
@@ -250,8 +252,10 @@ impl Store {
 
     /// Erases every record that names `scope`, and every changelog entry that ever named it: no
     /// trace is left. Returns how many records and changes went.
-    pub async fn forget_scope(&self, tenant: &str, scope: &str) -> Result<(Vec<String>, u64), StoreError> {
-        let mut tx = self.begin_write().await?;
+    /// Erases a scope's records and their history; returns the ids, how many changes went, and
+    /// the sequence number of the removals.
+    pub async fn forget_scope(&self, tenant: &str, scope: &str) -> Result<(Vec<String>, u64, i64), StoreError> {
+        let (mut tx, seq) = self.begin_record_write().await?;
         let ids: Vec<String> =
             sqlx::query("SELECT memory_id FROM memory_scopes WHERE tenant = $1 AND scope = $2")
                 .bind(tenant)
@@ -262,7 +266,7 @@ impl Store {
                 .map(|row| row.try_get::<String, _>(0))
                 .collect::<Result<_, _>>()?;
         for id in &ids {
-            remove(&mut tx, tenant, id).await?;
+            remove(&mut tx, tenant, id, seq).await?;
         }
         // Changes of the erased records, and any change whose before or after named the scope.
         let mut changes = 0;
@@ -299,7 +303,7 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok((ids, changes))
+        Ok((ids, changes, seq))
     }
 
     /// A page of records in id order, starting after `after_id`.
@@ -349,28 +353,70 @@ impl Store {
         rows.iter().map(record_from_row).collect()
     }
 
-    /// Records written (created, changed) at or after `since_ms`, and records removed since then
-    /// as (tenant, id, when): what another replica changed, for this one's index.
-    pub async fn changed_since(
-        &self,
-        since_ms: i64,
-    ) -> Result<(Vec<Record>, Vec<(String, String, i64)>), StoreError> {
+    /// What other replicas changed after sequence number `after`: records written (created,
+    /// changed) and records removed (tenant, id, sequence number), up to and including the
+    /// returned cursor. `None` when tombstones above `after` were pruned already, so removals may
+    /// have been missed: the caller reloads everything instead.
+    pub async fn changed_since(&self, after: i64) -> Result<Option<Changes>, StoreError> {
+        let mut conn = self.pool().acquire().await?;
+        // Read the counter first: every change up to it has committed (see the migration), so
+        // the rows read next are complete up to it, whatever commits meanwhile.
+        let upto = sequence_value(&mut conn, "memories").await?;
+        if sequence_value(&mut conn, "tombstones_pruned").await? > after {
+            return Ok(None);
+        }
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM memories WHERE updated_at >= $1 ORDER BY updated_at"
+            "SELECT {COLUMNS} FROM memories WHERE change_seq > $1 AND change_seq <= $2 ORDER BY change_seq"
         )))
-        .bind(since_ms)
-        .fetch_all(self.pool())
+        .bind(after)
+        .bind(upto)
+        .fetch_all(&mut *conn)
         .await?;
         let records = rows.iter().map(record_from_row).collect::<Result<_, _>>()?;
-        let rows = sqlx::query("SELECT tenant, memory_id, at FROM memory_tombstones WHERE at >= $1")
-            .bind(since_ms)
-            .fetch_all(self.pool())
-            .await?;
+        let rows = sqlx::query(
+            "SELECT tenant, memory_id, change_seq FROM memory_tombstones WHERE change_seq > $1 AND change_seq <= $2",
+        )
+        .bind(after)
+        .bind(upto)
+        .fetch_all(&mut *conn)
+        .await?;
         let mut removed = Vec::with_capacity(rows.len());
         for row in rows {
-            removed.push((row.try_get("tenant")?, row.try_get("memory_id")?, row.try_get("at")?));
+            removed.push((row.try_get("tenant")?, row.try_get("memory_id")?, row.try_get("change_seq")?));
         }
-        Ok((records, removed))
+        Ok(Some(Changes { records, removed, upto }))
+    }
+
+    /// The sequence number every change so far is at or below: where a replica that loads
+    /// everything now starts its sync.
+    pub async fn sync_cursor(&self) -> Result<i64, StoreError> {
+        let mut conn = self.pool().acquire().await?;
+        sequence_value(&mut conn, "memories").await
+    }
+
+    /// Deletes tombstones older than `before_ms` (they carry the ids of deleted and forgotten
+    /// records), and notes the highest sequence number deleted so that a replica that fell
+    /// further behind reloads rather than miss a removal.
+    pub async fn prune_tombstones(&self, before_ms: i64) -> Result<u64, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let row = sqlx::query("SELECT MAX(change_seq) FROM memory_tombstones WHERE at < $1")
+            .bind(before_ms)
+            .fetch_one(&mut *tx)
+            .await?;
+        let Some(highest) = row.try_get::<Option<i64>, _>(0)? else { return Ok(0) };
+        let pruned = sqlx::query("DELETE FROM memory_tombstones WHERE change_seq <= $1")
+            .bind(highest)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        sqlx::query(
+            "UPDATE sync_sequence SET value = $1 WHERE name = 'tombstones_pruned' AND value < $1",
+        )
+        .bind(highest)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(pruned)
     }
 
     /// Every record of every tenant, for loading the in-memory index at startup.
@@ -420,13 +466,13 @@ impl Store {
         actor: &str,
         now_ms: i64,
     ) -> Result<Vec<Record>, StoreError> {
-        let mut tx = self.begin_write().await?;
+        let (mut tx, seq) = self.begin_record_write().await?;
         let mut added = Vec::with_capacity(records.len());
         for (id, envelope) in records {
             if fetch_record(&mut tx, tenant, id).await?.is_some() {
                 return Err(StoreError::IdTaken(id.clone()));
             }
-            let record = new_record(tenant, id, envelope, now_ms);
+            let record = new_record(tenant, id, envelope, now_ms, seq);
             insert(&mut tx, &record, Some(import_id)).await?;
             log_change(
                 &mut tx,
@@ -454,15 +500,16 @@ impl Store {
         Ok(added)
     }
 
-    /// Removes exactly the records an import added (those still there), once.
+    /// Removes exactly the records an import added (those still there), once; returns them and
+    /// the sequence number of their removal.
     pub async fn undo_import(
         &self,
         tenant: &str,
         import_id: &str,
         actor: &str,
         now_ms: i64,
-    ) -> Result<Vec<Record>, StoreError> {
-        let mut tx = self.begin_write().await?;
+    ) -> Result<(Vec<Record>, i64), StoreError> {
+        let (mut tx, seq) = self.begin_record_write().await?;
         let row = sqlx::query("SELECT undone_at FROM memory_imports WHERE tenant = $1 AND id = $2")
             .bind(tenant)
             .bind(import_id)
@@ -470,7 +517,7 @@ impl Store {
             .await?
             .ok_or(StoreError::NotFound)?;
         if row.try_get::<Option<i64>, _>(0)?.is_some() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), seq));
         }
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {COLUMNS} FROM memories WHERE tenant = $1 AND import_id = $2 ORDER BY id"
@@ -481,7 +528,7 @@ impl Store {
         .await?;
         let removed: Vec<Record> = rows.iter().map(record_from_row).collect::<Result<_, _>>()?;
         for record in &removed {
-            remove(&mut tx, tenant, &record.id).await?;
+            remove(&mut tx, tenant, &record.id, seq).await?;
             log_change(
                 &mut tx,
                 &record.id,
@@ -502,7 +549,7 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        Ok(removed)
+        Ok((removed, seq))
     }
 }
 
@@ -515,7 +562,7 @@ fn check_revision(current: &Record, expected: Option<i64>) -> Result<(), StoreEr
     }
 }
 
-fn new_record(tenant: &str, id: &str, envelope: &Envelope, now_ms: i64) -> Record {
+fn new_record(tenant: &str, id: &str, envelope: &Envelope, now_ms: i64, seq: i64) -> Record {
     Record {
         tenant: tenant.to_owned(),
         id: id.to_owned(),
@@ -535,12 +582,13 @@ fn new_record(tenant: &str, id: &str, envelope: &Envelope, now_ms: i64) -> Recor
         updated_at_ms: now_ms,
         last_accessed_at_ms: None,
         access_count: 0,
+        change_seq: seq,
     }
 }
 
 /// The record after writing `envelope` over `current`: revision + 1, server fields kept.
-fn apply(current: &Record, envelope: &Envelope, now_ms: i64) -> Record {
-    let mut next = new_record(&current.tenant, &current.id, envelope, now_ms);
+fn apply(current: &Record, envelope: &Envelope, now_ms: i64, seq: i64) -> Record {
+    let mut next = new_record(&current.tenant, &current.id, envelope, now_ms, seq);
     next.revision = current.revision + 1;
     next.created_at_ms = current.created_at_ms;
     next.status = envelope.status.unwrap_or(current.status);
@@ -615,8 +663,8 @@ async fn insert(
     sqlx::query(
         "INSERT INTO memories (tenant, id, record_type, schema_version, scope_json, valid_from, valid_until, \
          priority, topic_key, aliases_json, content_json, metadata_json, content_hash, revision, status, \
-         created_at, updated_at, last_accessed_at, access_count, import_id, search_text) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)",
+         created_at, updated_at, last_accessed_at, access_count, import_id, search_text, change_seq) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
     )
     .bind(&record.tenant)
     .bind(&record.id)
@@ -639,6 +687,7 @@ async fn insert(
     .bind(record.access_count)
     .bind(import_id.map(str::to_owned))
     .bind(search_text(record))
+    .bind(record.change_seq)
     .execute(&mut **tx)
     .await
     .map_err(super::topic_conflict)?;
@@ -670,7 +719,7 @@ async fn write_update(
         "UPDATE memories SET record_type = $3, schema_version = $4, scope_json = $5, valid_from = $6, \
          valid_until = $7, priority = $8, topic_key = $9, aliases_json = $10, content_json = $11, \
          metadata_json = $12, content_hash = $13, revision = $14, status = $15, updated_at = $16, \
-         search_text = $17 WHERE tenant = $1 AND id = $2 AND revision = $18",
+         search_text = $17, change_seq = $19 WHERE tenant = $1 AND id = $2 AND revision = $18",
     )
     .bind(&current.tenant)
     .bind(&current.id)
@@ -690,6 +739,7 @@ async fn write_update(
     .bind(next.updated_at_ms)
     .bind(search_text(next))
     .bind(current.revision)
+    .bind(next.change_seq)
     .execute(&mut **tx)
     .await
     .map_err(super::topic_conflict)?;
@@ -713,11 +763,13 @@ async fn write_update(
 }
 
 /// Deletes a record with its scope rows and its embedding (which encodes its content).
-async fn remove(tx: &mut Transaction<'_, Any>, tenant: &str, id: &str) -> Result<(), StoreError> {
-    sqlx::query("INSERT INTO memory_tombstones (tenant, memory_id, at) VALUES ($1, $2, $3)")
+async fn remove(tx: &mut Transaction<'_, Any>, tenant: &str, id: &str, seq: i64) -> Result<(), StoreError> {
+    // `at` only says when a tombstone may be pruned; replicas order removals by `change_seq`.
+    sqlx::query("INSERT INTO memory_tombstones (tenant, memory_id, at, change_seq) VALUES ($1, $2, $3, $4)")
         .bind(tenant)
         .bind(id)
         .bind(crate::memory::record::now_ms())
+        .bind(seq)
         .execute(&mut **tx)
         .await?;
     sqlx::query("DELETE FROM memory_embeddings WHERE tenant = $1 AND memory_id = $2")
@@ -844,6 +896,7 @@ fn record_from_row(row: &AnyRow) -> Result<Record, StoreError> {
         updated_at_ms: row.try_get("updated_at")?,
         last_accessed_at_ms: row.try_get("last_accessed_at")?,
         access_count: row.try_get("access_count")?,
+        change_seq: row.try_get("change_seq")?,
     })
 }
 
@@ -862,4 +915,18 @@ fn change_from_row(row: &AnyRow) -> Result<Change, StoreError> {
         before: json("before_json")?,
         after: json("after_json")?,
     })
+}
+
+/// What changed in the store after a replica's cursor (`Store::changed_since`).
+pub struct Changes {
+    pub records: Vec<Record>,
+    /// (tenant, id, sequence number of the removal).
+    pub removed: Vec<(String, String, i64)>,
+    /// The new cursor: everything up to it is in `records` and `removed`.
+    pub upto: i64,
+}
+
+async fn sequence_value(conn: &mut sqlx::AnyConnection, name: &str) -> Result<i64, StoreError> {
+    let row = sqlx::query("SELECT value FROM sync_sequence WHERE name = $1").bind(name).fetch_one(&mut *conn).await?;
+    Ok(row.try_get(0)?)
 }

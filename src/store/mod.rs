@@ -110,6 +110,20 @@ impl Store {
         })
     }
 
+    /// A write transaction that changes records: the first statement advances the sync
+    /// sequence (see migrations/…_sync_sequence.sql), so every record write takes the counter's
+    /// row lock in the same order — first — and hands out numbers in commit order.
+    pub(crate) async fn begin_record_write(
+        &self,
+    ) -> Result<(sqlx::Transaction<'static, sqlx::Any>, i64), StoreError> {
+        let mut tx = self.begin_write().await?;
+        let row = sqlx::query("UPDATE sync_sequence SET value = value + 1 WHERE name = 'memories' RETURNING value")
+            .fetch_one(&mut *tx)
+            .await?;
+        let seq: i64 = sqlx::Row::try_get(&row, 0)?;
+        Ok((tx, seq))
+    }
+
     /// A cheap round trip, for `/readyz`.
     pub async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;

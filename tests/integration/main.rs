@@ -10,6 +10,7 @@ mod e2e_memory;
 mod e2e_proxy;
 mod e2e_replicas;
 mod e2e_rollout;
+mod e2e_security;
 mod e2e_shutdown;
 mod router;
 mod store;

@@ -56,6 +56,8 @@ on_both_stores!(
     import_preview_apply_undo_and_export_round_trip,
     tenants_never_see_each_other,
     accesses_add_up_move_forward_and_survive_an_update,
+    changes_come_in_the_stores_own_order_whatever_the_clocks_say,
+    pruned_tombstones_send_a_replica_that_fell_behind_to_reload,
 );
 
 async fn create_read_update_keeps_history(db: TestDb) {
@@ -402,4 +404,59 @@ async fn accesses_add_up_move_forward_and_survive_an_update(db: TestDb) {
     assert_eq!((updated.access_count, updated.last_accessed_at_ms), (5, Some(first_access)));
     memories.note_accesses("t1", &["gone".to_owned()]);
     memories.flush_accesses().await.unwrap();
+}
+
+/// Two replicas' services on one store: what one writes, the other takes in by the store's
+/// sequence, never by a time (issue 10, finding 10).
+async fn changes_come_in_the_stores_own_order_whatever_the_clocks_say(db: TestDb) {
+    let a = service(&db).await;
+    let b = service(&db).await;
+    a.load_index().await.unwrap();
+    b.load_index().await.unwrap();
+    a.create("t", &fact("m1", &["public"], "The depot opens at six."), "a").await.unwrap();
+    let store = a.store();
+    let seq_after_create = store.sync_cursor().await.unwrap();
+    let changes = store.changed_since(0).await.unwrap().unwrap();
+    assert_eq!(changes.records.len(), 1);
+    assert_eq!(changes.upto, seq_after_create);
+    assert!(changes.records[0].change_seq > 0 && changes.records[0].change_seq <= changes.upto);
+    // Nothing new after the cursor.
+    let none = store.changed_since(changes.upto).await.unwrap().unwrap();
+    assert!(none.records.is_empty() && none.removed.is_empty());
+
+    b.sync_from_store().await.unwrap();
+    assert!(b.index().tenant("t").is_some_and(|i| i.read().unwrap().get("m1").is_some()));
+    // A tombstone stamped with a time far in the past, as a replica with a slow clock writes it,
+    // is taken in all the same: the sequence decides.
+    a.delete("t", "m1", "a").await.unwrap();
+    let changes = store.changed_since(seq_after_create).await.unwrap().unwrap();
+    assert_eq!(changes.removed.len(), 1);
+    assert!(changes.removed[0].2 > seq_after_create);
+    b.sync_from_store().await.unwrap();
+    assert!(b.index().tenant("t").is_none_or(|i| i.read().unwrap().get("m1").is_none()));
+}
+
+/// Tombstones keep the ids of deleted and forgotten records: they are pruned, and a replica
+/// whose cursor is older than the pruned ones reloads rather than miss a removal.
+async fn pruned_tombstones_send_a_replica_that_fell_behind_to_reload(db: TestDb) {
+    let a = service(&db).await;
+    a.load_index().await.unwrap();
+    a.create("t", &fact("gone", &["user:u-1"], "Paris office, floor 3."), "a").await.unwrap();
+    a.create("t", &fact("kept", &["public"], "Support answers within a day."), "a").await.unwrap();
+    a.forget("t", "user:u-1").await.unwrap();
+    let store = a.store();
+    assert_eq!(store.changed_since(0).await.unwrap().unwrap().removed.len(), 1);
+    // Nothing is old enough yet.
+    assert_eq!(store.prune_tombstones(0).await.unwrap(), 0);
+    let pruned = store.prune_tombstones(memgate::memory::record::now_ms() + 1).await.unwrap();
+    assert_eq!(pruned, 1, "the forgotten record's id is gone from the tombstones");
+    assert!(store.changed_since(0).await.unwrap().is_none(), "a cursor below the pruned tombstones must reload");
+    let cursor = store.sync_cursor().await.unwrap();
+    assert!(store.changed_since(cursor).await.unwrap().is_some());
+    // A replica that fell behind reloads and ends up right.
+    let late = service(&db).await;
+    late.sync_from_store().await.unwrap();
+    let index = late.index().tenant("t").unwrap();
+    let index = index.read().unwrap();
+    assert!(index.get("kept").is_some() && index.get("gone").is_none());
 }

@@ -15,6 +15,8 @@ pub struct Proc {
     stderr: Arc<Mutex<String>>,
     /// The database a gateway uses, removed with it.
     db: Option<TestDb>,
+    /// Further "listening on" lines (the admin listener's).
+    more_addrs: Mutex<mpsc::Receiver<String>>,
 }
 
 impl Proc {
@@ -29,6 +31,7 @@ impl Proc {
             "MEMGATE_AUTH_MODE",
             "MEMGATE_DATABASE_URL",
             "MEMGATE_ADMIN_TOKEN",
+            "MEMGATE_ADMIN_LISTEN",
             "MEMGATE_LOG_FORMAT",
             "MEMGATE_LOG_LEVEL",
         ] {
@@ -60,7 +63,7 @@ impl Proc {
             }
         });
         match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(base) => Proc { child, base, stderr, db: None },
+            Ok(base) => Proc { child, base, stderr, db: None, more_addrs: Mutex::new(rx) },
             Err(_) => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -98,6 +101,11 @@ impl Proc {
         let mut proc = Proc::start(&args, env);
         proc.db = Some(db);
         proc
+    }
+
+    /// The next address the process announced after its first (`admin.listen`'s).
+    pub fn next_addr(&self) -> String {
+        self.more_addrs.lock().unwrap().recv_timeout(Duration::from_secs(10)).expect("a second listener")
     }
 
     pub fn url(&self, path: &str) -> String {

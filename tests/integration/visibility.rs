@@ -61,6 +61,8 @@ async fn no_caller_ever_sees_another_tenants_or_another_scopes_records() {
             },
             claims: ClaimMapping::default(),
             default_rate_limit_per_minute: 1_000_000,
+            passthrough_rate_limit_per_minute: 0,
+            preauth_rate_limit_per_minute: 0,
         },
         store,
     )
@@ -100,14 +102,14 @@ async fn no_caller_ever_sees_another_tenants_or_another_scopes_records() {
                 let subject = ["u1", "u2", "u3"][rng.next(3)];
                 headers.insert("x-memory-subject", HeaderValue::from_static(subject));
             }
-            let caller = identity.authenticate(&headers).await.unwrap();
+            let caller = identity.authenticate(&headers, None).await.unwrap();
             assert!(caller.scopes.contains("public"));
 
             let visible: BTreeSet<String> = match memories.index().tenant(&caller.tenant) {
                 None => BTreeSet::new(),
                 Some(index) => {
                     let index = index.read().unwrap();
-                    memgate::funnel::scope::visible(&index, &caller, false, &mut Trace::default())
+                    memgate::funnel::scope::visible(&index, &caller, memgate::funnel::trace::Detail::Full, &mut Trace::default())
                         .into_iter()
                         .map(|slot| index.slots[slot as usize].as_ref().unwrap().record.id.clone())
                         .collect()

@@ -101,3 +101,21 @@ def test_managed_mode_refuses_an_unknown_key(managed_memgate: Service, mock_log:
     assert caught.value.status_code == 401
     assert caught.value.type == "authentication_error"
     assert mock_log.requests() == [], "a refused request must not reach the upstream"
+
+
+def test_managed_mode_refuses_batches_without_the_permission_as_the_sdk_expects(
+    managed_memgate: Service, gateway_key: str, mock_log: MockLog
+) -> None:
+    """Batches share memgate's upstream workspace with every tenant: a key needs `batches`."""
+    client = make_client(managed_memgate.url, api_key=gateway_key)
+    with pytest.raises(anthropic.PermissionDeniedError) as refused:
+        client.messages.batches.list()
+    assert refused.value.status_code == 403
+    body = refused.value.body
+    assert isinstance(body, dict) and body["type"] == "error", body
+    assert body["error"]["type"] == "permission_error"
+    assert "batches" in body["error"]["message"]
+    with pytest.raises(anthropic.PermissionDeniedError):
+        client.messages.batches.create(requests=[{"custom_id": "a", "params": MESSAGE}])
+    assert not [r for r in mock_log.requests() if r["path"].startswith("/v1/messages/batches")]
+    client.close()

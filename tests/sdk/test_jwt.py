@@ -531,3 +531,37 @@ def test_jwks_file_rewritten_with_a_new_key_is_picked_up(
         assert_refused(gateway, old_token, mock_log, "kid")
     finally:
         gateway.stop()
+
+
+def test_a_deleted_jwks_file_withdraws_its_keys(
+    mock_upstream: Service, workdir: Path, keys: Keys, mock_log: MockLog
+) -> None:
+    """Deleting the JWKS is how an operator withdraws every key in it: tokens signed with them are
+    refused until a file is back (issue 10). A half-written file still keeps the keys in force
+    (above)."""
+    jwks_file = workdir / "jwt-jwks-delete.json"
+    key = keys.by_kid[KID_EC256]
+    write_jwks(jwks_file, {"keys": [public_jwk(key, "to-withdraw")]})
+    gateway = start_managed_gateway(
+        "memgate-serve-jwt-delete",
+        mock_upstream,
+        workdir,
+        {"MEMGATE_JWKS_FILE": str(jwks_file), "MEMGATE_JWT_ISSUER": ISSUER, "MEMGATE_JWT_AUDIENCE": AUDIENCE},
+    )
+    try:
+        token = jwt.encode(claims(sub="withdrawn"), key, algorithm="ES256", headers={"kid": "to-withdraw"})
+        assert_accepted(gateway, token, mock_log)
+        jwks_file.unlink()
+
+        def refused() -> bool:
+            try:
+                create(gateway, token)
+            except anthropic.AuthenticationError:
+                return True
+            return False
+
+        poll(gateway, "a token signed with a deleted JWKS's key was still accepted", refused)
+        write_jwks(jwks_file, {"keys": [public_jwk(key, "to-withdraw")]})
+        poll(gateway, "the key did not come back with its file", lambda: not refused())
+    finally:
+        gateway.stop()

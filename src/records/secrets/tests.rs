@@ -59,7 +59,15 @@ fn kind_names_are_snake_case() {
         (SecretKind::AnthropicKey, "anthropic_key"),
         (SecretKind::OpenAiKey, "openai_key"),
         (SecretKind::GithubToken, "github_token"),
+        (SecretKind::GitlabToken, "gitlab_token"),
         (SecretKind::SlackToken, "slack_token"),
+        (SecretKind::StripeKey, "stripe_key"),
+        (SecretKind::GoogleApiKey, "google_api_key"),
+        (SecretKind::HuggingFaceToken, "hugging_face_token"),
+        (SecretKind::NpmToken, "npm_token"),
+        (SecretKind::MemgateKey, "memgate_key"),
+        (SecretKind::WebhookSecret, "webhook_secret"),
+        (SecretKind::BearerToken, "bearer_token"),
         (SecretKind::Jwt, "jwt"),
         (SecretKind::PrivateKey, "private_key"),
         (SecretKind::Password, "password"),
@@ -68,6 +76,48 @@ fn kind_names_are_snake_case() {
     for (kind, name) in all {
         assert_eq!(kind.as_str(), name);
         assert!(!kind.description().is_empty());
+    }
+}
+
+/// The credential shapes a security review found missing (issue 10, finding 6), each alone, in a
+/// sentence and under an innocent key.
+#[test]
+fn vendor_tokens_and_opaque_bearers() {
+    let cases = [
+        (format!("sk_live_{}", "4eC39HqLyjWDarjtT1zdp7dc"), "stripe_key"),
+        (format!("sk_test_{}", "51Hx9aBcD3eF5gH7iJ9kL1mN"), "stripe_key"),
+        (format!("rk_live_{}", "9aBcD3eF5gH7iJ9kL1mN3pQ5"), "stripe_key"),
+        (format!("mgk_0123456789abcdef_{}", "9f2c4e6a8b0d1f3e5a7c9b1d3f5e7a9c"), "memgate_key"),
+        ("glpat-xK9mP2qR7vT4wZ8bN3hJ".to_owned(), "gitlab_token"),
+        ("AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY".to_owned(), "google_api_key"),
+        ("hf_aBcDeFgHiJkLmNoPqRsTuVwXyZaBcDeFgHi".to_owned(), "hugging_face_token"),
+        ("npm_aB3dE5fG7hJ9kL1mN3pQ5rS7tV9wX1yZ3bD5".to_owned(), "npm_token"),
+        ("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_owned(), "webhook_secret"),
+        ("Authorization: Bearer 7f3a9c2e8b1d4f6a0c5e9b2d".to_owned(), "bearer_token"),
+        ("curl -H 'authorization: bearer AbC123dEf456GhI789' …".to_owned(), "bearer_token"),
+    ];
+    for (secret, kind) in cases {
+        assert_eq!(found_in_text(&secret), [kind], "{secret}");
+        assert_kind(&format!("use {secret} for the nightly sync"), kind);
+        assert_eq!(found(json!({"note": secret})), [("$.content.note".to_owned(), kind)]);
+    }
+}
+
+#[test]
+fn vendor_prefixes_in_prose_are_clean() {
+    for text in [
+        "Stripe secret keys start with sk_live_ and must stay in the vault",
+        "publishable key pk_live_51Hx9aBcD3eF5gH7iJ9kL1mN is fine in the browser",
+        "GitLab tokens look like glpat-… ; rotate yearly",
+        "call hf_hub_download with the repo id",
+        "npm_config_registry points at the mirror",
+        "mgk_ keys are issued by the admin API",
+        "Send the Bearer token in the Authorization header",
+        "Authorization: Bearer <your token>",
+        "Authorization: Bearer ${TOKEN}",
+        "the bearer of this voucher gets 10% off",
+    ] {
+        assert_clean(text);
     }
 }
 
@@ -195,6 +245,84 @@ fn passwords_under_credential_keys() {
         found(json!({"secret": ["alpha1", 42, {"nested": "x"}]})),
         [("$.content.secret[0]".to_owned(), "password"), ("$.content.secret[1]".to_owned(), "password"),]
     );
+}
+
+#[test]
+fn short_credential_key_names() {
+    let content = json!({
+        "token": "opaque-value",
+        "github_token": "x1",
+        "slack-token": "x2",
+        "botToken": "x3",
+        "pass": "swordfish",
+        "pin": 4821,
+        "PIN": "0000",
+        "credentials": "admin/admin",
+        "db_credentials": {"user": "app", "secret": "k"},
+    });
+    let mut paths: Vec<String> = found(content).into_iter().map(|(path, _)| path).collect();
+    paths.sort();
+    assert_eq!(
+        paths,
+        [
+            "$.content.PIN",
+            "$.content.botToken",
+            "$.content.credentials",
+            "$.content.db_credentials.secret",
+            "$.content.github_token",
+            "$.content.pass",
+            "$.content.pin",
+            "$.content.token",
+            "$.content[\"slack-token\"]",
+        ]
+    );
+    // Names that only contain those words.
+    assert_no_findings(json!({
+        "token_count": 1532,
+        "tokens": 20,
+        "max_tokens": 512,
+        "next_page_token": "CAESBggDEAEYAQ",
+        "bypass": "allowed",
+        "compass": "N",
+        "spin": "cycle",
+        "pinned": "yes",
+        "pin_hint": "your birthday",
+        "credential_type": "oauth",
+    }));
+}
+
+#[test]
+fn bracketed_passwords_are_not_placeholders() {
+    assert_eq!(found(json!({"db_password": "[Xk9#pL2qR]"})), [("$.content.db_password".to_owned(), "password")]);
+    assert_eq!(found(json!({"secret": "{S3cretPw}"})), [("$.content.secret".to_owned(), "password")]);
+    assert_eq!(found(json!({"secret": "<Tr0ub4dor&3>"})), [("$.content.secret".to_owned(), "password")]);
+    assert_eq!(found(json!({"secret": "${Xk9pL2}"})), [("$.content.secret".to_owned(), "password")]);
+    assert_eq!(found_in_text("postgres://app:{S3cretPw}@db/app"), ["connection_string_credential"]);
+    assert_eq!(found_in_text("mysql://root:[pw123]@db/shop"), ["connection_string_credential"]);
+    assert_eq!(found_in_text("password: [Xk9#pL2qR]"), ["password"]);
+    // Template slots, whole, still pass.
+    assert_no_findings(json!({
+        "a_password": "${DB_PASSWORD_2}",
+        "b_secret": "{{ access_token }}",
+        "c_secret": "%(password)s",
+        "d_secret": "<your-key>",
+        "e_secret": "[REDACTED]",
+        "f_secret": "{secret}",
+    }));
+}
+
+/// A long run of blanks after a credential's name once indexed past the end of the text
+/// (issue 10, finding 7): the connection dropped and a whole import aborted.
+#[test]
+fn blanks_after_a_credential_name_do_not_panic() {
+    for blanks in [509, 510, 511, 512, 513, 600] {
+        let text = format!("password{}is Summer2024", " ".repeat(blanks));
+        let _ = scan(&json!(text), "$");
+        let text = format!("password{}：", " ".repeat(blanks));
+        let _ = scan(&json!({"note": text}), "$");
+    }
+    // Within reach, the value is still read.
+    assert_eq!(found_in_text(&format!("password{}is Summer2024", " ".repeat(3))), ["password"]);
 }
 
 #[test]

@@ -1,0 +1,139 @@
+//! The client's address, for rate limits that count per address and for canary allow-lists.
+//!
+//! By default it is the TCP peer. Behind a load balancer every request comes from the balancer,
+//! so one noisy client would lock out everyone (and an allow-list by CIDR would match nobody):
+//! with `client_ip.trusted_proxies` set, a request whose peer is one of those proxies is taken to
+//! come from the address the proxy wrote in `client_ip.header` (`X-Forwarded-For` by default),
+//! read right to left, skipping the trusted proxies' own addresses. A header from any other peer
+//! is ignored: a client cannot choose its own address by sending the header itself.
+
+use crate::rollout::state::Cidr;
+use axum::http::{HeaderMap, HeaderName};
+use std::net::IpAddr;
+
+#[derive(Debug, Clone)]
+pub struct ClientAddrs {
+    trusted: Vec<Cidr>,
+    header: HeaderName,
+}
+
+impl Default for ClientAddrs {
+    fn default() -> Self {
+        ClientAddrs { trusted: Vec::new(), header: HeaderName::from_static("x-forwarded-for") }
+    }
+}
+
+impl ClientAddrs {
+    /// `trusted`: CIDR blocks of the proxies in front; `header`: the header they set.
+    pub fn new(trusted: &[String], header: &str) -> Result<ClientAddrs, String> {
+        let trusted = trusted
+            .iter()
+            .map(|text| Cidr::parse(text).ok_or_else(|| format!("`{text}` is not an address or CIDR block")))
+            .collect::<Result<_, _>>()?;
+        let header = HeaderName::from_bytes(header.to_ascii_lowercase().as_bytes())
+            .map_err(|_| format!("`{header}` is not a header name"))?;
+        Ok(ClientAddrs { trusted, header })
+    }
+
+    fn is_trusted(&self, addr: IpAddr) -> bool {
+        self.trusted.iter().any(|cidr| cidr.contains(addr))
+    }
+
+    /// The client behind `peer`: the peer itself unless it is a trusted proxy that named one.
+    pub fn resolve(&self, peer: Option<IpAddr>, headers: &HeaderMap) -> Option<IpAddr> {
+        let peer = peer.map(canonical)?;
+        if !self.is_trusted(peer) {
+            return Some(peer);
+        }
+        // Several header lines read as one list, in order; the proxy nearest us appended last.
+        let mut forwarded: Vec<IpAddr> = Vec::new();
+        for value in headers.get_all(&self.header) {
+            let Ok(text) = value.to_str() else { return Some(peer) };
+            for item in text.split(',') {
+                match parse_item(item) {
+                    Some(addr) => forwarded.push(canonical(addr)),
+                    // A list we cannot read names no one we can trust.
+                    None => return Some(peer),
+                }
+            }
+        }
+        let mut nearest = peer;
+        for addr in forwarded.into_iter().rev() {
+            nearest = addr;
+            if !self.is_trusted(addr) {
+                break;
+            }
+        }
+        Some(nearest)
+    }
+}
+
+/// One entry of `X-Forwarded-For`: an address, maybe with a port (`1.2.3.4:5678`, `[::1]:80`).
+fn parse_item(item: &str) -> Option<IpAddr> {
+    let item = item.trim();
+    if let Ok(addr) = item.parse() {
+        return Some(addr);
+    }
+    if let Ok(socket) = item.parse::<std::net::SocketAddr>() {
+        return Some(socket.ip());
+    }
+    item.strip_prefix('[').and_then(|rest| rest.strip_suffix(']')).and_then(|inner| inner.parse().ok())
+}
+
+/// `::ffff:1.2.3.4` is 1.2.3.4: a dual-stack listener reports IPv4 peers that way.
+fn canonical(addr: IpAddr) -> IpAddr {
+    match addr {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn headers(values: &[&str]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for value in values {
+            map.append("x-forwarded-for", HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    fn ip(text: &str) -> Option<IpAddr> {
+        Some(text.parse().unwrap())
+    }
+
+    #[test]
+    fn without_trusted_proxies_the_peer_is_the_client_whatever_the_header_says() {
+        let addrs = ClientAddrs::default();
+        assert_eq!(addrs.resolve(ip("10.0.0.9"), &headers(&["1.2.3.4"])), ip("10.0.0.9"));
+        assert_eq!(addrs.resolve(ip("::ffff:10.0.0.9"), &HeaderMap::new()), ip("10.0.0.9"));
+        assert_eq!(addrs.resolve(None, &headers(&["1.2.3.4"])), None);
+    }
+
+    #[test]
+    fn a_trusted_proxy_names_the_client_read_from_the_right() {
+        let addrs = ClientAddrs::new(&["127.0.0.1".into(), "10.0.0.0/8".into()], "X-Forwarded-For").unwrap();
+        // The client may prepend anything; the entry our own proxy appended is what counts.
+        assert_eq!(addrs.resolve(ip("127.0.0.1"), &headers(&["6.6.6.6, 203.0.113.7"])), ip("203.0.113.7"));
+        // Chains of trusted proxies are skipped.
+        assert_eq!(
+            addrs.resolve(ip("127.0.0.1"), &headers(&["198.51.100.2", "203.0.113.7:4444, 10.1.2.3"])),
+            ip("203.0.113.7")
+        );
+        assert_eq!(addrs.resolve(ip("127.0.0.1"), &headers(&["[2001:db8::1]:443"])), ip("2001:db8::1"));
+        // No header, or one we cannot read: the proxy itself.
+        assert_eq!(addrs.resolve(ip("127.0.0.1"), &HeaderMap::new()), ip("127.0.0.1"));
+        assert_eq!(addrs.resolve(ip("127.0.0.1"), &headers(&["not-an-ip, 1.2.3.4"])), ip("127.0.0.1"));
+        // A peer that is not trusted cannot speak for anyone.
+        assert_eq!(addrs.resolve(ip("192.0.2.1"), &headers(&["1.2.3.4"])), ip("192.0.2.1"));
+    }
+
+    #[test]
+    fn configuration_errors_name_the_value() {
+        assert!(ClientAddrs::new(&["10.0.0.0/99".into()], "x-forwarded-for").unwrap_err().contains("10.0.0.0/99"));
+        assert!(ClientAddrs::new(&[], "bad header").unwrap_err().contains("bad header"));
+    }
+}

@@ -1,0 +1,137 @@
+//! Findings 9 and 10, with real replicas on one PostgreSQL: a revoked key stops working on every
+//! replica at once (the revocation travels over the change fan-out), and a replica whose clock
+//! runs behind cannot keep a deleted record alive on the others (sync follows a sequence the
+//! database assigns, not anyone's clock).
+
+use super::error_of;
+use crate::e2e_identity::{ADMIN_TOKEN, UPSTREAM_KEY, issue_key};
+use crate::support::{Proc, TempDir, TestDb, client, eventually, messages_body};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// A replica that hears of changes only through Redis: its poll runs every ten minutes.
+fn redis_replica(mock: &Proc, db: &TestDb, config: &TempDir, extra_env: &[(&str, &str)]) -> Proc {
+    let mut env = vec![
+        ("MEMGATE_ADMIN_TOKEN", ADMIN_TOKEN),
+        ("ANTHROPIC_API_KEY", UPSTREAM_KEY),
+        ("MEMGATE_REDIS_URL", "redis://127.0.0.1:6379"),
+    ];
+    env.extend_from_slice(extra_env);
+    Proc::gateway(
+        mock,
+        &[
+            "--auth-mode",
+            "managed",
+            "--database-url",
+            db.url.as_str(),
+            "--config",
+            config.path.join("memgate.toml").to_str().unwrap(),
+        ],
+        &env,
+    )
+}
+
+fn fanout_config(poll_ms: u64) -> TempDir {
+    let dir = TempDir::new("security-fanout");
+    let prefix = format!("memgate-test-{}", uuid::Uuid::new_v4().simple());
+    let text = format!(
+        "[database]\npoll_interval_ms = {poll_ms}\n[memory]\nfunnel_timeout_ms = 10000\n[redis]\nkey_prefix = \"{prefix}\"\n"
+    );
+    std::fs::write(dir.path.join("memgate.toml"), text).unwrap();
+    dir
+}
+
+async fn ask(gateway: &Proc, key: &str) -> reqwest::Response {
+    client()
+        .post(gateway.url("/v1/messages"))
+        .header("x-api-key", key)
+        .json(&messages_body("claude-test", false))
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_revoked_key_stops_on_every_replica_within_a_second() {
+    let db = TestDb::postgres().await;
+    let mock = Proc::mock(&[]);
+    let config = fanout_config(600_000);
+    let a = redis_replica(&mock, &db, &config, &[]);
+    let b = redis_replica(&mock, &db, &config, &[]);
+    let (key, issued) = issue_key(&a, "default", json!({"name": "bot"})).await;
+    // B knows the key and caches it.
+    assert_eq!(ask(&b, &key).await.status(), 200);
+    let id = issued["id"].as_str().unwrap();
+    let revoked = client()
+        .delete(a.url(&format!("/admin/v1/keys/{id}")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), 200);
+    eventually(Duration::from_secs(1), "replica B to refuse the revoked key", || async {
+        (ask(&b, &key).await.status() == 401).then_some(())
+    })
+    .await;
+    let (status, error) = error_of(ask(&a, &key).await).await;
+    assert_eq!((status, error["type"].as_str()), (401, Some("authentication_error")));
+}
+
+async fn injected(gateway: &Proc, key: &str) -> Vec<String> {
+    let body = json!({"model": "claude-test", "max_tokens": 8,
+        "messages": [{"role": "user", "content": "Tell me about order ORD-7781 please"}]});
+    let response = client()
+        .post(gateway.url("/v1/messages"))
+        .header("x-api-key", key)
+        .header("x-memory-debug", "1")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let trace: Value = serde_json::from_str(response.headers()["x-memory-trace"].to_str().unwrap()).unwrap();
+    trace["injected"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_owned()).collect()
+}
+
+/// Replica B's clock runs 30 s behind (libfaketime). Before, the tombstone of its delete carried
+/// B's time, and replica A — looking for changes after its own "now minus 5 s" — never saw it:
+/// the deleted record stayed in A's index for good.
+#[tokio::test]
+async fn a_replica_with_a_slow_clock_cannot_keep_a_deleted_record_alive() {
+    let faketime = std::path::Path::new("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1");
+    assert!(faketime.exists(), "libfaketime is needed (apt-get install faketime; scripts/test installs it)");
+    let db = TestDb::postgres().await;
+    let mock = Proc::mock(&[]);
+    let config = fanout_config(1000);
+    let a = redis_replica(&mock, &db, &config, &[]);
+    let b = redis_replica(
+        &mock,
+        &db,
+        &config,
+        &[
+            ("LD_PRELOAD", faketime.to_str().unwrap()),
+            ("FAKETIME", "-30s"),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+            ("FAKETIME_DONT_RESET", "1"),
+        ],
+    );
+    let (key, _) = issue_key(&a, "default", json!({"name": "bot", "permissions": ["debug"]})).await;
+    let record = json!({"id": "order-7781", "type": "fact", "scope": ["public"], "key": "order:ORD-7781",
+        "aliases": ["ORD-7781"], "valid_from": "2024-01-01T00:00:00Z", "content": {"statement": "Order ORD-7781 ships on Monday."}});
+    let created =
+        client().post(a.url("/admin/v1/memories")).bearer_auth(ADMIN_TOKEN).json(&record).send().await.unwrap();
+    assert_eq!(created.status(), 201);
+    assert_eq!(injected(&a, &key).await, ["order-7781"]);
+    eventually(Duration::from_secs(5), "replica B to take in the record", || async {
+        (injected(&b, &key).await == ["order-7781"]).then_some(())
+    })
+    .await;
+
+    let deleted =
+        client().delete(b.url("/admin/v1/memories/order-7781")).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+    assert_eq!(deleted.status(), 200);
+    eventually(Duration::from_secs(5), "replica A to drop the record B deleted", || async {
+        injected(&a, &key).await.is_empty().then_some(())
+    })
+    .await;
+}
