@@ -70,6 +70,18 @@ async function admin(method, p, body, headers = {}) {
 }
 
 /** A screenshot for the docs: toasts dismissed, scrolled to the top; the whole page or the 1366×768 view. */
+/** Against a real memgate with E2E_GATEWAY_KEY: a few Messages requests (point it at `memgate mock-upstream`). */
+async function traffic() {
+  if (mock || !process.env.E2E_GATEWAY_KEY) return;
+  for (let i = 0; i < 5; i++) {
+    await fetch(`${base}/v1/messages`, {
+      method: 'POST',
+      headers: { 'x-api-key': process.env.E2E_GATEWAY_KEY, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'claude-sonnet-4-5', max_tokens: 16, messages: [{ role: 'user', content: `hello ${i}` }] }),
+    }).catch(() => {});
+  }
+}
+
 async function shot(name, { fullPage = true } = {}) {
   if (!SHOTS) return;
   fs.mkdirSync(SHOTS, { recursive: true });
@@ -159,16 +171,7 @@ test('the console, screen by screen', async (t) => {
   });
 
   await t.test('overview: charts draw, and update from new traffic', async () => {
-    if (process.env.E2E_GATEWAY_KEY) {
-      // Against a real memgate: some traffic of our own (the upstream may be the mock upstream).
-      for (let i = 0; i < 5; i++) {
-        await fetch(`${base}/v1/messages`, {
-          method: 'POST',
-          headers: { 'x-api-key': process.env.E2E_GATEWAY_KEY, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' },
-          body: JSON.stringify({ model: 'claude-sonnet-4-5', max_tokens: 16, messages: [{ role: 'user', content: `hello ${i}` }] }),
-        }).catch(() => {});
-      }
-    }
+    await traffic();
     await visit('overview');
     const requests = page.locator('figure[data-chart^="Requests"]');
     await requests.and(page.locator('[data-drawn="yes"]')).waitFor();
@@ -181,7 +184,15 @@ test('the console, screen by screen', async (t) => {
     await page.locator('#health-title').waitFor();
     await page.getByText('Schema failures').waitFor();
     await shot('overview');
-    // The overview refreshes every 15 s; traffic since then moves the newest point.
+    // Keyboard: the chart's cursor reads a bucket out.
+    await requests.locator('.chart-plot').focus();
+    await page.keyboard.press('Home');
+    assert.match(await requests.locator('.chart-readout').innerText(), /UTC: calls/);
+    await page.keyboard.press('Escape');
+    // The overview refreshes every 15 s; traffic since then moves the newest point. The mock
+    // simulates traffic; against a real memgate only E2E_GATEWAY_KEY lets the test make some.
+    if (!mock && !process.env.E2E_GATEWAY_KEY) return;
+    await traffic();
     await page.waitForFunction(
       (before) =>
         [...document.querySelectorAll('figure[data-chart^="Requests"] path[data-series="calls"], figure[data-chart^="Requests"] path[data-partial="calls"]')].map((p) => p.getAttribute('d')).join(' ') !== before,
@@ -189,10 +200,6 @@ test('the console, screen by screen', async (t) => {
       { timeout: 25_000 },
     );
     assert.notEqual(await drawing(), d1);
-    // Keyboard: the chart's cursor reads a bucket out.
-    await requests.locator('.chart-plot').focus();
-    await page.keyboard.press('Home');
-    assert.match(await requests.locator('.chart-readout').innerText(), /UTC: calls/);
   });
 
   let candidate;
@@ -339,9 +346,35 @@ test('the console, screen by screen', async (t) => {
     assert.equal(status, 401, 'the admin API refuses the old session');
   });
 
+  const viewerToken = process.env.MEMGATE_ADMIN_VIEWER_TOKEN || (mock ? 'dev-viewer-token' : '');
+  await t.test('a viewer session is read-only, and the CSRF header is required', { skip: !viewerToken && 'no MEMGATE_ADMIN_VIEWER_TOKEN' }, async () => {
+    await page.locator('#login-token').fill(viewerToken);
+    await page.locator('button[type=submit]').click();
+    await page.locator('.badge.role-viewer').waitFor();
+    await visit('releases');
+    const apply = page.getByRole('button', { name: 'Apply rollout' }).first();
+    await apply.waitFor();
+    assert.equal(await apply.isDisabled(), true, 'rollout controls are off for a viewer');
+    const refused = await page.evaluate(async () => {
+      const r = await fetch('/admin/v1/memories/forget', { method: 'POST', headers: { 'X-Memgate-Console': '1', 'Content-Type': 'application/json' }, body: '{"scope":"user:nobody"}' });
+      return [r.status, (await r.json()).error.code];
+    });
+    assert.deepEqual(refused, [403, 'read_only_role']);
+    const csrf = await page.evaluate(async () => {
+      const r = await fetch('/admin/v1/keys');
+      return [r.status, (await r.json()).error.code];
+    });
+    assert.deepEqual(csrf, [403, 'csrf_refused'], 'a cookie without X-Memgate-Console is refused');
+    await page.getByRole('button', { name: 'Log out' }).click();
+    await page.locator('#login-token').waitFor();
+  });
+
   await t.test('no console errors on any screen', () => {
     assert.deepEqual(problems, []);
-    // The 422 of the invalid edit and the 401 after logging out were provoked; nothing else failed.
-    assert.deepEqual(httpErrors, [`PATCH /admin/v1/memories/${RECORD_ID} 422`, 'GET /admin/v1/keys 401']);
+    // Only the failures the test provoked: the invalid edit, the call after logging out, and the
+    // viewer's refused change and header-less call.
+    const expected = [`PATCH /admin/v1/memories/${RECORD_ID} 422`, 'GET /admin/v1/keys 401'];
+    if (viewerToken) expected.push('POST /admin/v1/memories/forget 403', 'GET /admin/v1/keys 403');
+    assert.deepEqual(httpErrors, expected);
   });
 });
