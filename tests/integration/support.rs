@@ -8,6 +8,12 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_memgate");
 
+/// The gateway under test: this build's binary, or another one named by `MEMGATE_TEST_BIN` (to
+/// show that a test fails on an older memgate; the stand-in upstream stays this build's).
+fn gateway_bin() -> String {
+    std::env::var("MEMGATE_TEST_BIN").unwrap_or_else(|_| BIN.to_owned())
+}
+
 /// A running `memgate` process (gateway or mock), killed when dropped.
 pub struct Proc {
     child: Child,
@@ -22,7 +28,8 @@ pub struct Proc {
 impl Proc {
     /// Starts `memgate <args>` and waits for its "listening on http://ADDR" line.
     pub fn start(args: &[&str], env: &[(&str, &str)]) -> Proc {
-        let mut command = Command::new(BIN);
+        let bin = if args.first() == Some(&"mock-upstream") { BIN.to_owned() } else { gateway_bin() };
+        let mut command = Command::new(bin);
         command.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         for var in [
             "MEMGATE_LISTEN",
