@@ -36,7 +36,9 @@ let browser;
 let context;
 let page;
 const problems = []; // console errors, page errors, CSP violations
-const httpErrors = []; // answers >= 400 the page received: only the ones the test provokes may appear
+const httpErrors = [];
+const axeViolations = []; // accessibility rules (axe-core: WCAG 2 A and AA, best practices) broken on a screen
+const AXE = fs.readFileSync(path.join(here, '..', 'node_modules', 'axe-core', 'axe.min.js'), 'utf8'); // answers >= 400 the page received: only the ones the test provokes may appear
 
 async function startMock() {
   const child = spawn(process.execPath, [path.join(here, '..', 'dev', 'mock-api.mjs')], {
@@ -70,6 +72,16 @@ async function admin(method, p, body, headers = {}) {
 }
 
 /** A screenshot for the docs: toasts dismissed, scrolled to the top; the whole page or the 1366×768 view. */
+/** Runs axe-core on the page as it is now and keeps what it finds. */
+async function a11y(screen) {
+  if (!(await page.evaluate(() => 'axe' in window))) await page.evaluate(AXE);
+  const found = await page.evaluate(async () => {
+    const result = await window.axe.run(document, { runOnly: ['wcag2a', 'wcag2aa', 'best-practice'] });
+    return result.violations.map((v) => `${v.impact} ${v.id} (${v.nodes.length}×, e.g. ${v.nodes[0].target.join(' ')})`);
+  });
+  axeViolations.push(...found.map((f) => `${screen}: ${f}`));
+}
+
 /** Against a real memgate with E2E_GATEWAY_KEY: a few Messages requests (point it at `memgate mock-upstream`). */
 async function traffic() {
   if (mock || !process.env.E2E_GATEWAY_KEY) return;
@@ -160,6 +172,7 @@ test('the console, screen by screen', async (t) => {
   await t.test('logs in with the admin token', async () => {
     await page.goto(`${base}/console/`);
     await page.locator('#login-token').fill(TOKEN);
+    await a11y('login');
     await page.locator('#login-actor').fill('e2e');
     await page.locator('button[type=submit]').click();
     await page.locator('nav.sidenav').waitFor();
@@ -184,6 +197,7 @@ test('the console, screen by screen', async (t) => {
     await page.locator('#health-title').waitFor();
     await page.getByText('Schema failures').waitFor();
     await shot('overview');
+    await a11y('overview');
     // Keyboard: the chart's cursor reads a bucket out.
     await requests.locator('.chart-plot').focus();
     await page.keyboard.press('Home');
@@ -220,6 +234,7 @@ test('the console, screen by screen', async (t) => {
     assert.equal(state.canary_percent, 5);
     await panel.locator('.chart[data-chart="Error rate"] .bound').first().waitFor();
     await shot('releases');
+    await a11y('releases');
     await panel.getByRole('button', { name: 'Roll back…' }).click();
     await confirmDialog({ reason: 'e2e: canary checked' });
     await panel.locator('.release-head .badge', { hasText: 'available' }).waitFor();
@@ -244,6 +259,7 @@ test('the console, screen by screen', async (t) => {
     await visit('records');
     await page.locator('table.records tbody tr').first().waitFor();
     await shot('records', { fullPage: false });
+    await a11y('records');
     await page.locator('#flt-q').fill(RUN);
     await page.getByRole('button', { name: 'Search' }).click();
     await page.locator(`tr[data-record="${RECORD_ID}"]`).waitFor();
@@ -260,6 +276,7 @@ test('the console, screen by screen', async (t) => {
     assert.equal(await statement.getAttribute('aria-invalid'), 'true');
     assert.equal(await page.locator('[data-path="$.content.confidence"]').getAttribute('aria-invalid'), 'true');
     await shot('record-edit', { fullPage: false });
+    await a11y('record editor with problems');
     await page.getByRole('link', { name: 'Cancel' }).click();
     await page.locator('h1', { hasText: RECORD_ID }).waitFor();
   });
@@ -272,6 +289,7 @@ test('the console, screen by screen', async (t) => {
     assert.match(await page.locator('pre.block').innerText(), /<MEMORY_CONTEXT/);
     await page.locator('li[data-layer="semantic"]').getByText('exact match').first().waitFor();
     await shot('explain');
+    await a11y('explain');
   });
 
   await t.test('records: pause, then explain leaves the record out', async () => {
@@ -282,6 +300,7 @@ test('the console, screen by screen', async (t) => {
     assert.equal((await admin('GET', `/memories/${RECORD_ID}`)).status, 'paused');
     await page.locator('.revision-toggle').first().waitFor();
     await shot('record');
+    await a11y('record');
     await explain();
     const temporal = page.locator('li[data-layer="temporal"] ul.removed');
     await temporal.getByText(RECORD_ID).waitFor();
@@ -313,6 +332,7 @@ test('the console, screen by screen', async (t) => {
     await page.locator('[data-import-phase="applied"]').waitFor();
     assert.equal((await admin('GET', `/memories/mem-e2e-imp1-${RUN}`)).id, `mem-e2e-imp1-${RUN}`);
     await shot('import');
+    await a11y('import');
     await page.getByRole('button', { name: 'Undo this import…' }).click();
     await confirmDialog();
     await page.locator('[data-import-phase="undone"]').waitFor();
@@ -326,6 +346,7 @@ test('the console, screen by screen', async (t) => {
     await visit('keys');
     await page.locator('table.data tbody tr').first().waitFor();
     await shot('keys');
+    await a11y('keys');
     await page.locator('#key-name').fill(`e2e-key-${RUN}`);
     await page.locator('#key-scopes').fill(`user:${SUBJECT}`);
     await page.locator('#perm-assert_subject').check();
@@ -367,6 +388,10 @@ test('the console, screen by screen', async (t) => {
     assert.deepEqual(csrf, [403, 'csrf_refused'], 'a cookie without X-Memgate-Console is refused');
     await page.getByRole('button', { name: 'Log out' }).click();
     await page.locator('#login-token').waitFor();
+  });
+
+  await t.test('every screen passes axe-core (WCAG 2 A/AA and best practices)', () => {
+    assert.deepEqual(axeViolations, []);
   });
 
   await t.test('no console errors on any screen', () => {

@@ -231,7 +231,7 @@ function RolloutControls({ release: r, reload }: { release: Release; reload: () 
   return (
     <form class="rollout" onSubmit={apply} aria-labelledby={`${id}-title`}>
       <h3 id={`${id}-title`} class="h4">
-        Rollout
+        Rollout <span class="sr-only">of {r.name}</span>
       </h3>
       {s.stage === 'active' ? (
         <p class="small muted">The active release serves everyone not routed elsewhere. Promote another release to replace it.</p>
