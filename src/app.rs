@@ -273,6 +273,7 @@ fn operator_routes(state: &AppState) -> Router<AppState> {
         .route("/memories/{id}/activate", post(memories::activate))
         .route("/export", get(transfer::export))
         .route("/import", post(transfer::import))
+        .route("/imports/{id}", get(transfer::progress))
         .route("/imports/{id}/undo", post(transfer::undo))
         .route("/keys", post(admin::keys::create).get(admin::keys::list))
         .route("/explain", post(admin::explain::explain))

@@ -203,6 +203,9 @@ async fn memory(command: MemoryCommand) -> Result<(), String> {
                 state.fanout().publish(Topic::Memories).await;
             }
             println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+            if let Some(import_id) = &report.import_id {
+                wait_until_embedded(memories, &target.tenant, import_id).await?;
+            }
             if !dry_run && !report.applied {
                 return Err(format!("{} invalid line(s); nothing was imported", report.counts.invalid));
             }
@@ -218,6 +221,65 @@ async fn memory(command: MemoryCommand) -> Result<(), String> {
             print!("{lines}");
             Ok(())
         }
+    }
+}
+
+/// Shows, on stderr, the import's records being embedded (this process has the model loaded and
+/// embeds them), and returns once every one is findable by meaning.
+async fn wait_until_embedded(
+    memories: &memgate::memory::MemoryService,
+    tenant: &str,
+    import_id: &str,
+) -> Result<(), String> {
+    use std::io::{IsTerminal, Write};
+    let tty = std::io::stderr().is_terminal();
+    let mut last_line = std::time::Instant::now();
+    loop {
+        let progress = memories.import_progress(tenant, import_id).await.map_err(|e| e.to_string())?;
+        let done = progress.state != "embedding";
+        let width = 30usize;
+        let filled = if progress.present > 0 {
+            (progress.embedded as usize * width) / progress.present as usize
+        } else {
+            width
+        };
+        let pace = match (progress.records_per_second, progress.eta_seconds) {
+            (Some(rate), Some(eta)) => format!(" {rate:.0}/s, {eta:.0} s left"),
+            (Some(rate), None) => format!(" {rate:.0}/s"),
+            _ => String::new(),
+        };
+        let line = format!(
+            "embedding [{}{}] {}/{}{pace}",
+            "#".repeat(filled),
+            ".".repeat(width - filled),
+            progress.embedded,
+            progress.present
+        );
+        if tty {
+            eprint!("\r{line}   ");
+            let _ = std::io::stderr().flush();
+        } else if done || last_line.elapsed() >= std::time::Duration::from_secs(5) {
+            eprintln!("{line}");
+            last_line = std::time::Instant::now();
+        }
+        if done {
+            if tty {
+                eprintln!();
+            }
+            eprintln!("memgate: import {import_id}: {} records ready for semantic search", progress.embedded);
+            return Ok(());
+        }
+        if !memories.is_backfilling() {
+            // Embedding stopped short (the log says why): a running gateway embeds the rest.
+            let progress = memories.import_progress(tenant, import_id).await.map_err(|e| e.to_string())?;
+            if progress.state == "embedding" {
+                return Err(format!(
+                    "import {import_id}: embedding stopped at {}/{}; a running memgate embeds the rest",
+                    progress.embedded, progress.present
+                ));
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
 }
 

@@ -1,4 +1,5 @@
-//! `/admin/v1/export`, `/admin/v1/import` and `/admin/v1/imports/{id}/undo`.
+//! `/admin/v1/export`, `/admin/v1/import`, `/admin/v1/imports/{id}` (progress) and
+//! `/admin/v1/imports/{id}/undo`.
 
 use super::AdminContext;
 use super::memories::{ListQuery, parse_query};
@@ -60,6 +61,16 @@ pub async fn import(
         }
     };
     Ok((status, Json(json!(report))).into_response())
+}
+
+/// `GET /admin/v1/imports/{id}`: how far the import's records are from being findable by meaning.
+pub async fn progress(
+    State(state): State<AppState>,
+    ctx: AdminContext,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let progress = state.memories().import_progress(&ctx.tenant, &id).await?;
+    Ok(Json(json!(progress)))
 }
 
 pub async fn undo(

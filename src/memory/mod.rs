@@ -19,6 +19,7 @@ use envelope::{Problem, Rules};
 use record::{Envelope, Record, Status, now_ms};
 use serde_json::Value;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use tokio_util::task::TaskTracker;
 
 /// Why a memory operation failed; the admin layer maps each to a status.
@@ -52,6 +53,15 @@ impl MemoryError {
     }
 }
 
+/// Records embedded and stored per backfill batch.
+const BACKFILL_BATCH: usize = 256;
+
+#[derive(Default)]
+struct BackfillFlags {
+    running: std::sync::atomic::AtomicBool,
+    again: std::sync::atomic::AtomicBool,
+}
+
 #[derive(Clone)]
 pub struct MemoryService {
     store: Store,
@@ -67,6 +77,8 @@ pub struct MemoryService {
     synced_until: Arc<std::sync::atomic::AtomicI64>,
     /// One sync at a time: the ticker and the fan-out listener both start them.
     sync_lock: Arc<tokio::sync::Mutex<()>>,
+    /// Whether a backfill runs, and whether it should look again when done (`spawn_backfill`).
+    backfill: Arc<BackfillFlags>,
     /// Injections counted since the last flush to the store.
     accesses: Arc<access::AccessLog>,
     /// Tells other replicas about this one's writes (Redis), so they need not wait for the poll.
@@ -91,6 +103,7 @@ impl MemoryService {
             tasks: TaskTracker::new(),
             synced_until: Arc::new(std::sync::atomic::AtomicI64::new(0)),
             sync_lock: Arc::default(),
+            backfill: Arc::default(),
             accesses: Arc::default(),
             fanout: Fanout::disabled(),
         }
@@ -156,7 +169,7 @@ impl MemoryService {
             .collect();
         let count = items.len();
         self.index.load(items);
-        self.synced_until.store(cursor, std::sync::atomic::Ordering::SeqCst);
+        self.synced_until.store(cursor, Ordering::SeqCst);
         self.spawn_backfill();
         Ok(count)
     }
@@ -169,7 +182,7 @@ impl MemoryService {
     /// reloads everything.
     pub async fn sync_from_store(&self) -> Result<usize, StoreError> {
         let _one_at_a_time = self.sync_lock.lock().await;
-        let cursor = self.synced_until.load(std::sync::atomic::Ordering::SeqCst);
+        let cursor = self.synced_until.load(Ordering::SeqCst);
         let Some(changes) = self.store.changed_since(cursor).await? else {
             tracing::warn!(cursor, "this replica fell behind the pruned tombstones; reloading every record");
             return self.load_index().await;
@@ -194,36 +207,65 @@ impl MemoryService {
         if missing {
             self.spawn_backfill();
         }
-        self.synced_until.store(changes.upto, std::sync::atomic::Ordering::SeqCst);
+        self.synced_until.store(changes.upto, Ordering::SeqCst);
         self.index.forget_removals_upto(changes.upto);
         Ok(applied)
     }
 
     /// Embeds, in the background, every indexed record that has no embedding yet.
+    ///
+    /// One backfill at a time per replica: an import, a sync that brought records without
+    /// embeddings and a restart all ask for one, and several running at once would embed the same
+    /// records over and over (a 100,000-record import once drove memory past 8 GB that way). A
+    /// call while one runs asks it to look once more when it is done.
     pub fn spawn_backfill(&self) {
+        if self.backfill.running.swap(true, Ordering::SeqCst) {
+            self.backfill.again.store(true, Ordering::SeqCst);
+            return;
+        }
         let service = self.clone();
         self.tasks.spawn(async move {
-            match service.backfill().await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(records = n, "embedded records that had no embedding"),
-                Err(err) => {
-                    tracing::warn!(error = %err, "background embedding stopped; it resumes at next start")
+            loop {
+                service.backfill.again.store(false, Ordering::SeqCst);
+                match service.backfill().await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(records = n, "embedded records that had no embedding"),
+                    Err(err) => {
+                        tracing::warn!(error = %err, "background embedding stopped; it resumes at the next sync or start")
+                    }
+                }
+                if service.backfill.again.load(Ordering::SeqCst) {
+                    continue;
+                }
+                service.backfill.running.store(false, Ordering::SeqCst);
+                // A request that came between the check and the store above found it running.
+                if !service.backfill.again.load(Ordering::SeqCst) || service.backfill.running.swap(true, Ordering::SeqCst) {
+                    break;
                 }
             }
         });
     }
 
+    /// Whether a backfill is running (or about to look again).
+    pub fn is_backfilling(&self) -> bool {
+        self.backfill.running.load(Ordering::SeqCst)
+    }
+
     async fn backfill(&self) -> Result<usize, String> {
         let missing = self.index.missing_vectors();
         let mut done = 0;
-        for chunk in missing.chunks(32) {
+        // Batches big enough to keep the embedder busy and the store's commits few; the embedder
+        // splits them into model runs and lets live queries in between.
+        for chunk in missing.chunks(BACKFILL_BATCH) {
             let texts: Vec<String> = chunk.iter().map(passage_text).collect();
             let vectors = self.embedder.embed_passages(&texts).await.map_err(|e| e.to_string())?;
+            let items: Vec<(&str, &str, &[f32])> = chunk
+                .iter()
+                .zip(&vectors)
+                .map(|(record, vector)| (record.tenant.as_str(), record.id.as_str(), vector.as_slice()))
+                .collect();
+            self.store.put_embeddings(self.embedder.model_id(), &items).await.map_err(|e| e.to_string())?;
             for (record, vector) in chunk.iter().zip(vectors) {
-                self.store
-                    .put_embedding(&record.tenant, &record.id, self.embedder.model_id(), &vector)
-                    .await
-                    .map_err(|e| e.to_string())?;
                 self.index.set_vector(&record.tenant, &record.id, record.revision, Arc::from(vector));
                 done += 1;
             }

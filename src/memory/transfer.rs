@@ -4,7 +4,7 @@
 //! stops there, an apply adds all new lines in one transaction or nothing at all.
 
 use super::envelope::Problem;
-use super::record::{Envelope, now_ms};
+use super::record::{Envelope, format_ms, now_ms};
 use super::{MemoryError, MemoryService};
 use crate::funnel::index::IndexedRecord;
 use crate::store::memories::{ImportMatch, ListFilter};
@@ -45,7 +45,61 @@ pub struct ImportReport {
     pub lines: Vec<ImportLine>,
 }
 
+/// How far an applied import is from being findable by meaning (`GET /admin/v1/imports/{id}`).
+#[derive(Debug, Serialize)]
+pub struct ImportProgress {
+    pub import_id: String,
+    /// Records the import added.
+    pub added: i64,
+    /// Of them, active and still there (not deleted, undone, paused or archived since): the ones
+    /// to embed.
+    pub present: i64,
+    /// Of those, embedded by the running model: findable by meaning.
+    pub embedded: i64,
+    /// `embedding`, `ready` (every present record embedded) or `undone`.
+    pub state: &'static str,
+    pub created_at: String,
+    /// Records embedded a second since the import, and the seconds left at that pace.
+    pub records_per_second: Option<f64>,
+    pub eta_seconds: Option<f64>,
+}
+
 impl MemoryService {
+    /// Where an import stands (any replica can answer: it reads the store).
+    pub async fn import_progress(&self, tenant: &str, import_id: &str) -> Result<ImportProgress, MemoryError> {
+        let (added, created_at, undone_at) = self
+            .store
+            .import_info(tenant, import_id)
+            .await
+            .map_err(MemoryError::Store)?
+            .ok_or_else(|| MemoryError::NotFound(import_id.to_owned()))?;
+        let (present, embedded) = self
+            .store
+            .import_embedded(tenant, import_id, self.embedder.model_id())
+            .await
+            .map_err(MemoryError::Store)?;
+        let elapsed = (now_ms() - created_at).max(1) as f64 / 1000.0;
+        let rate = (embedded > 0).then(|| embedded as f64 / elapsed);
+        let state = match (undone_at, embedded >= present) {
+            (Some(_), _) => "undone",
+            (None, true) => "ready",
+            (None, false) => "embedding",
+        };
+        Ok(ImportProgress {
+            import_id: import_id.to_owned(),
+            added,
+            present,
+            embedded,
+            state,
+            created_at: format_ms(created_at),
+            records_per_second: rate.map(|r| (r * 10.0).round() / 10.0),
+            eta_seconds: match (state, rate) {
+                ("embedding", Some(rate)) => Some(((present - embedded) as f64 / rate).ceil()),
+                _ => None,
+            },
+        })
+    }
+
     pub async fn import(
         &self,
         tenant: &str,

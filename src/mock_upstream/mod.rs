@@ -142,6 +142,10 @@ async fn serve(
     stop: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let token = state.shutdown.clone();
+    // TCP_NODELAY: spaced SSE events must not wait for the client's delayed ACK (as memgate).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+        let _ = tcp.set_nodelay(true);
+    });
     let server = axum::serve(listener, build_router(state))
         .with_graceful_shutdown(token.clone().cancelled_owned())
         .into_future();

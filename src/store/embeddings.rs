@@ -35,6 +35,51 @@ impl Store {
     }
 
     /// Every embedding made by `model_id`, by (tenant, record id).
+    /// Stores many records' embeddings in one transaction (a backfill's batch): one commit, not
+    /// one per record. `(tenant, id, vector)`; a record deleted meanwhile keeps no embedding.
+    pub async fn put_embeddings(&self, model_id: &str, items: &[(&str, &str, &[f32])]) -> Result<(), StoreError> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.begin_write().await?;
+        for (tenant, id, vector) in items {
+            sqlx::query("DELETE FROM memory_embeddings WHERE tenant = $1 AND memory_id = $2")
+                .bind(*tenant)
+                .bind(*id)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(
+                "INSERT INTO memory_embeddings (tenant, memory_id, model_id, vector) \
+                 SELECT $1, $2, $3, $4 WHERE EXISTS (SELECT 1 FROM memories WHERE tenant = $1 AND id = $2)",
+            )
+            .bind(*tenant)
+            .bind(*id)
+            .bind(model_id)
+            .bind(encode(vector))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// How far an import's records are embedded by `model_id`: (active records it added that are
+    /// still there, of them embedded). Paused and archived records are never recalled, so they are
+    /// embedded only once activated.
+    pub async fn import_embedded(&self, tenant: &str, import_id: &str, model_id: &str) -> Result<(i64, i64), StoreError> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS total, COUNT(e.memory_id) AS embedded FROM memories m \
+             LEFT JOIN memory_embeddings e ON e.tenant = m.tenant AND e.memory_id = m.id AND e.model_id = $3 \
+             WHERE m.tenant = $1 AND m.import_id = $2 AND m.status = 'active'",
+        )
+        .bind(tenant)
+        .bind(import_id)
+        .bind(model_id)
+        .fetch_one(self.pool())
+        .await?;
+        Ok((row.try_get("total")?, row.try_get("embedded")?))
+    }
+
     pub async fn embeddings_of_model(
         &self,
         model_id: &str,

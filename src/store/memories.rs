@@ -500,6 +500,19 @@ impl Store {
         Ok(added)
     }
 
+    /// An import's row: (records it added, when, when undone).
+    pub async fn import_info(&self, tenant: &str, import_id: &str) -> Result<Option<(i64, i64, Option<i64>)>, StoreError> {
+        let row = sqlx::query("SELECT added, created_at, undone_at FROM memory_imports WHERE tenant = $1 AND id = $2")
+            .bind(tenant)
+            .bind(import_id)
+            .fetch_optional(self.pool())
+            .await?;
+        match row {
+            None => Ok(None),
+            Some(row) => Ok(Some((row.try_get("added")?, row.try_get("created_at")?, row.try_get("undone_at")?))),
+        }
+    }
+
     /// Removes exactly the records an import added (those still there), once; returns them and
     /// the sequence number of their removal.
     pub async fn undo_import(

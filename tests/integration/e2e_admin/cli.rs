@@ -64,16 +64,12 @@ async fn cli_export_and_import_round_trip_records_between_databases() {
     assert_eq!(preview["applied"], false);
     assert_eq!(cli_ok(&["memory", "export", "--tenant", "acme", "--database-url", &db_b.url]), "");
 
-    let report: Value = serde_json::from_str(&cli_ok(&[
-        "memory",
-        "import",
-        file,
-        "--tenant",
-        "acme",
-        "--database-url",
-        &db_b.url,
-    ]))
-    .unwrap();
+    let imported = cli(&["memory", "import", file, "--tenant", "acme", "--database-url", &db_b.url]);
+    let stderr = String::from_utf8_lossy(&imported.stderr);
+    assert!(imported.status.success(), "{stderr}");
+    // The command returns once the records are findable by meaning, and shows its progress.
+    assert!(stderr.contains("embedding [") && stderr.contains("ready for semantic search"), "{stderr}");
+    let report: Value = serde_json::from_slice(&imported.stdout).unwrap();
     assert_eq!(report["applied"], true, "{report}");
     assert!(report["import_id"].as_str().is_some_and(|id| !id.is_empty()));
     assert_eq!(cli_ok(&["memory", "export", "--tenant", "acme", "--database-url", &db_b.url]), exported);
@@ -83,9 +79,16 @@ async fn cli_export_and_import_round_trip_records_between_databases() {
         "imported into the default tenant"
     );
 
-    // The imported records serve over HTTP from the second database.
+    // The imported records serve over HTTP from the second database, embedded already.
     let target = Admin::start_with(&["--database-url", &db_b.url], &[]);
     assert_eq!(target.export(Some("acme"), "").await, exported);
+    let import_id = report["import_id"].as_str().unwrap();
+    let progress = send(target.req(Method::GET, &format!("/imports/{import_id}"), Some("acme"))).await;
+    let progress = progress.expect(200, "import progress").clone();
+    assert_eq!(progress["state"], "ready", "{progress}");
+    assert_eq!(progress["embedded"], progress["present"], "{progress}");
+    // 6 records, of which one paused and one archived: 4 to embed.
+    assert_eq!((progress["added"].as_i64(), progress["present"].as_i64()), (Some(6), Some(4)), "{progress}");
     let history = target.history(Some("acme"), "mem-cust-1").await;
     let change = &history.expect(200, "history")["data"][0];
     assert_eq!((change["action"].as_str(), change["actor"].as_str()), (Some("import"), Some("cli")));

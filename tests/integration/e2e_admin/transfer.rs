@@ -253,3 +253,32 @@ async fn import_previews_applies_and_undoes_exactly_what_it_added() {
         "unknown import",
     );
 }
+
+/// `GET /admin/v1/imports/{id}` says how far an import is from being findable by meaning, and
+/// ends at `ready` once every record it added is embedded.
+#[tokio::test]
+async fn an_imports_progress_ends_ready_with_every_record_embedded() {
+    let admin = Admin::start();
+    let lines: String = (0..40)
+        .map(|i| format!("{}\n", fact_with_id(&format!("mem-bulk-{i}"), &format!("Bulk note {i} about shelf {}", i * 7), &["public"])))
+        .collect();
+    let applied = admin.import(Some("acme"), &lines, false).await.expect(201, "import").clone();
+    let import_id = applied["import_id"].as_str().unwrap().to_owned();
+    let path = format!("/imports/{import_id}");
+    let first = send(admin.req(Method::GET, &path, Some("acme"))).await.expect(200, "progress").clone();
+    assert_eq!((first["added"].as_i64(), first["present"].as_i64()), (Some(40), Some(40)), "{first}");
+    assert!(["embedding", "ready"].contains(&first["state"].as_str().unwrap()), "{first}");
+    let ready = eventually(Duration::from_secs(60), "the import to be embedded", || async {
+        let progress = send(admin.req(Method::GET, &path, Some("acme"))).await.expect(200, "progress").clone();
+        (progress["state"] == "ready").then_some(progress)
+    })
+    .await;
+    assert_eq!(ready["embedded"], 40, "{ready}");
+    // Other tenants do not see it; an unknown id is a 404.
+    send(admin.req(Method::GET, &path, None)).await.expect(404, "another tenant's import");
+    send(admin.req(Method::GET, "/imports/imp-nope", Some("acme"))).await.expect(404, "unknown import");
+    // Undone, it says so.
+    send(admin.req(Method::POST, &format!("{path}/undo"), Some("acme"))).await.expect(200, "undo");
+    let undone = send(admin.req(Method::GET, &path, Some("acme"))).await.expect(200, "progress").clone();
+    assert_eq!((undone["state"].as_str(), undone["present"].as_i64()), (Some("undone"), Some(0)), "{undone}");
+}
