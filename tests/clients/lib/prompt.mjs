@@ -38,11 +38,15 @@ export function breakpoints(body) {
     .filter((entry) => hasBreakpoint(entry.block));
 }
 
-/** The blocks whose text holds a `<MEMORY_CONTEXT` block (with their positions). */
+/**
+ * The blocks that are a `<MEMORY_CONTEXT` block (with their positions): memgate's block is a text
+ * block of its own that starts with the tag. (Text that merely quotes one — the mock's answer
+ * echoes the last user text, which Claude Code then sends back as history — is not one.)
+ */
 export function memoryBlocks(body) {
   return promptBlocks(body)
     .map((entry, index) => ({ ...entry, index }))
-    .filter((entry) => typeof entry.block?.text === 'string' && entry.block.text.includes(MEMORY_OPEN));
+    .filter((entry) => typeof entry.block?.text === 'string' && entry.block.text.startsWith(MEMORY_OPEN));
 }
 
 /** The record lines (one JSON object per line) of a rendered memory block. */
