@@ -85,11 +85,17 @@ impl AppState {
         let identity = Authenticator::new(config.identity.clone(), store.clone())
             .map_err(|message| StartupError::ConfigInvalid { key: "auth.jwt".into(), message })?;
         let model = config.embedding.model.clone();
+        let local_model_missing =
+            model.model_name.is_none() && !model.model_dir.join("model.onnx").is_file();
         let embedder = tokio::task::spawn_blocking(move || Embedder::load(&model))
             .await
             .map_err(|err| StartupError::Embedder(err.to_string()))?
-            .map_err(|err| StartupError::Embedder(err.to_string()))?;
-        let templates = Templates::load(&config.memory.templates_dir).map_err(|err| {
+            .map_err(|err| match local_model_missing {
+                // Say where it was looked for and what fetches it, not only which file is missing.
+                true => StartupError::Embedder(format!("{err}; {}", crate::assets::not_found_help())),
+                false => StartupError::Embedder(err.to_string()),
+            })?;
+        let templates = Templates::builtin_with(config.memory.templates_dir.as_deref()).map_err(|err| {
             StartupError::ConfigInvalid { key: "memory.templates_dir".into(), message: err.to_string() }
         })?;
         let releases = load_releases(config, &templates)

@@ -300,7 +300,8 @@ pub struct MemoryConfig {
     /// memory (`degraded`), or fails when `fail_closed`.
     pub funnel_timeout: Duration,
     pub fail_closed: bool,
-    pub templates_dir: PathBuf,
+    /// Releases' templates added to or replacing the built-in ones; `None`: the built-ins only.
+    pub templates_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -659,12 +660,15 @@ impl RawConfig {
             return Err(invalid("records.max_content_bytes", "use at least 256 bytes".into()));
         }
 
-        let assets = PathBuf::from(".assets");
+        // The model and its runtime by the search order of `assets`; a configured model folder
+        // inside an assets folder brings the runtime beside it.
+        let assets = crate::assets::find().unwrap_or_else(|| PathBuf::from(".assets"));
         let defaults = crate::embed::EmbedConfig::default_for(&assets);
         let e = self.embedding;
+        let ort_beside = e.model_dir.as_deref().and_then(crate::assets::runtime_beside);
         let model = crate::embed::EmbedConfig {
             model_dir: e.model_dir.unwrap_or(defaults.model_dir),
-            ort_dylib_path: e.ort_dylib_path.or(defaults.ort_dylib_path),
+            ort_dylib_path: e.ort_dylib_path.or(ort_beside).or(defaults.ort_dylib_path),
             model_name: e.model_name.filter(|n| !n.is_empty()),
             query_prefix: e.query_prefix.unwrap_or(defaults.query_prefix),
             passage_prefix: e.passage_prefix.unwrap_or(defaults.passage_prefix),
@@ -702,7 +706,7 @@ impl RawConfig {
         let memory = MemoryConfig {
             funnel_timeout: millis("memory.funnel_timeout_ms", self.memory.funnel_timeout_ms, 50)?,
             fail_closed: self.memory.fail_closed.unwrap_or(false),
-            templates_dir: self.memory.templates_dir.unwrap_or_else(|| PathBuf::from("templates")),
+            templates_dir: self.memory.templates_dir,
         };
         for (name, release) in &self.releases {
             if !crate::identity::is_valid_tenant(name) {

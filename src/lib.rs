@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod assets;
 pub mod client_addr;
 pub mod config;
 pub mod embed;

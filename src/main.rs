@@ -111,10 +111,10 @@ struct Target {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // ort loads ONNX Runtime from ORT_DYLIB_PATH only. When it is unset, point it at the library
-    // scripts/fetch-assets puts under .assets/, so `memgate serve` run from the repository works
-    // without sourcing .assets/env.sh. Only here is this sound: no other thread exists yet.
-    let fetched = std::path::Path::new(".assets/onnxruntime").join(memgate::embed::ORT_LIBRARY_FILE);
-    if std::env::var_os("ORT_DYLIB_PATH").is_none() && fetched.is_file() {
+    // found by the search order of `memgate::assets` (beside MEMGATE_MODEL_DIR, in .assets/ here
+    // or above the binary, /opt/memgate, the user's data folder), so `memgate serve` runs from
+    // anywhere without sourcing .assets/env.sh. Only here is this sound: no other thread exists yet.
+    if let (None, Some(fetched)) = (std::env::var_os("ORT_DYLIB_PATH"), memgate::assets::runtime()) {
         if let Ok(absolute) = fetched.canonicalize() {
             // SAFETY: single-threaded — the Tokio runtime is built below.
             unsafe { memgate::embed::export_ort_dylib_path(&absolute) };

@@ -88,37 +88,43 @@ pub struct ReleaseSource {
     pub contract: String,
 }
 
+/// The releases built into the binary (`templates/` of the source), so that it runs anywhere.
+const BUILTIN: [(&str, &str, &str); 2] = [
+    ("v1", include_str!("../../templates/v1/memory.j2"), include_str!("../../templates/v1/contract.txt")),
+    ("v2", include_str!("../../templates/v2/memory.j2"), include_str!("../../templates/v2/contract.txt")),
+];
+
 impl Templates {
+    /// The built-in releases, with those of `dir` (when given) added or replacing them by name:
+    /// a folder `dir/<name>/` with `memory.j2` and `contract.txt` per release.
+    pub fn builtin_with(dir: Option<&Path>) -> Result<Templates, RenderError> {
+        let mut sources: BTreeMap<String, (ReleaseSource, PathBuf, PathBuf)> = BUILTIN
+            .iter()
+            .map(|(name, template, contract)| {
+                let folder = PathBuf::from("(built in)").join(name);
+                let source =
+                    ReleaseSource { name: (*name).to_owned(), template: (*template).to_owned(), contract: (*contract).to_owned() };
+                ((*name).to_owned(), (source, folder.join(TEMPLATE_FILE), folder.join(CONTRACT_FILE)))
+            })
+            .collect();
+        if let Some(dir) = dir {
+            for (source, template_path, contract_path) in read_sources(dir)? {
+                sources.insert(source.name.clone(), (source, template_path, contract_path));
+            }
+        }
+        Templates::build(sources.into_values().collect())
+    }
+
     /// Loads every `templates/<name>/memory.j2` (+ contract.txt) under `dir`; a template that fails
     /// to compile, uses an unknown variable or renders an unsafe sample is an error naming the file.
     pub fn load(dir: &Path) -> Result<Templates, RenderError> {
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| RenderError::Io { path, source }
-        };
-        let mut folders = Vec::new();
-        for entry in std::fs::read_dir(dir).map_err(io(dir))? {
-            let entry = entry.map_err(io(dir))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') || !entry.file_type().map_err(io(&entry.path()))?.is_dir() {
-                continue;
-            }
-            folders.push((name, entry.path()));
-        }
-        folders.sort();
-        let mut sources = Vec::with_capacity(folders.len());
-        for (name, folder) in folders {
-            let template_path = folder.join(TEMPLATE_FILE);
-            let contract_path = folder.join(CONTRACT_FILE);
-            let template = std::fs::read_to_string(&template_path).map_err(io(&template_path))?;
-            let contract = std::fs::read_to_string(&contract_path).map_err(io(&contract_path))?;
-            sources.push((ReleaseSource { name, template, contract }, template_path, contract_path));
-        }
+        let sources = read_sources(dir)?;
         if sources.is_empty() {
             return Err(RenderError::NoReleases { dir: dir.to_path_buf() });
         }
         Templates::build(sources)
     }
+
 
     /// Compiles releases given as text; errors name `<release>/memory.j2`.
     pub fn from_sources(sources: Vec<ReleaseSource>) -> Result<Templates, RenderError> {
@@ -416,6 +422,33 @@ fn check_block(release: &str, block: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The releases in `dir`, as sources with their file paths (for error messages).
+fn read_sources(dir: &Path) -> Result<Vec<(ReleaseSource, PathBuf, PathBuf)>, RenderError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RenderError::Io { path, source }
+    };
+    let mut folders = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
+        let entry = entry.map_err(io(dir))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || !entry.file_type().map_err(io(&entry.path()))?.is_dir() {
+            continue;
+        }
+        folders.push((name, entry.path()));
+    }
+    folders.sort();
+    let mut sources = Vec::with_capacity(folders.len());
+    for (name, folder) in folders {
+        let template_path = folder.join(TEMPLATE_FILE);
+        let contract_path = folder.join(CONTRACT_FILE);
+        let template = std::fs::read_to_string(&template_path).map_err(io(&template_path))?;
+        let contract = std::fs::read_to_string(&contract_path).map_err(io(&contract_path))?;
+        sources.push((ReleaseSource { name, template, contract }, template_path, contract_path));
+    }
+    Ok(sources)
 }
 
 fn template_name(release: &str) -> String {

@@ -37,8 +37,12 @@ pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<
     for (name, r) in raw {
         if !templates.contains(&name) {
             return Err(format!(
-                "release `{name}` has no templates: add {}/{name}/memory.j2 and contract.txt",
-                config.memory.templates_dir.display()
+                "release `{name}` has no templates: add a folder {name}/ with memory.j2 and contract.txt to {}",
+                config
+                    .memory
+                    .templates_dir
+                    .as_ref()
+                    .map_or_else(|| "a templates folder set as memory.templates_dir".to_owned(), |d| d.display().to_string())
             ));
         }
         let placement = match r.placement.as_deref() {

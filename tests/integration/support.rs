@@ -29,7 +29,12 @@ impl Proc {
     /// Starts `memgate <args>` and waits for its "listening on http://ADDR" line.
     pub fn start(args: &[&str], env: &[(&str, &str)]) -> Proc {
         let bin = if args.first() == Some(&"mock-upstream") { BIN.to_owned() } else { gateway_bin() };
-        let mut command = Command::new(bin);
+        Proc::start_with(Command::new(bin), args, env)
+    }
+
+    /// Starts `command` (a memgate binary, set up by the caller: another working directory, say)
+    /// with `args` and `env`, and waits for its "listening on" line.
+    pub fn start_with(mut command: Command, args: &[&str], env: &[(&str, &str)]) -> Proc {
         command.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         for var in [
             "MEMGATE_LISTEN",
