@@ -14,6 +14,7 @@ pub mod funnel;
 pub mod health;
 pub mod identity;
 pub mod inject;
+pub mod lexical;
 pub mod memory;
 pub mod mock_upstream;
 pub mod observability;

@@ -381,3 +381,106 @@ pub fn text(v: &Value) -> String {
 pub fn f32r(x: f32) -> f64 {
     (f64::from(x) * 1e4).round() / 1e4
 }
+
+/// A LoCoMo question: its conversation (tenant), text, category and evidence turn ids.
+pub struct LocomoQuestion {
+    pub tenant: String,
+    pub text: String,
+    pub category: i64,
+    pub evidence: Vec<String>,
+}
+
+/// LoCoMo's dialog turns as records (type `fact`, content `{"statement": "<speaker>: <text>"}`,
+/// scope `public`, one tenant per conversation) and its questions with their evidence ids, as
+/// `locomo_eval` reads them (used by `hybrid_eval`).
+pub fn load_locomo(
+    path: &Path,
+    conversations: Option<usize>,
+) -> Result<(Vec<memgate::memory::record::Record>, Vec<LocomoQuestion>), BoxError> {
+    let bytes = std::fs::read(path).map_err(|err| {
+        format!("cannot read {}: {err} (run from the repository root, or pass --data)", path.display())
+    })?;
+    let data: Value = serde_json::from_slice(&bytes)?;
+    let samples = data.as_array().ok_or("locomo10.json is not a list of samples")?;
+    let take = conversations.unwrap_or(samples.len()).min(samples.len());
+    let (mut records, mut questions) = (Vec::new(), Vec::new());
+    let mut known: std::collections::HashSet<(String, String)> = std::collections::HashSet::new();
+    let base_ms = 1_672_531_200_000;
+    for sample in &samples[..take] {
+        let tenant = sample["sample_id"].as_str().ok_or("a sample without sample_id")?.to_owned();
+        let conversation = sample["conversation"].as_object().ok_or("a sample without conversation")?;
+        let mut sessions: Vec<(u32, &Vec<Value>)> = conversation
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix("session_")?.parse::<u32>().ok()?, v.as_array()?)))
+            .collect();
+        sessions.sort_by_key(|(n, _)| *n);
+        for turn in sessions.into_iter().flat_map(|(_, turns)| turns) {
+            let (Some(id), Some(speaker), Some(text)) =
+                (turn["dia_id"].as_str(), turn["speaker"].as_str(), turn["text"].as_str())
+            else {
+                continue;
+            };
+            if !known.insert((tenant.clone(), id.to_owned())) {
+                continue;
+            }
+            let at = base_ms + records.len() as i64 * 60_000;
+            records.push(record_fact(&tenant, id, json!({"statement": format!("{speaker}: {text}")}), at));
+        }
+        for qa in sample["qa"].as_array().into_iter().flatten() {
+            let Some(text) = qa["question"].as_str() else { continue };
+            let evidence = qa["evidence"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .flat_map(parse_evidence)
+                .collect();
+            let category = qa["category"].as_i64().unwrap_or(0);
+            questions.push(LocomoQuestion {
+                tenant: tenant.clone(),
+                text: text.to_owned(),
+                category,
+                evidence,
+            });
+        }
+    }
+    Ok((records, questions))
+}
+
+/// A `fact` record of `tenant`, public, valid forever, written at `at` (ms).
+pub fn record_fact(tenant: &str, id: &str, content: Value, at: i64) -> memgate::memory::record::Record {
+    use memgate::memory::record::{OPEN_END_MS, Record, Status};
+    Record {
+        tenant: tenant.to_owned(),
+        id: id.to_owned(),
+        record_type: "fact".into(),
+        schema_version: "v1".into(),
+        scope: vec!["public".into()],
+        valid_from_ms: 0,
+        valid_until_ms: OPEN_END_MS,
+        priority: 3,
+        key: None,
+        aliases: Vec::new(),
+        content,
+        metadata: serde_json::Map::new(),
+        revision: 1,
+        status: Status::Active,
+        created_at_ms: at,
+        updated_at_ms: at,
+        last_accessed_at_ms: None,
+        access_count: 0,
+        change_seq: 0,
+    }
+}
+
+/// `D8:6; D9:17`, `D9:1 D4:4`, `D:11:26` → `D8:6`, `D9:17`, … (the labels have a few typos).
+pub fn parse_evidence(text: &str) -> Vec<String> {
+    text.split(|c: char| c == ';' || c == ',' || c.is_whitespace())
+        .filter_map(|piece| {
+            let rest = piece.trim().strip_prefix('D')?.trim_start_matches(':');
+            let (session, turn) = rest.split_once(':')?;
+            let ok = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+            (ok(session) && ok(turn)).then(|| format!("D{session}:{turn}"))
+        })
+        .collect()
+}

@@ -1,0 +1,53 @@
+//! Lexical retrieval: BM25 over the words of each tenant's records, and its fusion with the
+//! dense (embedding) ranking. Written to sit inside the funnel's semantic layer; it does not run
+//! on its own.
+//!
+//! - `analyzer`: text → terms, the same for records and queries, in any mix of languages: NFKC
+//!   and case folding, CJK bigrams, English and Russian Snowball stemming, stop words.
+//! - `bm25`: `LexicalIndex`, one per tenant, keyed by the funnel's slots; add, replace and remove
+//!   a record at run time; `search(query, candidates, k)` scores only the candidate slots.
+//! - `fusion`: reciprocal-rank or weighted-score fusion of the two rankings, and the `Gate` that
+//!   decides which fused hits may be injected.
+//!
+//! How the funnel uses it (the lead's integration; the figures behind each choice are in
+//! docs/hybrid-retrieval.md):
+//! 1. before taking the tenant's lock, with the query embedding: `LexicalQuery::new(analyzer,
+//!    text)` (~10 µs);
+//! 2. `TenantIndex::insert`/`remove` call `LexicalIndex::upsert(slot, &record_text(record))`
+//!    and `remove(slot)` with the slot they give the record, under the same write lock;
+//! 3. in the semantic layer, after scope and temporal: `lexical.search(&query, &current, k)`
+//!    with the temporal layer's `SlotSet` (so nothing the caller may not see, or that is not
+//!    valid now, is scored), the dense similarities of the same candidates, `fusion::fuse`, then
+//!    `fusion::select` with the release's `Gate`; the density layer packs in fused order.
+//!
+//! Why not tantivy: measured against it on the same analyzer, the index here is smaller, builds
+//! faster, and a record changes in microseconds without commits, segments or merges (the
+//! comparison is in docs/hybrid-retrieval.md).
+
+pub mod analyzer;
+pub mod bm25;
+pub mod fusion;
+pub mod stopwords;
+
+pub use analyzer::{Analyzer, AnalyzerOptions};
+pub use bm25::{Bm25Params, LexicalHit, LexicalIndex, LexicalQuery};
+pub use fusion::{Contribution, FusedHit, Fusion, Gate};
+
+use crate::memory::record::Record;
+
+/// The text a record is found by words through: its key, its aliases, and every string and
+/// number of its content (as `memory::passage_text`, without the type name: a type shared by
+/// thousands of records is no evidence for any of them).
+pub fn record_text(record: &Record) -> String {
+    let mut text = String::new();
+    if let Some(key) = &record.key {
+        text.push_str(key);
+        text.push('\n');
+    }
+    for alias in &record.aliases {
+        text.push_str(alias);
+        text.push('\n');
+    }
+    crate::memory::collect_text(&record.content, &mut text);
+    text
+}
