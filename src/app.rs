@@ -54,6 +54,8 @@ struct Inner {
     client_addrs: ClientAddrs,
     /// Failed admin authentications per client address.
     admin_strikes: Strikes,
+    /// An index older than this is stale (its store unreachable): answers say so.
+    stale_after: std::time::Duration,
     /// Shadow runs in flight (`proxy::shadow`).
     shadow_slots: Arc<tokio::sync::Semaphore>,
     identity: Authenticator,
@@ -105,7 +107,8 @@ impl AppState {
                 let fanout = Fanout::start(redis)
                     .map_err(|message| StartupError::ConfigInvalid { key: "redis.url".into(), message })?;
                 if let Some(connection) = fanout.connection() {
-                    embedder.share_queries_through(SharedVectors::new(connection, &redis.key_prefix));
+                    embedder.share_queries_through(SharedVectors::new(connection.clone(), &redis.key_prefix));
+                    identity.share_limits_through(connection, &redis.key_prefix);
                 }
                 fanout
             }
@@ -148,6 +151,7 @@ impl AppState {
             ),
             client_addrs: config.client_addrs.clone(),
             admin_strikes: Strikes::new(config.admin.rate_limit_per_minute),
+            stale_after: (config.poll_interval * 3).max(std::time::Duration::from_secs(3)),
             shadow_slots: Arc::new(tokio::sync::Semaphore::new(proxy::shadow::MAX_RUNNING)),
             identity,
             upstream: Upstream::new(&config.upstream)?,
@@ -173,6 +177,12 @@ impl AppState {
     pub fn client_addr(&self, parts: &axum::http::request::Parts) -> Option<std::net::IpAddr> {
         let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
         self.inner.client_addrs.resolve(peer, &parts.headers)
+    }
+
+    /// How stale the in-memory index is, when its store has been unreachable for a while.
+    pub fn index_staleness(&self) -> Option<std::time::Duration> {
+        let age = self.memories().index_age();
+        (age > self.inner.stale_after).then_some(age)
     }
 
     pub fn shadow_slots(&self) -> &Arc<tokio::sync::Semaphore> {

@@ -200,6 +200,7 @@ pub struct RawClientIp {
 #[serde(deny_unknown_fields)]
 pub struct RawShutdown {
     pub grace_ms: Option<u64>,
+    pub drain_delay_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -266,6 +267,9 @@ pub struct Config {
     pub limits: Limits,
     pub client_addrs: crate::client_addr::ClientAddrs,
     pub shutdown_grace: Duration,
+    /// After SIGTERM, how long memgate goes on accepting (answering `/readyz` 503 and closing each
+    /// connection after its answer) before it stops accepting: time for load balancers to notice.
+    pub drain_delay: Duration,
     pub log_format: LogFormat,
     pub log_level: String,
     pub database_url: String,
@@ -527,6 +531,7 @@ impl RawConfig {
         .map_err(|message| invalid("client_ip", message))?;
 
         let shutdown_grace = Duration::from_millis(self.shutdown.grace_ms.unwrap_or(30_000));
+        let drain_delay = Duration::from_millis(self.shutdown.drain_delay_ms.unwrap_or(5_000));
 
         let log_format = match self.log.format.as_deref().unwrap_or("text") {
             "text" => LogFormat::Text,
@@ -745,6 +750,7 @@ impl RawConfig {
             limits,
             client_addrs,
             shutdown_grace,
+            drain_delay,
             log_format,
             log_level,
         })

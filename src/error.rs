@@ -53,6 +53,8 @@ pub enum ErrorKind {
     /// The upstream did not answer in time.
     UpstreamTimeout,
     Overloaded,
+    /// A dependency memgate needs for this call (the database) is unreachable; retry later.
+    Unavailable,
 }
 
 impl ErrorKind {
@@ -74,6 +76,7 @@ impl ErrorKind {
             ErrorKind::Overloaded => {
                 (StatusCode::from_u16(529).unwrap_or(StatusCode::SERVICE_UNAVAILABLE), "overloaded_error")
             }
+            ErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "api_error"),
         }
     }
 
@@ -84,6 +87,7 @@ impl ErrorKind {
             ErrorKind::UpstreamUnreachable
                 | ErrorKind::UpstreamTimeout
                 | ErrorKind::Overloaded
+                | ErrorKind::Unavailable
                 | ErrorKind::RateLimited
         )
     }
@@ -189,6 +193,7 @@ mod tests {
             (ErrorKind::UpstreamUnreachable, 502, "api_error"),
             (ErrorKind::UpstreamTimeout, 504, "timeout_error"),
             (ErrorKind::Overloaded, 529, "overloaded_error"),
+            (ErrorKind::Unavailable, 503, "api_error"),
         ];
         for (kind, status, error_type) in expected {
             assert_eq!(kind.status_and_type(), (StatusCode::from_u16(status).unwrap(), error_type));

@@ -1,8 +1,11 @@
 //! `memgate serve`: bind, serve, and shut down gracefully.
 //!
-//! Shutdown lifecycle: on SIGTERM or Ctrl-C, `/readyz` turns 503 and the listener stops accepting;
-//! requests and streams in flight run on. When the last one ends the process exits; if some are
-//! still running after `shutdown.grace_ms`, they are cut and the process exits anyway.
+//! Shutdown lifecycle: on SIGTERM or Ctrl-C, `/readyz` turns 503 and, for `shutdown.drain_delay_ms`,
+//! memgate goes on accepting but closes every connection after its answer, so a load balancer
+//! stops sending and keeps no idle connection that could be closed under a request. Then the
+//! listener stops accepting; requests and streams in flight run on. When the last one ends the
+//! process exits; if some are still running after `shutdown.grace_ms`, they are cut and the
+//! process exits anyway.
 
 use crate::app::{AppState, build_admin_app, build_app, build_public_app};
 use crate::config::Config;
@@ -81,10 +84,15 @@ pub async fn run(
     let memories = state.memories().clone();
     let stop_accepting = CancellationToken::new();
     let stop_admin = stop_accepting.clone();
+    let drain_delay = config.drain_delay;
     let signalled = async move {
         shutdown_signal().await;
-        tracing::info!("shutdown requested: no new connections; draining in-flight requests");
+        // First the load balancers learn: /readyz turns 503 and every answer closes its
+        // connection, while new connections are still served. Only then does the listener close.
         draining_state.begin_draining();
+        tracing::info!(drain_ms = drain_delay.as_millis() as u64, "shutdown requested: draining; still accepting meanwhile");
+        tokio::time::sleep(drain_delay).await;
+        tracing::info!("no new connections; finishing in-flight requests");
         let _ = signalled_tx.send(());
         stop_accepting.cancel();
     };

@@ -46,7 +46,7 @@ pub async fn create(
     };
     let (record, secret) = state.identity().keys().issue(&new).await.map_err(|err| match err {
         KeyError::Invalid(message) => ApiError::invalid_request(message),
-        KeyError::Store(err) => ApiError::internal(err),
+        KeyError::Store(err) => ApiError::from(err),
     })?;
     let mut answer = key_json(&record);
     answer["key"] = json!(secret);
@@ -54,7 +54,7 @@ pub async fn create(
 }
 
 pub async fn list(State(state): State<AppState>, ctx: AdminContext) -> Result<Json<Value>, ApiError> {
-    let keys = state.store().list_keys(&ctx.tenant).await.map_err(ApiError::internal)?;
+    let keys = state.store().list_keys(&ctx.tenant).await?;
     Ok(Json(json!({"data": keys.iter().map(key_json).collect::<Vec<_>>()})))
 }
 
@@ -70,7 +70,7 @@ pub async fn revoke(
             Ok(Json(json!({"id": id, "revoked": true})))
         }
         Err(StoreError::NotFound) => Err(ApiError::not_found(format!("no key `{id}` in this tenant"))),
-        Err(err) => Err(ApiError::internal(err)),
+        Err(err) => Err(ApiError::from(err)),
     }
 }
 

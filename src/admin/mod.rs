@@ -132,7 +132,7 @@ impl From<MemoryError> for ApiError {
             MemoryError::Conflict { .. } | MemoryError::IdTaken(_) | MemoryError::TopicTaken => {
                 ApiError::new(ErrorKind::Conflict, err.to_string())
             }
-            MemoryError::Store(inner) => ApiError::internal(inner),
+            MemoryError::Store(inner) => ApiError::from(inner),
         }
     }
 }

@@ -78,7 +78,7 @@ pub async fn history(
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     state.rollout().release(&name).ok_or_else(|| ApiError::not_found(format!("no release `{name}`")))?;
-    let changes = state.rollout().history(&name).await.map_err(ApiError::internal)?;
+    let changes = state.rollout().history(&name).await?;
     let data: Vec<Value> = changes
         .into_iter()
         .map(|c| {

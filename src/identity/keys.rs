@@ -22,6 +22,8 @@ use subtle::ConstantTimeEq;
 /// Every gateway key starts with this.
 pub const KEY_PREFIX: &str = "mgk_";
 const CACHE_TTL: Duration = Duration::from_secs(5);
+/// How long a verified key stays usable while the database is unreachable.
+const STALE_FOR: Duration = Duration::from_secs(3600);
 const CACHE_MAX: usize = 10_000;
 
 /// What a key may do beyond reading its own scopes' records. `batches`, `files` and
@@ -58,7 +60,13 @@ struct KeyCache {
     entries: HashMap<String, (Option<KeyRecord>, Instant)>,
     /// Bumped by every revocation seen here; see the module comment.
     epoch: u64,
+    /// Until when the store is taken as unreachable: stale entries answer without asking it, so
+    /// an outage costs each caller one failed lookup, not one per request.
+    store_down_until: Option<Instant>,
 }
+
+/// How long a lookup that found the store unreachable makes the next ones skip it.
+const STORE_RETRY_AFTER: Duration = Duration::from_secs(2);
 
 impl GatewayKeys {
     pub fn new(store: Store) -> GatewayKeys {
@@ -132,13 +140,29 @@ impl GatewayKeys {
         if id.len() != 16 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Ok(None);
         }
-        let record = match self.cached(id) {
+        let store_down = self.lock_cache().store_down_until.is_some_and(|until| until > Instant::now());
+        let record = match self.cached(id).or_else(|| store_down.then(|| self.stale(id)).flatten()) {
             Some(record) => record,
             None => {
                 let epoch = self.lock_cache().epoch;
-                let record = self.store.find_key(id).await?;
-                self.remember(id, record.clone(), epoch);
-                record
+                match self.store.find_key(id).await {
+                    Ok(record) => {
+                        self.lock_cache().store_down_until = None;
+                        self.remember(id, record.clone(), epoch);
+                        record
+                    }
+                    // The database is down: a key this replica verified within the last
+                    // `STALE_FOR` keeps working (no revocation can be written meanwhile either),
+                    // so callers go on being served from the in-memory index.
+                    Err(err) if err.is_unavailable() => {
+                        self.lock_cache().store_down_until = Some(Instant::now() + STORE_RETRY_AFTER);
+                        match self.stale(id) {
+                            Some(record) => record,
+                            None => return Err(err),
+                        }
+                    }
+                    Err(err) => return Err(err),
+                }
             }
         };
         Ok(record.filter(|key| {
@@ -155,6 +179,12 @@ impl GatewayKeys {
     fn cached(&self, id: &str) -> Option<Option<KeyRecord>> {
         let cache = self.lock_cache();
         cache.entries.get(id).filter(|(_, at)| at.elapsed() < CACHE_TTL).map(|(record, _)| record.clone())
+    }
+
+    /// A cached answer past its TTL but within `STALE_FOR`, for when the store is unreachable.
+    fn stale(&self, id: &str) -> Option<Option<KeyRecord>> {
+        let cache = self.lock_cache();
+        cache.entries.get(id).filter(|(_, at)| at.elapsed() < STALE_FOR).map(|(record, _)| record.clone())
     }
 
     /// Caches what the store said at `epoch`, unless a revocation came in between.

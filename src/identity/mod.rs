@@ -13,6 +13,7 @@
 //! memory work (`accepted`).
 
 pub mod accepted;
+pub mod fleet;
 pub mod jwt;
 pub mod keys;
 pub mod rate_limit;
@@ -166,6 +167,8 @@ pub struct Authenticator {
     limits: RateLimits,
     strikes: Strikes,
     accepted: AcceptedKeys,
+    /// With Redis, callers' limits hold across the fleet (`fleet`); unset: per replica.
+    fleet: std::sync::OnceLock<std::sync::Arc<fleet::FleetLimits>>,
 }
 
 impl Authenticator {
@@ -177,8 +180,24 @@ impl Authenticator {
             limits: RateLimits::default(),
             strikes: Strikes::new(config.preauth_rate_limit_per_minute),
             accepted: AcceptedKeys::default(),
+            fleet: std::sync::OnceLock::new(),
             config,
         })
+    }
+
+    /// Counts callers' requests across every replica through Redis (once; later calls change
+    /// nothing).
+    pub fn share_limits_through(
+        &self,
+        connection: std::sync::Arc<arc_swap::ArcSwapOption<redis::aio::ConnectionManager>>,
+        key_prefix: &str,
+    ) {
+        let _ = self.fleet.set(fleet::FleetLimits::start(connection, key_prefix));
+    }
+
+    /// How rate limits were checked (fleet-wide or the local share), for metrics.
+    pub fn fleet_stats(&self) -> Option<fleet::FleetStats> {
+        self.fleet.get().map(|f| f.stats())
     }
 
     pub fn keys(&self) -> &GatewayKeys {
@@ -225,21 +244,28 @@ impl Authenticator {
             // The subject has a bucket of its own, and the key's is charged as well: naming a
             // new subject on every request must not buy a fresh allowance.
             let subject_key = format!("{}/subject:{subject}", caller.rate_key);
-            self.charge(&subject_key, caller.rate_limit_per_minute)?;
+            self.charge(&subject_key, caller.rate_limit_per_minute).await?;
             caller.subject = Some(subject.to_owned());
         }
-        self.charge(&caller.rate_key, caller.rate_limit_per_minute)?;
+        self.charge(&caller.rate_key, caller.rate_limit_per_minute).await?;
         Ok(caller)
     }
 
-    fn charge(&self, rate_key: &str, per_minute: u32) -> Result<(), ApiError> {
-        self.limits.check(rate_key, per_minute).map_err(|wait| {
+    /// One request against `rate_key`'s limit: this replica's own count first (the fast path: a
+    /// caller over its limit here is over it everywhere), then the fleet's, when Redis is there.
+    async fn charge(&self, rate_key: &str, per_minute: u32) -> Result<(), ApiError> {
+        let refused = |wait: u64| {
             ApiError::new(
                 ErrorKind::RateLimited,
                 format!("rate limit of {per_minute} requests a minute reached; retry in {wait} s"),
             )
             .with_retry_after(wait)
-        })
+        };
+        self.limits.check(rate_key, per_minute).map_err(refused)?;
+        match self.fleet.get() {
+            Some(fleet) => fleet.check(rate_key, per_minute).await.map_err(refused),
+            None => Ok(()),
+        }
     }
 
     /// The upstream answered a passthrough caller: a 2xx makes its key one memory may be
@@ -309,7 +335,7 @@ impl Authenticator {
         };
         if let Some(presented) = presented_key {
             let key =
-                self.keys.verify(presented).await.map_err(ApiError::internal)?.ok_or_else(|| {
+                self.keys.verify(presented).await.map_err(ApiError::from)?.ok_or_else(|| {
                     unauthorized("the gateway key is not valid (unknown, revoked or mistyped)")
                 })?;
             let mut scopes: BTreeSet<String> = key.scopes.iter().cloned().collect();

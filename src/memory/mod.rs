@@ -79,6 +79,9 @@ pub struct MemoryService {
     sync_lock: Arc<tokio::sync::Mutex<()>>,
     /// Whether a backfill runs, and whether it should look again when done (`spawn_backfill`).
     backfill: Arc<BackfillFlags>,
+    /// When (ms) the index last took in the store's changes: how stale it may be while the
+    /// database is unreachable.
+    synced_at_ms: Arc<std::sync::atomic::AtomicI64>,
     /// Injections counted since the last flush to the store.
     accesses: Arc<access::AccessLog>,
     /// Tells other replicas about this one's writes (Redis), so they need not wait for the poll.
@@ -104,6 +107,7 @@ impl MemoryService {
             synced_until: Arc::new(std::sync::atomic::AtomicI64::new(0)),
             sync_lock: Arc::default(),
             backfill: Arc::default(),
+            synced_at_ms: Arc::new(std::sync::atomic::AtomicI64::new(now_ms())),
             accesses: Arc::default(),
             fanout: Fanout::disabled(),
         }
@@ -170,6 +174,7 @@ impl MemoryService {
         let count = items.len();
         self.index.load(items);
         self.synced_until.store(cursor, Ordering::SeqCst);
+        self.synced_at_ms.store(now_ms(), Ordering::SeqCst);
         self.spawn_backfill();
         Ok(count)
     }
@@ -208,6 +213,7 @@ impl MemoryService {
             self.spawn_backfill();
         }
         self.synced_until.store(changes.upto, Ordering::SeqCst);
+        self.synced_at_ms.store(now_ms(), Ordering::SeqCst);
         self.index.forget_removals_upto(changes.upto);
         Ok(applied)
     }
@@ -244,6 +250,12 @@ impl MemoryService {
                 }
             }
         });
+    }
+
+    /// How long ago the index last took in the store's changes.
+    pub fn index_age(&self) -> std::time::Duration {
+        let age = now_ms() - self.synced_at_ms.load(Ordering::SeqCst);
+        std::time::Duration::from_millis(u64::try_from(age).unwrap_or(0))
     }
 
     /// Whether a backfill is running (or about to look again).

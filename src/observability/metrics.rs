@@ -111,6 +111,16 @@ pub struct Metrics {
     query_embeddings: Family<SourceLabels, Counter>,
     /// The embedder's counters as last copied into the three above (`sync_embedding`).
     embedding_seen: std::sync::Mutex<crate::embed::EmbedStats>,
+    rate_limit_checks: Family<ModeLabels, Counter>,
+    /// The fleet limiter's counters as last copied (`sync_fleet`).
+    fleet_seen: std::sync::Mutex<crate::identity::fleet::FleetStats>,
+    /// Seconds since the in-memory index last took in the store's changes.
+    index_age: prometheus_client::metrics::gauge::Gauge,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModeLabels {
+    mode: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -197,7 +207,25 @@ impl Metrics {
             "Query embeddings by where they came from: local_cache, shared_cache (another replica, through Redis) or model",
             query_embeddings.clone(),
         );
+        let rate_limit_checks = Family::<ModeLabels, Counter>::default();
+        registry.register(
+            "rate_limit_checks",
+            "Fleet-wide rate-limit checks (Redis): mode=fleet when Redis answered, mode=local when each replica fell back to its share",
+            rate_limit_checks.clone(),
+        );
+        let index_age = prometheus_client::metrics::gauge::Gauge::default();
+        registry.register(
+            "memory_index_age_seconds",
+            "Seconds since this replica's memory index last took in the store's changes (grows while the database is unreachable)",
+            index_age.clone(),
+        );
+        for mode in ["fleet", "local"] {
+            let _ = rate_limit_checks.get_or_create(&ModeLabels { mode });
+        }
         Metrics {
+            rate_limit_checks,
+            fleet_seen: std::sync::Mutex::default(),
+            index_age,
             registry,
             requests,
             upstream_latency,
@@ -287,6 +315,19 @@ impl Metrics {
             self.query_embeddings.get_or_create(&SourceLabels { source }).inc_by(now.saturating_sub(before));
         }
         *seen = now;
+    }
+
+    /// Brings the rate-limit mode counters up to the fleet limiter's own; called before a render.
+    pub fn sync_fleet(&self, now: Option<crate::identity::fleet::FleetStats>) {
+        let Some(now) = now else { return };
+        let mut seen = self.fleet_seen.lock().unwrap_or_else(|p| p.into_inner());
+        self.rate_limit_checks.get_or_create(&ModeLabels { mode: "fleet" }).inc_by(now.fleet.saturating_sub(seen.fleet));
+        self.rate_limit_checks.get_or_create(&ModeLabels { mode: "local" }).inc_by(now.local.saturating_sub(seen.local));
+        *seen = now;
+    }
+
+    pub fn set_index_age(&self, age: Duration) {
+        self.index_age.set(i64::try_from(age.as_secs()).unwrap_or(i64::MAX));
     }
 
     /// The OpenMetrics text exposition.

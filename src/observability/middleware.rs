@@ -38,6 +38,11 @@ pub async fn observe(State(state): State<AppState>, mut request: Request, next: 
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         response.headers_mut().insert(REQUEST_ID_HEADER, value);
     }
+    // Draining for shutdown: this connection is not to be reused (hyper closes an HTTP/1
+    // connection after an answer that says so), so no idle connection is left to close later.
+    if state.is_draining() {
+        response.headers_mut().insert(axum::http::header::CONNECTION, HeaderValue::from_static("close"));
+    }
     tracing::info!(
         request_id = %request_id,
         method = %method,

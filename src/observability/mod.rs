@@ -12,6 +12,8 @@ use axum::response::{IntoResponse, Response};
 /// `GET /metrics`: Prometheus (OpenMetrics text).
 pub async fn metrics_handler(State(state): State<AppState>) -> Response {
     state.metrics().sync_embedding(state.memories().embedder().stats());
+    state.metrics().sync_fleet(state.identity().fleet_stats());
+    state.metrics().set_index_age(state.memories().index_age());
     match state.metrics().render() {
         Ok(text) => ([(CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
             .into_response(),

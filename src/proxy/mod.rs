@@ -124,7 +124,8 @@ async fn forward_messages_request(state: &AppState, request: Request) -> Result<
     // An answer refusing the caller's credential says nothing about memory: the headers would
     // tell whoever holds a refused key whether a record matched its text.
     let told = memory_allowed && !matches!(status.as_u16(), 401 | 403);
-    add_memory_headers(response.headers_mut(), &release, &recalled, wish.trace.is_on() && told, told);
+    let stale = state.index_staleness();
+    add_memory_headers(response.headers_mut(), &release, &recalled, wish.trace.is_on() && told, told, stale);
     Ok(response)
 }
 
@@ -135,7 +136,14 @@ const MAX_TRACE_HEADER_BYTES: usize = 6 * 1024;
 /// `X-Memory-Version` on every answer (which release served says nothing about records), and
 /// `X-Memory-Injected`, `X-Memory-Status` and the trace (when asked for) only when `told`: to a
 /// caller whose credential was accepted.
-fn add_memory_headers(headers: &mut HeaderMap, release: &Release, recalled: &Recalled, debug: bool, told: bool) {
+fn add_memory_headers(
+    headers: &mut HeaderMap,
+    release: &Release,
+    recalled: &Recalled,
+    debug: bool,
+    told: bool,
+    stale: Option<Duration>,
+) {
     let mut set = |name: &'static str, value: String| {
         if let Ok(value) = HeaderValue::from_str(&value) {
             headers.insert(name, value);
@@ -144,6 +152,10 @@ fn add_memory_headers(headers: &mut HeaderMap, release: &Release, recalled: &Rec
     set("x-memory-version", release.name.clone());
     if !told {
         return;
+    }
+    if let Some(age) = stale {
+        // The database has been unreachable: memory came from this replica's index as it was.
+        set("x-memory-stale", age.as_secs().to_string());
     }
     set("x-memory-injected", recalled.injected_ids.len().to_string());
     set("x-memory-status", recalled.status.as_str().to_owned());

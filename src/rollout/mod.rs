@@ -419,7 +419,7 @@ impl From<RolloutError> for ApiError {
         match err {
             RolloutError::Unknown(_) => ApiError::not_found(err.to_string()),
             RolloutError::Invalid(message) => ApiError::invalid_request(message),
-            RolloutError::Store(err) => ApiError::internal(err),
+            RolloutError::Store(err) => ApiError::from(err),
         }
     }
 }

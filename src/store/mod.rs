@@ -29,6 +29,39 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+impl StoreError {
+    /// The database could not be reached (down, restarting, refusing connections, out of
+    /// connections), as opposed to a query it answered with an error: worth retrying later.
+    pub fn is_unavailable(&self) -> bool {
+        let StoreError::Database(err) = self else { return false };
+        match err {
+            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => true,
+            sqlx::Error::WorkerCrashed => true,
+            // PostgreSQL's "connection exception" (08…) and "operator intervention" (57P…: shutting
+            // down, cannot connect now) classes.
+            sqlx::Error::Database(db) => db.code().is_some_and(|code| code.starts_with("08") || code.starts_with("57P")),
+            _ => false,
+        }
+    }
+}
+
+/// A store error as a client sees it: an unreachable database is a 503 to retry (`Retry-After`);
+/// anything else is memgate's own failure, logged and answered without details.
+impl From<StoreError> for crate::error::ApiError {
+    fn from(err: StoreError) -> Self {
+        if err.is_unavailable() {
+            tracing::warn!(error = %err, "the database is unreachable");
+            crate::error::ApiError::new(
+                crate::error::ErrorKind::Unavailable,
+                "the database is unreachable; nothing was changed. Retry shortly",
+            )
+            .with_retry_after(5)
+        } else {
+            crate::error::ApiError::internal(err)
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Sqlite,
@@ -64,7 +97,8 @@ impl Store {
             }
             _ => url.to_owned(),
         };
-        let options = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(10));
+        // An unreachable database answers a write with a 503 after this long, not a hang.
+        let options = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(3));
         let pool = match backend {
             // SQLite: one writer at a time; WAL lets readers go on meanwhile, and busy_timeout
             // makes a second writer wait for the lock instead of failing at once.

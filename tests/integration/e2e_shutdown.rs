@@ -7,9 +7,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 #[tokio::test]
-async fn sigterm_lets_a_stream_in_flight_finish_and_refuses_new_connections() {
-    let mock = Proc::mock(&["--pause-ms", "1500"]);
-    let mut gateway = Proc::gateway(&mock, &[], &[]);
+async fn sigterm_drains_then_refuses_new_connections_and_lets_a_stream_in_flight_finish() {
+    let mock = Proc::mock(&["--pause-ms", "2500"]);
+    let config = std::env::temp_dir().join(format!("memgate-drain-{}.toml", std::process::id()));
+    std::fs::write(&config, "[shutdown]\ndrain_delay_ms = 600\n").unwrap();
+    let mut gateway = Proc::gateway(&mock, &["--config", config.to_str().unwrap()], &[]);
     let response = client()
         .post(gateway.url("/v1/messages"))
         .json(&messages_body("mock-pause", true))
@@ -21,10 +23,19 @@ async fn sigterm_lets_a_stream_in_flight_finish_and_refuses_new_connections() {
     assert!(String::from_utf8_lossy(&first).starts_with("event: message_start"));
 
     gateway.terminate();
-    // New connections are refused once the listener is closed (poll: the signal is async).
+    // Draining: still answering, /readyz says 503, and every answer closes its connection so a
+    // load balancer keeps no idle connection to this replica (poll: the signal is async).
+    let http = client();
+    let drained = crate::support::eventually(Duration::from_millis(500), "/readyz to say draining", || async {
+        let ready = http.get(gateway.url("/readyz")).send().await.ok()?;
+        (ready.status() == 503).then_some(ready)
+    })
+    .await;
+    assert_eq!(drained.headers()["connection"], "close");
+    // Then new connections are refused once the listener is closed.
     let addr = gateway.base.trim_start_matches("http://").to_owned();
     let mut refused = false;
-    for _ in 0..200 {
+    for _ in 0..400 {
         if TcpStream::connect(&addr).await.is_err() {
             refused = true;
             break;
@@ -46,7 +57,7 @@ async fn sigterm_lets_a_stream_in_flight_finish_and_refuses_new_connections() {
 async fn the_grace_period_bounds_how_long_shutdown_waits() {
     let mock = Proc::mock(&["--delta-interval-ms", "50"]);
     let config = std::env::temp_dir().join(format!("memgate-grace-{}.toml", std::process::id()));
-    std::fs::write(&config, "[shutdown]\ngrace_ms = 300\n").unwrap();
+    std::fs::write(&config, "[shutdown]\ngrace_ms = 300\ndrain_delay_ms = 100\n").unwrap();
     let mut gateway = Proc::gateway(&mock, &["--config", config.to_str().unwrap()], &[]);
     let response = client()
         .post(gateway.url("/v1/messages"))

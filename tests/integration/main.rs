@@ -6,6 +6,7 @@ mod support;
 
 mod e2e_admin;
 mod e2e_anywhere;
+mod e2e_fleet;
 mod e2e_identity;
 mod e2e_memory;
 mod e2e_proxy;

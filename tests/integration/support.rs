@@ -97,7 +97,10 @@ impl Proc {
 
     pub fn gateway_to(upstream_url: &str, extra: &[&str], env: &[(&str, &str)]) -> Proc {
         let db = TestDb::sqlite();
-        let mut args = vec!["serve", "--listen", "127.0.0.1:0", "--upstream-url", upstream_url];
+        let mut args = vec!["serve", "--upstream-url", upstream_url];
+        if !extra.contains(&"--listen") {
+            args.extend_from_slice(&["--listen", "127.0.0.1:0"]);
+        }
         if !extra.contains(&"--database-url") {
             args.extend_from_slice(&["--database-url", db.url.as_str()]);
         }
