@@ -332,7 +332,10 @@ def page(full, soak, img_prefix):
                 out.append("Upstream seen (requests the mock recorded during the measured run, against 2xx "
                            "answers): " + "; ".join(f"{rate}/s: {seen} of {ok}" for rate, ok, seen in seen) + ".")
                 ceiling = highest_sustained(full, "litellm")
-                out += ["", f"Highest rate LiteLLM sustained: **{ceiling or 'none'} req/s**.", ""]
+                lowest = min((r for r in full["runs"] if r["system"] == "litellm"), key=lambda r: r["rate"])
+                out += ["", (f"Highest rate LiteLLM sustained: **{ceiling} req/s**." if ceiling else
+                             f"LiteLLM sustained none of the rates tried (at {lowest['rate']}/s: p99 "
+                             f"{lowest['latency_ms']['p99']:.0f} ms, {errors_column(lowest)} errors)."), ""]
                 lite50 = find(full, "litellm", 50, "litellm")
                 lite_added = added(full, lite50) if lite50 else None
                 rows = []
@@ -400,7 +403,8 @@ def page(full, soak, img_prefix):
                     "= every record embedded.", ""]
             rows = [(name, f"{i['records']:,}", "paced" if i.get("paced") else "unpaced",
                      plain(i["searchable_s"], 0), plain(i["records_per_s"], 1), plain(i.get("rss_peak_mb"), 0),
-                     f"from the cache made {i['cached_at']}" if i.get("from_cache") else "this run")
+                     (f"from the cache made {i['cached_at']}" if i.get("from_cache") else "this run")
+                     + (f": {i['note']}" if i.get("note") else ""))
                     for name, i in ing.items()]
             out += [table(["instance", "records", "requests", "searchable after s", "records/s", "peak RSS MB",
                            "when"], rows), ""]
