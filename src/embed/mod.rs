@@ -4,21 +4,27 @@
 //! How a query travels:
 //! 1. [`Embedder::embed_query`] looks the text up in a bounded cache (`cache.rs`); a hit returns
 //!    the very `Arc` it returned before, without touching the model.
-//! 2. A miss sends a job down a bounded channel to the embedding thread (`batcher.rs`), the one
-//!    owner of the model. It takes every job that is waiting (up to `max_batch` texts), runs the
-//!    model once for all of them, and answers each job on its own oneshot channel. Nothing waits
-//!    to fill a batch: while one run is busy, the next batch queues up by itself.
-//! 3. The model (`model.rs`) is fastembed's ONNX text embedding: tokenize with the prefix
-//!    (`query: ` / `passage: ` for e5), run the graph, mean-pool over the attention mask,
-//!    L2-normalize. ONNX Runtime itself is a shared library loaded at first use from
-//!    `ORT_DYLIB_PATH`.
+//! 2. A miss puts a job in the query queue of the embedding thread (`batcher.rs`), the one owner
+//!    of the model. Queries always go first: the thread takes every waiting query (up to
+//!    `max_batch` texts), runs the model once for all of them, and answers each job on its own
+//!    oneshot channel. Nothing waits to fill a batch: while one run is busy, the next batch
+//!    queues up by itself.
+//! 3. Passages ([`Embedder::embed_passages`]: record writes, imports, the backfill) wait in a
+//!    second queue and run only when no query waits, in slices of about 20 ms of model time,
+//!    shortest texts together; so a query waits for at most one such slice.
+//! 4. The model (`model.rs`): tokenize with the prefix (`query: ` / `passage: ` for e5), run the
+//!    graph, mean-pool over the attention mask, L2-normalize. memgate's default is an int8 build
+//!    of multilingual-e5-small with its own compact tokenizer (`tokenizer.rs`); any other folder
+//!    or hub model runs through fastembed as exported. ONNX Runtime itself is a shared library
+//!    loaded at first use from `ORT_DYLIB_PATH`.
 //!
 //! Why a dedicated OS thread rather than a lock and `spawn_blocking`: fastembed's `embed` takes
 //! `&mut self`, so runs are serial anyway; a thread that owns the model needs no lock, never
-//! blocks the async workers, and gives batching for free. ONNX Runtime's own intra-op threads
-//! (`threads`) parallelize inside one run.
+//! blocks the async workers, and can order the work (queries first). ONNX Runtime's own
+//! intra-op threads (`threads`, every core by default) parallelize inside one run. One session
+//! for both queues: a second one for queries would hold the model twice (~90 MB).
 //!
-//! 4. Language centering (`centering.rs`, on by default) takes the language's own direction out
+//! 5. Language centering (`centering.rs`, on by default) takes the language's own direction out
 //!    of each vector, so a Russian question is compared with an English note by topic rather than
 //!    losing to every Russian text.
 //!
@@ -31,6 +37,7 @@ mod cache;
 pub mod centering;
 mod model;
 pub mod shared;
+mod tokenizer;
 
 #[cfg(test)]
 mod bench;
@@ -41,9 +48,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, oneshot};
 
-use self::batcher::Job;
+use self::batcher::{Job, Kind, Queue};
 use self::cache::QueryCache;
 use self::centering::{Centres, Role};
 
@@ -72,10 +79,12 @@ pub struct EmbedConfig {
     pub query_prefix: String,
     /// Put in front of every passage (`"passage: "` for e5 models).
     pub passage_prefix: String,
-    /// ONNX Runtime intra-op threads per model run. 1 serves the most queries per second under
-    /// load on small machines; more lowers the latency of a lone query (docs/embedding.md).
+    /// ONNX Runtime intra-op threads per model run. Default: every core (at most 8), so that
+    /// background embedding (imports) uses the machine; queries still go first
+    /// (docs/embedding.md, "Throughput").
     pub threads: usize,
-    /// The most texts one model run takes.
+    /// The most texts one model run takes (concurrent queries share runs; passage runs are
+    /// bounded by time as well).
     pub max_batch: usize,
     /// How many query embeddings the cache keeps (0 turns it off).
     pub cache_entries: usize,
@@ -94,12 +103,17 @@ impl EmbedConfig {
             model_name: None,
             query_prefix: "query: ".to_owned(),
             passage_prefix: "passage: ".to_owned(),
-            threads: 1,
-            max_batch: 16,
+            threads: default_threads(),
+            max_batch: 64,
             cache_entries: 4096,
             language_centering: true,
         }
     }
+}
+
+/// Every core the process may use, at most 8 (beyond that one short run does not split well).
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()).min(8)
 }
 
 /// Why embedding failed. Load errors say what to run or set.
@@ -148,14 +162,21 @@ struct Inner {
     dimensions: usize,
     query_prefix: String,
     passage_prefix: String,
-    max_batch: usize,
     centres: Option<Centres>,
     cache: QueryCache,
     /// Other replicas' query vectors (Redis), asked after a miss in `cache`.
     shared: std::sync::OnceLock<shared::SharedVectors>,
     counters: Arc<Counters>,
-    /// Dropping the last sender (with the last `Embedder` clone) ends the embedding thread.
-    jobs: mpsc::Sender<Job>,
+    /// The embedding thread's queues; closed when the last `Embedder` clone is dropped.
+    queue: Queue,
+    /// Places in the queues: a caller waits for one when `JOB_QUEUE` jobs are waiting.
+    permits: Arc<Semaphore>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.queue.close();
+    }
 }
 
 impl std::fmt::Debug for Embedder {
@@ -193,8 +214,7 @@ impl Embedder {
             (loaded.model_id, None)
         };
         let counters = Arc::new(Counters::default());
-        let (jobs, receiver) = mpsc::channel(JOB_QUEUE);
-        batcher::spawn(loaded.model, receiver, config.max_batch, counters.clone())?;
+        let queue = batcher::spawn(loaded.model, config.max_batch, counters.clone())?;
         tracing::info!(
             model_id = %model_id,
             dimensions,
@@ -208,12 +228,12 @@ impl Embedder {
                 dimensions,
                 query_prefix: config.query_prefix.clone(),
                 passage_prefix: config.passage_prefix.clone(),
-                max_batch: config.max_batch,
                 centres,
                 shared: std::sync::OnceLock::new(),
                 cache: QueryCache::new(config.cache_entries),
                 counters,
-                jobs,
+                queue,
+                permits: Arc::new(Semaphore::new(JOB_QUEUE)),
             }),
         })
     }
@@ -246,7 +266,7 @@ impl Embedder {
             inner.counters.shared_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(inner.cache.insert(text, vector.into()));
         }
-        let mut vectors = self.run(vec![format!("{}{}", inner.query_prefix, text)]).await?;
+        let mut vectors = self.run(Kind::Query, vec![format!("{}{}", inner.query_prefix, text)]).await?;
         let mut vector = vectors.pop().ok_or_else(|| EmbedError::Model("no embedding came back".into()))?;
         if let Some(centres) = &inner.centres {
             centres.apply(Role::Query, text, &mut vector);
@@ -258,21 +278,22 @@ impl Embedder {
     }
 
     /// The L2-normalized embeddings of record texts (the passage prefix is added here), in order.
-    /// Large inputs go through in runs of `max_batch`, so queries still get their turn between.
+    /// Any number of texts in one call: the embedding thread runs them in slices of about
+    /// 20 ms, shortest first, and lets queries go between slices, so a large call (an import)
+    /// is the efficient one.
     pub async fn embed_passages(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let inner = &self.inner;
-        let mut out = Vec::with_capacity(texts.len());
-        for chunk in texts.chunks(inner.max_batch) {
-            let prefixed = chunk.iter().map(|t| format!("{}{}", inner.passage_prefix, t)).collect();
-            let mut vectors = self.run(prefixed).await?;
-            if let Some(centres) = &inner.centres {
-                for (text, vector) in chunk.iter().zip(&mut vectors) {
-                    centres.apply(Role::Passage, text, vector);
-                }
-            }
-            out.extend(vectors);
+        if texts.is_empty() {
+            return Ok(Vec::new());
         }
-        Ok(out)
+        let prefixed = texts.iter().map(|t| format!("{}{}", inner.passage_prefix, t)).collect();
+        let mut vectors = self.run(Kind::Passage, prefixed).await?;
+        if let Some(centres) = &inner.centres {
+            for (text, vector) in texts.iter().zip(&mut vectors) {
+                centres.apply(Role::Passage, text, vector);
+            }
+        }
+        Ok(vectors)
     }
 
     /// Asks `shared` (other replicas' query vectors) after a miss in this process's cache, and
@@ -293,10 +314,11 @@ impl Embedder {
         }
     }
 
-    async fn run(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, EmbedError> {
+    async fn run(&self, kind: Kind, texts: Vec<String>) -> Result<Vec<Vec<f32>>, EmbedError> {
         let expected = texts.len();
         let (reply, answer) = oneshot::channel();
-        self.inner.jobs.send(Job { texts, reply }).await.map_err(|_| EmbedError::Stopped)?;
+        let permit = self.inner.permits.clone().acquire_owned().await.map_err(|_| EmbedError::Stopped)?;
+        self.inner.queue.push(kind, Job { texts, reply, permit })?;
         let vectors = answer.await.map_err(|_| EmbedError::Stopped)??;
         if vectors.len() != expected {
             return Err(EmbedError::Model(format!("asked for {expected} embeddings, got {}", vectors.len())));
