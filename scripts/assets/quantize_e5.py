@@ -46,6 +46,7 @@ Usage: quantize_e5.py --model-dir F32_DIR --out INT8_DIR [--calibration calibrat
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 import sys
@@ -62,7 +63,7 @@ MANIFEST = {
     "memgate_model": 1,
     "input": "id-pairs-512",
     "output": "mean-pooled",
-    "note": "multilingual-e5-small, int8 (per-channel weights, per-token activations); made by scripts/assets/quantize_e5.py",
+    "note": "multilingual-e5-small, int8 (per-channel weights, per-token activations, SmoothQuant); made by scripts/assets/quantize_e5.py",
 }
 
 
@@ -392,12 +393,16 @@ def main(argv: list[str]) -> int:
         print(f"quantize_e5: cannot quantize {args.model_dir}: {err!r}", file=sys.stderr)
         return 1
     args.out.mkdir(parents=True, exist_ok=True)
+    data = model.SerializeToString(deterministic=True)
     tmp = args.out / "model.onnx.partial"
-    tmp.write_bytes(model.SerializeToString(deterministic=True))
+    tmp.write_bytes(data)
     tmp.replace(args.out / "model.onnx")
     for name in TOKENIZER_FILES:
         shutil.copyfile(args.model_dir / name, args.out / name)
-    (args.out / "memgate.json").write_text(json.dumps(MANIFEST, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    # The graph's sha256 in the manifest: memgate's model id hashes the manifest whole but samples
+    # large files, and two quantizations can differ in a few bytes only.
+    manifest = dict(MANIFEST, model_sha256=hashlib.sha256(data).hexdigest())
+    (args.out / "memgate.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     print(f"quantize_e5: wrote {args.out}")
     return 0
 
