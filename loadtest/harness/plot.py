@@ -74,7 +74,14 @@ def soak_plot(results, path, csv_path):
     top.set_ylabel("RSS (MB)")
     top.set_ylim(bottom=0)
     top.grid(True, alpha=0.3)
-    top.legend(fontsize=8, loc="lower right")
+    load = top.twinx()
+    load.plot([float(r["t_s"]) / 60 for r in rows], [float(r["load1"]) for r in rows], color="#999999",
+              linewidth=0.8, label="machine load average (1 min), right axis")
+    load.set_ylabel("load average")
+    load.set_ylim(bottom=0)
+    lines = top.get_legend_handles_labels()
+    more = load.get_legend_handles_labels()
+    top.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8, loc="lower right")
     windows = run.get("windows", [])
     bottom.plot([w["start_s"] / 60 for w in windows], [w["p99_ms"] for w in windows], color="#9467bd",
                 label="p99 of each 10-s window (whole latency, not added)")
