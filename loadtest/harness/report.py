@@ -209,7 +209,9 @@ def goals(full, soak):
         if ceiling is not None or find(full, "litellm"):
             top = highest_sustained(full, "funnel-warm")
             rows.append(("funnel serves ≥ 30× LiteLLM's ceiling",
-                         f"LiteLLM sustained {ceiling or 'no'} req/s; memgate funnel (warm) {top or '—'} req/s "
+                         (f"LiteLLM sustained {ceiling} req/s" if ceiling else
+                          f"LiteLLM sustained none of {', '.join(str(r) for r in full['settings']['litellm_rates'])} req/s")
+                         + f"; memgate funnel (warm) {top or '—'} req/s "
                          f"(highest rate tried: {max(full['settings']['rates'])})",
                          verdict(ceiling is not None and top is not None and top >= 30 * ceiling)))
         if lite50 and warm:
