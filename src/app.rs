@@ -107,7 +107,11 @@ impl AppState {
                 let fanout = Fanout::start(redis)
                     .map_err(|message| StartupError::ConfigInvalid { key: "redis.url".into(), message })?;
                 if let Some(connection) = fanout.connection() {
-                    embedder.share_queries_through(SharedVectors::new(connection.clone(), &redis.key_prefix));
+                    let secret = store.shared_secret("query_cache").await.map_err(|err| StartupError::Store {
+                        url: crate::store::redact_url(&config.database_url),
+                        message: format!("reading the deployment's secrets: {err}"),
+                    })?;
+                    embedder.share_queries_through(SharedVectors::new(connection.clone(), &redis.key_prefix, &secret));
                     identity.share_limits_through(connection, &redis.key_prefix);
                 }
                 fanout

@@ -193,7 +193,7 @@ async fn run(
     let Some(tenant) = state.index().tenant(&caller.tenant) else {
         return Ok(Recalled::untouched(body.clone(), MemoryStatus::Ok, None));
     };
-    let vector = state.embedder().embed_query(&query).await.map_err(|err| {
+    let vector = state.embedder().embed_query_for(&caller.tenant, &query).await.map_err(|err| {
         tracing::warn!(error = %err, "query embedding failed");
         "embedder"
     })?;

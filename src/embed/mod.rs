@@ -250,21 +250,31 @@ impl Embedder {
         self.inner.dimensions
     }
 
-    /// The L2-normalized embedding of a search query (the query prefix is added here). Repeated
-    /// texts come from the cache as the same `Arc`; concurrent misses share model runs.
+    /// The L2-normalized embedding of a search query (the query prefix is added here), outside
+    /// any tenant (benchmarks, tests). Requests go through [`Embedder::embed_query_for`].
     pub async fn embed_query(&self, text: &str) -> Result<Arc<[f32]>, EmbedError> {
+        self.embed_query_for("", text).await
+    }
+
+    /// The embedding of `tenant`'s query `text`. Repeated texts come from the cache as the same
+    /// `Arc`; concurrent misses share model runs. Both caches (this replica's and the one shared
+    /// through Redis) are per tenant: whether a text was asked before, and how fast it comes
+    /// back, says nothing about another tenant's questions.
+    pub async fn embed_query_for(&self, tenant: &str, text: &str) -> Result<Arc<[f32]>, EmbedError> {
         let inner = &self.inner;
-        if let Some(hit) = inner.cache.get(text) {
+        // Tenant names never hold U+001F (`identity::is_valid_tenant`): the key is unambiguous.
+        let cache_key = format!("{tenant}\u{1f}{text}");
+        if let Some(hit) = inner.cache.get(&cache_key) {
             inner.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(hit);
         }
         inner.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
         let shared = inner.shared.get();
         if let Some(shared) = shared
-            && let Some(vector) = shared.get(&inner.model_id, text, inner.dimensions).await
+            && let Some(vector) = shared.get(&inner.model_id, tenant, text, inner.dimensions).await
         {
             inner.counters.shared_hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(inner.cache.insert(text, vector.into()));
+            return Ok(inner.cache.insert(&cache_key, vector.into()));
         }
         let mut vectors = self.run(Kind::Query, vec![format!("{}{}", inner.query_prefix, text)]).await?;
         let mut vector = vectors.pop().ok_or_else(|| EmbedError::Model("no embedding came back".into()))?;
@@ -272,9 +282,9 @@ impl Embedder {
             centres.apply(Role::Query, text, &mut vector);
         }
         if let Some(shared) = shared {
-            shared.put(&inner.model_id, text, &vector);
+            shared.put(&inner.model_id, tenant, text, &vector);
         }
-        Ok(inner.cache.insert(text, vector.into()))
+        Ok(inner.cache.insert(&cache_key, vector.into()))
     }
 
     /// The L2-normalized embeddings of record texts (the passage prefix is added here), in order.

@@ -158,6 +158,20 @@ impl Store {
         Ok((tx, seq))
     }
 
+    /// The deployment's secret `name`, made (256 random bits, hex) by the first caller that asks:
+    /// every replica on this database gets the same one.
+    pub async fn shared_secret(&self, name: &str) -> Result<String, StoreError> {
+        let fresh = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+        sqlx::query("INSERT INTO server_secrets (name, value, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING")
+            .bind(name)
+            .bind(&fresh)
+            .bind(crate::memory::record::now_ms())
+            .execute(&self.pool)
+            .await?;
+        let row = sqlx::query("SELECT value FROM server_secrets WHERE name = $1").bind(name).fetch_one(&self.pool).await?;
+        Ok(sqlx::Row::try_get(&row, 0)?)
+    }
+
     /// A cheap round trip, for `/readyz`.
     pub async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;

@@ -135,3 +135,92 @@ async fn a_replica_with_a_slow_clock_cannot_keep_a_deleted_record_alive() {
     })
     .await;
 }
+
+async fn explain_in(gateway: &Proc, tenant: &str, question: &str) {
+    let body = json!({"request": {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": question}]},
+        "caller": {"scopes": ["public"]}});
+    let answer = client()
+        .post(gateway.url("/admin/v1/explain"))
+        .bearer_auth(ADMIN_TOKEN)
+        .header("x-memory-tenant", tenant)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+}
+
+async fn query_embeddings(gateway: &Proc, source: &str) -> f64 {
+    let text = client().get(gateway.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let line = format!("memgate_query_embeddings_total{{source=\"{source}\"}} ");
+    text.lines().find_map(|l| l.strip_prefix(&line)).map_or(0.0, |v| v.parse().unwrap())
+}
+
+/// Finding 11: the query embeddings shared through Redis were keyed by a bare SHA-256 of the
+/// text — readable by anyone who can guess a question, and shared across tenants, so one tenant
+/// could learn (by a cache hit's timing) what another asked. Keys are now an HMAC of the model,
+/// the tenant and the text under the deployment's secret.
+#[tokio::test]
+async fn shared_query_embeddings_are_per_tenant_and_name_no_question() {
+    use sha2::{Digest, Sha256};
+    let db = TestDb::postgres().await;
+    let mock = Proc::mock(&[]);
+    let config = fanout_config(600_000);
+    let a = redis_replica(&mock, &db, &config, &[]);
+    let b = redis_replica(&mock, &db, &config, &[]);
+    // With no record to compare a question with, it is not embedded at all: one per tenant.
+    for tenant in ["acme", "globex"] {
+        let record = json!({"type": "fact", "scope": ["public"], "content": {"statement": "Orders to Norway ship from Oslo."}});
+        let created = client()
+            .post(a.url("/admin/v1/memories"))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("x-memory-tenant", tenant)
+            .json(&record)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status(), 201);
+    }
+    eventually(Duration::from_secs(10), "B to have both tenants' records", || async {
+        let listed: Value = client()
+            .get(b.url("/admin/v1/memories"))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("x-memory-tenant", "globex")
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        (listed["data"].as_array().map(Vec::len) == Some(1)).then_some(())
+    })
+    .await;
+    let question = "Which warehouse ships my order to Norway?";
+    explain_in(&a, "acme", question).await;
+    let prefix = std::fs::read_to_string(config.path.join("memgate.toml")).unwrap();
+    let prefix = prefix.split("key_prefix = \"").nth(1).unwrap().split('"').next().unwrap().to_owned();
+    let mut redis = redis::Client::open("redis://127.0.0.1:6379").unwrap().get_multiplexed_async_connection().await.unwrap();
+    let keys = |redis: &redis::aio::MultiplexedConnection| {
+        let mut redis = redis.clone();
+        let pattern = format!("{prefix}:qvec:*");
+        async move { redis::cmd("KEYS").arg(&pattern).query_async::<Vec<String>>(&mut redis).await.unwrap() }
+    };
+    let shared = eventually(Duration::from_secs(10), "A's vector in Redis", || async {
+        let found = keys(&redis).await;
+        (found.len() == 1).then_some(found)
+    })
+    .await;
+    let digest: String = Sha256::digest(question.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    assert!(!shared[0].contains(&digest) && !shared[0].contains("Norway") && !shared[0].contains("acme"), "{}", shared[0]);
+
+    // Another tenant asking the same words runs its own model: nothing crosses tenants.
+    let before = query_embeddings(&b, "model").await;
+    explain_in(&b, "globex", question).await;
+    assert_eq!(query_embeddings(&b, "shared_cache").await, 0.0, "globex got acme's cached question");
+    assert_eq!(query_embeddings(&b, "model").await, before + 1.0);
+    // The same tenant on another replica does get it from Redis.
+    explain_in(&b, "acme", question).await;
+    assert_eq!(query_embeddings(&b, "shared_cache").await, 1.0);
+    let all: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(&mut redis).await.unwrap();
+    let _: () = redis::cmd("DEL").arg(all).query_async(&mut redis).await.unwrap();
+}
