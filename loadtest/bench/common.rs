@@ -484,3 +484,77 @@ pub fn parse_evidence(text: &str) -> Vec<String> {
         })
         .collect()
 }
+
+/// Embeddings of `texts`, from `<cache>/<name>-<hash>.f32` when there, else computed (and kept).
+pub async fn cached_vectors(
+    embedder: &memgate::embed::Embedder,
+    cache: Option<&Path>,
+    name: &str,
+    texts: &[String],
+    queries: bool,
+) -> Result<Vec<Vec<f32>>, BoxError> {
+    use futures_util::StreamExt;
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    hash.update(embedder.model_id().as_bytes());
+    hash.update([u8::from(queries)]);
+    for text in texts {
+        hash.update(text.as_bytes());
+        hash.update([0]);
+    }
+    let digest: String = hash.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let file = cache.map(|dir| dir.join(format!("{name}-{digest}.f32")));
+    if let Some(bytes) = file.as_ref().and_then(|f| std::fs::read(f).ok()) {
+        let floats: Vec<f32> =
+            bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let dims = floats.len() / texts.len().max(1);
+        if dims > 0 && dims * texts.len() == floats.len() {
+            eprintln!(
+                "{name}: {} vectors from {}",
+                texts.len(),
+                file.as_ref().map_or(String::new(), |f| f.display().to_string())
+            );
+            return Ok(floats.chunks(dims).map(<[f32]>::to_vec).collect());
+        }
+    }
+    let started = std::time::Instant::now();
+    let mut vectors: Vec<Vec<f32>> = Vec::with_capacity(texts.len());
+    if queries {
+        let out: Vec<std::sync::Arc<[f32]>> = futures_util::stream::iter(texts.iter())
+            .map(|t| {
+                let embedder = embedder.clone();
+                async move { embedder.embed_query(t).await }
+            })
+            .buffered(16)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<_, _>>()?;
+        vectors.extend(out.iter().map(|v| v.to_vec()));
+    } else {
+        for chunk in texts.chunks(128) {
+            vectors.extend(embedder.embed_passages(chunk).await?);
+            let rate = vectors.len() as f64 / started.elapsed().as_secs_f64().max(1e-9);
+            eprintln!("{name}: {}/{} embedded, {rate:.1}/s ({})", vectors.len(), texts.len(), load_line());
+        }
+    }
+    eprintln!("{name}: {} embedded in {:.1} s", texts.len(), started.elapsed().as_secs_f64());
+    if let Some(file) = file {
+        if let Some(dir) = file.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let bytes: Vec<u8> = vectors.iter().flatten().flat_map(|x| x.to_le_bytes()).collect();
+        std::fs::write(&file, bytes)?;
+    }
+    Ok(vectors)
+}
+
+/// This process's resident memory, in KiB (0 where /proc is missing).
+pub fn rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}

@@ -37,21 +37,22 @@
 mod common;
 
 use clap::Parser;
-use common::{BoxError, LocomoQuestion as Question, Summary, load_locomo, record_fact as fact};
-use futures_util::StreamExt;
+use common::{
+    BoxError, LocomoQuestion as Question, Summary, cached_vectors, load_locomo, record_fact as fact, rss_kb,
+};
 use memgate::embed::Embedder;
 use memgate::funnel::index::IndexedRecord;
 use memgate::funnel::slots::SlotSet;
 use memgate::inject::{RenderItem, Templates};
 use memgate::lexical::fusion::{self, FusedHit, Fusion, Gate};
-use memgate::lexical::{Analyzer, LexicalHit, LexicalIndex, LexicalQuery, record_text};
+use memgate::lexical::{
+    Analyzer, AnalyzerOptions, Bm25Params, LexicalHit, LexicalIndex, LexicalQuery, record_text,
+};
 use memgate::memory::passage_text;
 use memgate::memory::record::{Record, format_ms};
 use serde_json::{Map, Value, json};
-use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How many lexical hits are fused (the dense ranking holds every record of a tenant).
@@ -76,13 +77,31 @@ struct Args {
     #[arg(long)]
     threshold: Option<f32>,
     /// Weights w of `similarity + w · normalized BM25` to report.
-    #[arg(long, default_value = "0.25,0.5,1.0")]
+    #[arg(long, default_value = "0.5,1,2")]
     weights: String,
+    /// k of the RRF variants to report (equal weights).
+    #[arg(long, default_value = "60")]
+    rrf_k: String,
+    /// BM25 term-frequency saturation.
+    #[arg(long, default_value_t = 1.2)]
+    k1: f32,
+    /// BM25 length normalization.
+    #[arg(long, default_value_t = 0.75)]
+    b: f32,
+    /// Analyzer without Snowball stemming.
+    #[arg(long)]
+    no_stemming: bool,
+    /// Analyzer without stop words.
+    #[arg(long)]
+    no_stop_words: bool,
+    /// Analyzer with CJK unigrams besides bigrams.
+    #[arg(long)]
+    cjk_unigrams: bool,
     /// Gates on normalized BM25 (pass on words) to report.
     #[arg(long, default_value = "0.2,0.3,0.4")]
     min_lexical: String,
-    /// Record-token budgets (no item cap) to report.
-    #[arg(long, default_value = "500,650,800")]
+    /// Budgets on the whole block's tokens (contract included; no item cap) to report.
+    #[arg(long, default_value = "1000")]
     budgets: String,
     /// Tenant sizes for the lexical cost (empty: skip).
     #[arg(long, default_value = "10k,100k")]
@@ -133,6 +152,12 @@ async fn run(args: Args) -> Result<(), BoxError> {
     let budgets: Vec<usize> = parse_list(&args.budgets)?;
     let sizes = if args.sizes.trim().is_empty() { Vec::new() } else { common::parse_sizes(&args.sizes)? };
     let (records, questions) = load_locomo(&args.data, args.conversations)?;
+    let analyzer_options = AnalyzerOptions {
+        stemming: !args.no_stemming,
+        stop_words: !args.no_stop_words,
+        cjk_unigrams: args.cjk_unigrams,
+    };
+    let bm25 = Bm25Params { k1: args.k1, b: args.b };
     let templates = Templates::load(Path::new("templates"))?;
     let config = common::embed_config(args.threads, 8192);
     let embedder = tokio::task::spawn_blocking(move || Embedder::load(&config)).await??;
@@ -152,7 +177,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         let tenant = tenants.entry(record.tenant.clone()).or_insert_with(|| Tenant {
             turns: Vec::new(),
             by_id: HashMap::new(),
-            lexical: LexicalIndex::default(),
+            lexical: LexicalIndex::new(Analyzer::new(analyzer_options), bm25),
             all: SlotSet::new(0),
         });
         let slot = tenant.turns.len() as u32;
@@ -166,11 +191,11 @@ async fn run(args: Args) -> Result<(), BoxError> {
     }
     let lexical_build = started.elapsed();
 
-    let mut variants: Vec<(String, Fusion)> = vec![
-        ("dense (today)".into(), Fusion::Dense),
-        ("lexical (BM25)".into(), Fusion::Lexical),
-        ("RRF k=60".into(), Fusion::RRF),
-    ];
+    let mut variants: Vec<(String, Fusion)> =
+        vec![("dense (today)".into(), Fusion::Dense), ("lexical (BM25)".into(), Fusion::Lexical)];
+    for k in parse_list::<f32>(&args.rrf_k)? {
+        variants.push((format!("RRF k={k}"), Fusion::Rrf { k, dense_weight: 1.0, lexical_weight: 1.0 }));
+    }
     for w in &weights {
         variants
             .push((format!("weighted w={w}"), Fusion::Weighted { dense_weight: 1.0, lexical_weight: *w }));
@@ -180,6 +205,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         gate: Gate::dense_only(threshold),
         max_items: 5,
         budget: 3000,
+        block: None,
     }];
     for m in &min_lexicals {
         policies.push(Policy {
@@ -187,26 +213,33 @@ async fn run(args: Args) -> Result<(), BoxError> {
             gate: Gate { min_similarity: threshold, min_lexical: *m, min_fused: f32::NEG_INFINITY },
             max_items: 5,
             budget: 3000,
+            block: None,
         });
     }
     for b in &budgets {
-        policies.push(Policy {
-            name: format!("open, budget {b}"),
-            gate: Gate::OPEN,
-            max_items: 1000,
-            budget: *b,
-        });
+        let block = Some(*b);
+        let open =
+            Policy { name: format!("open, block {b}"), gate: Gate::OPEN, max_items: 1000, budget: 0, block };
+        policies.push(open);
         for m in &min_lexicals {
             policies.push(Policy {
-                name: format!("dense>={threshold} or bm25n>={m}, budget {b}"),
+                name: format!("dense>={threshold} or bm25n>={m}, block {b}"),
                 gate: Gate { min_similarity: threshold, min_lexical: *m, min_fused: f32::NEG_INFINITY },
                 max_items: 1000,
-                budget: *b,
+                budget: 0,
+                block,
             });
         }
+        policies.push(Policy {
+            name: format!("fused>={threshold} (weighted), block {b}"),
+            gate: Gate { min_fused: threshold, ..Gate::OPEN },
+            max_items: 1000,
+            budget: 0,
+            block,
+        });
     }
 
-    let analyzer = Analyzer::default();
+    let analyzer = Analyzer::new(analyzer_options);
     let mut stats: Vec<VariantStats> = variants.iter().map(|_| VariantStats::new(policies.len())).collect();
     let (mut analyze_times, mut search_times, mut fuse_times) = (Vec::new(), Vec::new(), Vec::new());
     let (mut skipped, mut unresolved) = (0usize, 0usize);
@@ -242,10 +275,19 @@ async fn run(args: Args) -> Result<(), BoxError> {
             if q.category == 5 {
                 stat.adversarial += 1;
             } else {
-                stat.at.push([5, 10, 20].map(|k| recall(&ranked[..k.min(ranked.len())])));
+                stat.at.push([5, 10, 20, 30].map(|k| recall(&ranked[..k.min(ranked.len())])));
             }
             for (policy, out) in policies.iter().zip(stat.policies.iter_mut()) {
-                let chosen = pack(&fused, policy, |slot| record_tokens[tenant.turns[slot as usize]]);
+                if !policy.applies_to(*fusion) {
+                    continue;
+                }
+                let turn = |slot: u32| tenant.turns[slot as usize];
+                let chosen = pack(
+                    &fused,
+                    policy,
+                    &|slot| (record_tokens[turn(slot)], cost.lines[turn(slot)]),
+                    cost.overhead,
+                );
                 let tokens: usize = chosen.iter().map(|s| record_tokens[tenant.turns[*s as usize]]).sum();
                 let block = if chosen.is_empty() {
                     0
@@ -257,6 +299,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
                     out.adversarial_injected += chosen.len();
                 } else {
                     out.samples.push(PolicySample {
+                        category: q.category,
                         recall: recall(&chosen),
                         injected: chosen.len(),
                         tokens,
@@ -267,7 +310,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         }
     }
 
-    let support = support_check(&embedder, &analyzer, threshold, &variants, &min_lexicals).await?;
+    let support = support_check(&embedder, &analyzer, bm25, threshold, &variants, &min_lexicals).await?;
     let scale = sizes.iter().map(|n| scale_check(&records, &questions, *n)).collect::<Vec<_>>();
     let embedding = embed_latency(&questions, args.embed_questions).await?;
 
@@ -281,6 +324,8 @@ async fn run(args: Args) -> Result<(), BoxError> {
         "model_id": embedder.model_id(),
         "threshold": common::f32r(threshold),
         "lexical_k": LEXICAL_K,
+        "bm25": {"k1": common::f32r(bm25.k1), "b": common::f32r(bm25.b)},
+        "analyzer": format!("{analyzer_options:?}"),
         "lexical_build_all_tenants_ms": common::ms(lexical_build),
         "block_overhead_tokens": cost.overhead,
         "latency_per_question": {
@@ -311,17 +356,34 @@ struct Policy {
     name: String,
     gate: Gate,
     max_items: usize,
+    /// Record tokens (the density layer's count), when `block` is `None`.
     budget: usize,
+    /// Or: tokens of the whole rendered block, contract included.
+    block: Option<usize>,
+}
+
+impl Policy {
+    /// A gate on the fused score means something only for fusions on the similarity's scale.
+    fn applies_to(&self, fusion: Fusion) -> bool {
+        self.gate.min_fused == f32::NEG_INFINITY || matches!(fusion, Fusion::Dense | Fusion::Weighted { .. })
+    }
 }
 
 /// The density layer's rule on the fused order: every hit that passes the gate, best first,
 /// while it fits the item cap and the budget (a record that does not fit is skipped, and smaller
 /// ones after it may still go in).
-fn pack(fused: &[FusedHit], policy: &Policy, tokens: impl Fn(u32) -> usize) -> Vec<u32> {
+fn pack(
+    fused: &[FusedHit],
+    policy: &Policy,
+    cost: &dyn Fn(u32) -> (usize, usize),
+    overhead: usize,
+) -> Vec<u32> {
     let (mut chosen, mut used) = (Vec::new(), 0usize);
+    let budget = policy.block.map_or(policy.budget, |b| b.saturating_sub(overhead));
     for hit in fused.iter().filter(|h| policy.gate.passes(h)) {
-        let cost = tokens(hit.slot);
-        if chosen.len() < policy.max_items && used + cost <= policy.budget {
+        let (tokens, line) = cost(hit.slot);
+        let cost = if policy.block.is_some() { line } else { tokens };
+        if chosen.len() < policy.max_items && used + cost <= budget {
             used += cost;
             chosen.push(hit.slot);
         }
@@ -330,6 +392,7 @@ fn pack(fused: &[FusedHit], policy: &Policy, tokens: impl Fn(u32) -> usize) -> V
 }
 
 struct PolicySample {
+    category: i64,
     recall: f64,
     injected: usize,
     tokens: usize,
@@ -343,7 +406,7 @@ struct PolicyStats {
 }
 
 struct VariantStats {
-    at: Vec<[f64; 3]>,
+    at: Vec<[f64; 4]>,
     adversarial: usize,
     policies: Vec<PolicyStats>,
 }
@@ -363,6 +426,7 @@ impl VariantStats {
         let rows: Vec<Value> = policies
             .iter()
             .zip(&self.policies)
+            .filter(|(_, s)| !s.samples.is_empty())
             .map(|(p, s)| {
                 let m = s.samples.len().max(1) as f64;
                 let mean = |f: &dyn Fn(&PolicySample) -> f64| s.samples.iter().map(f).sum::<f64>() / m;
@@ -378,6 +442,10 @@ impl VariantStats {
                     "block_tokens_max": blocks.last().copied().unwrap_or(0),
                     "nothing_injected_share": mean(&|x| if x.injected == 0 { 1.0 } else { 0.0 }),
                     "adversarial_injected_mean": s.adversarial_injected as f64 / self.adversarial.max(1) as f64,
+                    "recall_by_category": (1..=4).map(|c| {
+                        let of: Vec<f64> = s.samples.iter().filter(|x| x.category == c).map(|x| x.recall).collect();
+                        (c.to_string(), json!(of.iter().sum::<f64>() / of.len().max(1) as f64))
+                    }).collect::<Map<String, Value>>(),
                 })
             })
             .collect();
@@ -387,6 +455,7 @@ impl VariantStats {
             "recall_at_5": at(0),
             "recall_at_10": at(1),
             "recall_at_20": at(2),
+            "recall_at_30": at(3),
             "policies": rows,
         })
     }
@@ -426,73 +495,6 @@ fn block_cost(templates: &Templates, release: &str, records: &[Record]) -> Resul
     Ok(BlockCost { overhead, lines })
 }
 
-/// Embeddings of `texts`, from `<cache>/<name>-<hash>.f32` when there, else computed (and kept).
-async fn cached_vectors(
-    embedder: &Embedder,
-    cache: Option<&Path>,
-    name: &str,
-    texts: &[String],
-    queries: bool,
-) -> Result<Vec<Vec<f32>>, BoxError> {
-    let mut hash = Sha256::new();
-    hash.update(embedder.model_id().as_bytes());
-    hash.update([u8::from(queries)]);
-    for text in texts {
-        hash.update(text.as_bytes());
-        hash.update([0]);
-    }
-    let digest: String = hash.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect();
-    let file = cache.map(|dir| dir.join(format!("{name}-{digest}.f32")));
-    if let Some(bytes) = file.as_ref().and_then(|f| std::fs::read(f).ok()) {
-        let floats: Vec<f32> =
-            bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-        let dims = floats.len() / texts.len().max(1);
-        if dims > 0 && dims * texts.len() == floats.len() {
-            eprintln!(
-                "{name}: {} vectors from {}",
-                texts.len(),
-                file.as_ref().map_or(String::new(), |f| f.display().to_string())
-            );
-            return Ok(floats.chunks(dims).map(<[f32]>::to_vec).collect());
-        }
-    }
-    let started = Instant::now();
-    let mut vectors: Vec<Vec<f32>> = Vec::with_capacity(texts.len());
-    if queries {
-        let out: Vec<Arc<[f32]>> = futures_util::stream::iter(texts.iter())
-            .map(|t| {
-                let embedder = embedder.clone();
-                async move { embedder.embed_query(t).await }
-            })
-            .buffered(16)
-            .collect::<Vec<_>>()
-            .await
-            .into_iter()
-            .collect::<Result<_, _>>()?;
-        vectors.extend(out.iter().map(|v| v.to_vec()));
-    } else {
-        for chunk in texts.chunks(128) {
-            vectors.extend(embedder.embed_passages(chunk).await?);
-            let rate = vectors.len() as f64 / started.elapsed().as_secs_f64().max(1e-9);
-            eprintln!(
-                "{name}: {}/{} embedded, {rate:.1}/s ({})",
-                vectors.len(),
-                texts.len(),
-                common::load_line()
-            );
-        }
-    }
-    eprintln!("{name}: {} embedded in {:.1} s", texts.len(), started.elapsed().as_secs_f64());
-    if let Some(file) = file {
-        if let Some(dir) = file.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let bytes: Vec<u8> = vectors.iter().flatten().flat_map(|x| x.to_le_bytes()).collect();
-        std::fs::write(&file, bytes)?;
-    }
-    Ok(vectors)
-}
-
 /// The 12 support questions of `tests/integration/e2e_memory/multilingual.rs`.
 const SUPPORT_QUERIES: &[(&str, &str)] = &[
     ("Hi, my standing desk still hasn't arrived. When will it be delivered?", "conv-desk-delay"),
@@ -515,6 +517,7 @@ const OFF_TOPIC: [&str; 3] = ["fact-party-zh", "fact-office-ru", "spec-grinder"]
 async fn support_check(
     embedder: &Embedder,
     analyzer: &Analyzer,
+    bm25: Bm25Params,
     threshold: f32,
     variants: &[(String, Fusion)],
     min_lexicals: &[f32],
@@ -537,7 +540,7 @@ async fn support_check(
         records.push(record);
     }
     let vectors = embedder.embed_passages(&records.iter().map(passage_text).collect::<Vec<_>>()).await?;
-    let mut lexical = LexicalIndex::default();
+    let mut lexical = LexicalIndex::new(Analyzer::new(analyzer.options()), bm25);
     for (slot, record) in records.iter().enumerate() {
         lexical.upsert(slot as u32, &record_text(record));
     }
@@ -550,6 +553,7 @@ async fn support_check(
             Gate { min_similarity: threshold, min_lexical: *m, min_fused: f32::NEG_INFINITY },
         ));
     }
+    gates.push(("fused>=threshold (weighted)".to_owned(), Gate { min_fused: threshold, ..Gate::OPEN }));
     let mut per_query = Vec::new();
     let mut rankings: Vec<(Vec<(u32, f32)>, Vec<LexicalHit>)> = Vec::new();
     for (text, wanted) in SUPPORT_QUERIES {
@@ -568,15 +572,21 @@ async fn support_check(
     let mut rows = Vec::new();
     for (name, fusion) in variants {
         for (gate_name, gate) in &gates {
-            let policy = Policy { name: gate_name.clone(), gate: *gate, max_items: 5, budget: 3000 };
+            let policy =
+                Policy { name: gate_name.clone(), gate: *gate, max_items: 5, budget: 3000, block: None };
+            if !policy.applies_to(*fusion) {
+                continue;
+            }
             let (mut found, mut exact, mut unrelated, mut off_topic) = (0, 0, 0, 0);
             for ((_, wanted), (dense, hits)) in SUPPORT_QUERIES.iter().zip(&rankings) {
                 let mut fused = fusion::fuse(dense, hits, *fusion);
                 if *fusion == Fusion::Lexical {
                     fused.retain(|h| h.lexical.is_some());
                 }
-                let got: Vec<&str> =
-                    pack(&fused, &policy, |_| 1).iter().map(|s| records[*s as usize].id.as_str()).collect();
+                let got: Vec<&str> = pack(&fused, &policy, &|_| (1, 1), 0)
+                    .iter()
+                    .map(|s| records[*s as usize].id.as_str())
+                    .collect();
                 found += usize::from(got.contains(wanted));
                 exact += usize::from(got == [*wanted]);
                 unrelated += got.iter().filter(|id| *id != wanted).count();
@@ -644,15 +654,6 @@ fn scale_check(records: &[Record], questions: &[Question], n: usize) -> Value {
     })
 }
 
-fn rss_kb() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        .unwrap_or(0)
-}
-
 /// Query embedding of fresh ~30-word questions (three LoCoMo questions joined), one ONNX
 /// thread and no cache, as production embeds a new question.
 async fn embed_latency(questions: &[Question], count: usize) -> Result<Value, BoxError> {
@@ -684,35 +685,48 @@ async fn embed_latency(questions: &[Question], count: usize) -> Result<Value, Bo
 fn print_report(r: &Value) {
     let f = |v: &Value| v.as_f64().unwrap_or(0.0);
     println!(
-        "LoCoMo: {} turns, {} questions ({} skipped without evidence), model {}, threshold {}, block overhead {} tokens",
+        "LoCoMo: {} turns, {} questions ({} skipped without evidence), model {}, threshold {}, block overhead {} tokens, BM25 {}, {}",
         r["turns"],
         r["questions"],
         r["skipped_without_evidence"],
         common::text(&r["model_id"]),
         r["threshold"],
-        r["block_overhead_tokens"]
+        r["block_overhead_tokens"],
+        r["bm25"],
+        common::text(&r["analyzer"])
     );
     println!("latency per LoCoMo question (~600 records): {}", r["latency_per_question"]);
     println!();
-    println!("{:<22} {:>7} {:>7} {:>7}", "ranking (cat. 1-4)", "R@5", "R@10", "R@20");
+    println!("{:<22} {:>7} {:>7} {:>7} {:>7}", "ranking (cat. 1-4)", "R@5", "R@10", "R@20", "R@30");
     for v in r["variants"].as_array().into_iter().flatten() {
         println!(
-            "{:<22} {:>7.3} {:>7.3} {:>7.3}",
+            "{:<22} {:>7.3} {:>7.3} {:>7.3} {:>7.3}",
             common::text(&v["variant"]),
             f(&v["recall_at_5"]),
             f(&v["recall_at_10"]),
-            f(&v["recall_at_20"])
+            f(&v["recall_at_20"]),
+            f(&v["recall_at_30"])
         );
     }
     println!();
     println!(
-        "{:<22} {:<44} {:>7} {:>6} {:>8} {:>9} {:>6} {:>6} {:>6} {:>7}",
-        "variant", "policy", "recall", "inj/q", "rec tok", "block m", "p95", "max", "empty", "inj/adv"
+        "{:<22} {:<44} {:>7} {:>6} {:>8} {:>9} {:>6} {:>6} {:>6} {:>7} {:>23}",
+        "variant",
+        "policy",
+        "recall",
+        "inj/q",
+        "rec tok",
+        "block m",
+        "p95",
+        "max",
+        "empty",
+        "inj/adv",
+        "recall cat. 1/2/3/4"
     );
     for v in r["variants"].as_array().into_iter().flatten() {
         for p in v["policies"].as_array().into_iter().flatten() {
             println!(
-                "{:<22} {:<44} {:>7.3} {:>6.2} {:>8.0} {:>9.0} {:>6} {:>6} {:>6.3} {:>7.2}",
+                "{:<22} {:<44} {:>7.3} {:>6.2} {:>8.0} {:>9.0} {:>6} {:>6} {:>6.3} {:>7.2} {:>23}",
                 common::text(&v["variant"]),
                 common::text(&p["policy"]),
                 f(&p["recall"]),
@@ -723,6 +737,7 @@ fn print_report(r: &Value) {
                 p["block_tokens_max"],
                 f(&p["nothing_injected_share"]),
                 f(&p["adversarial_injected_mean"]),
+                ["1", "2", "3", "4"].map(|c| format!("{:.3}", f(&p["recall_by_category"][c]))).join("/"),
             );
         }
     }

@@ -25,6 +25,10 @@ use std::collections::HashMap;
 /// The largest slot a posting can hold (24 bits; the low 8 hold the term frequency).
 pub const MAX_SLOT: u32 = (1 << 24) - 1;
 
+/// A query scores with at most this many of its distinct terms, the rarest in the tenant: a
+/// pasted document as a question must not read every posting list of the index.
+pub const MAX_QUERY_TERMS: usize = 64;
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Bm25Params {
     /// Term-frequency saturation.
@@ -147,11 +151,18 @@ impl LexicalIndex {
     /// Adds the record at `slot`, or replaces what the slot held. `false` (and nothing indexed)
     /// for a slot above `MAX_SLOT`.
     pub fn upsert(&mut self, slot: u32, text: &str) -> bool {
+        let terms = self.analyzer.terms(text);
+        self.upsert_terms(slot, terms)
+    }
+
+    /// As `upsert`, with the text already analyzed (by an `Analyzer` with this index's options):
+    /// analysis, the costly part of a write, can then run before the tenant's write lock is
+    /// taken, or on several threads at startup.
+    pub fn upsert_terms(&mut self, slot: u32, mut terms: Vec<String>) -> bool {
         if slot > MAX_SLOT {
             return false;
         }
         self.remove(slot);
-        let mut terms = self.analyzer.terms(text);
         let length = terms.len() as u32;
         terms.sort_unstable();
         let mut ids = Vec::new();
@@ -234,13 +245,22 @@ impl LexicalIndex {
         let mean_length = (self.total_length as f32 / n).max(1.0);
         let Bm25Params { k1, b } = self.params;
         let idf = |df: usize| (1.0 + (n - df as f32 + 0.5) / (df as f32 + 0.5)).ln();
-        // The most a record could score: every query term (unknown ones at df 0) at saturation.
-        let ceiling: f32 = query
+        // Each term with its postings (none for a term no record holds); when there are too many,
+        // the rarest of those some record holds.
+        let mut terms: Vec<(usize, Option<&Vec<u32>>)> = query
             .terms
             .iter()
-            .map(|t| idf(self.dictionary.get(t.as_str()).map_or(0, |id| self.postings[*id as usize].len())))
-            .sum::<f32>()
-            * (k1 + 1.0);
+            .map(|t| {
+                let list = self.dictionary.get(t.as_str()).map(|id| &self.postings[*id as usize]);
+                (list.map_or(0, Vec::len), list)
+            })
+            .collect();
+        if terms.len() > MAX_QUERY_TERMS {
+            terms.sort_by_key(|(df, _)| (*df == 0, *df));
+            terms.truncate(MAX_QUERY_TERMS);
+        }
+        // The most a record could score: every query term (unknown ones at df 0) at saturation.
+        let ceiling: f32 = terms.iter().map(|(df, _)| idf(*df)).sum::<f32>() * (k1 + 1.0);
         SCRATCH.with(|scratch| {
             let mut scratch = scratch.borrow_mut();
             let Scratch { scores, matched, touched } = &mut *scratch;
@@ -248,11 +268,10 @@ impl LexicalIndex {
                 scores.resize(self.docs.len(), 0.0);
                 matched.resize(self.docs.len(), 0);
             }
-            for term in &query.terms {
-                let Some(id) = self.dictionary.get(term.as_str()) else { continue };
-                let list = &self.postings[*id as usize];
-                let weight = idf(list.len());
-                for posting in list {
+            for (df, list) in &terms {
+                let Some(list) = list else { continue };
+                let weight = idf(*df);
+                for posting in list.iter() {
                     let slot = posting >> 8;
                     if !keep(slot) {
                         continue;
@@ -264,7 +283,7 @@ impl LexicalIndex {
                         touched.push(slot);
                     }
                     scores[s] += weight * tf * (k1 + 1.0) / (tf + norm);
-                    matched[s] += 1;
+                    matched[s] = matched[s].saturating_add(1);
                 }
             }
             let mut hits: Vec<LexicalHit> = touched
@@ -396,6 +415,11 @@ mod tests {
         assert_eq!(slots(&index.search(&query("paris"), &all(&index), 10)), [7]);
         assert!(index.contains(7) && !index.contains(2) && !index.contains(100));
         assert!(!index.upsert(MAX_SLOT + 1, "too far"));
+        // Analyzed beforehand: the same as from the text.
+        let terms = index.analyzer().terms("Paris Texas");
+        assert!(index.upsert_terms(8, terms));
+        assert_eq!(slots(&index.search(&query("paris"), &all(&index), 10)), [7, 8]);
+        index.remove(8);
         // Emptied: lengths and counts back to nothing.
         for slot in [0, 1, 7] {
             index.remove(slot);
@@ -417,6 +441,23 @@ mod tests {
         assert_eq!(best("When will my desk be delivered?"), Some(2));
         assert_eq!(best("ＤＥＳＫ"), Some(2));
         assert_eq!(best("nothing here matches"), None);
+    }
+
+    #[test]
+    fn a_long_query_scores_with_its_rarest_terms() {
+        let mut texts: Vec<String> = (0..200).map(|i| format!("common filler word{i}")).collect();
+        texts.push("needle common".into());
+        let index = index(&texts.iter().map(String::as_str).collect::<Vec<_>>());
+        // 100 rare known terms, the rare "needle", "common" (in every record) and 200 unknown ones.
+        let words: String = (0..100).map(|i| format!("word{i} unknown{i} unknown{i}x ")).collect();
+        let q = query(&format!("{words} common needle"));
+        assert!(q.terms.len() > MAX_QUERY_TERMS);
+        let hits = index.search(&q, &all(&index), 1000);
+        assert_eq!(hits[0].slot, 200, "{hits:?}");
+        // The 64 rarest known terms: the needle and 63 of the words; "common" is not among them,
+        // so no record is found by it alone.
+        assert_eq!(hits.len(), MAX_QUERY_TERMS);
+        assert!(hits.iter().all(|h| h.matched_terms == 1));
     }
 
     #[test]

@@ -14,15 +14,18 @@
 //! 1. before taking the tenant's lock, with the query embedding: `LexicalQuery::new(analyzer,
 //!    text)` (~10 µs);
 //! 2. `TenantIndex::insert`/`remove` call `LexicalIndex::upsert(slot, &record_text(record))`
-//!    and `remove(slot)` with the slot they give the record, under the same write lock;
+//!    (or `upsert_terms` with terms analyzed in `IndexedRecord::new`, outside the lock) and
+//!    `remove(slot)` with the slot they give the record, under the same write lock;
 //! 3. in the semantic layer, after scope and temporal: `lexical.search(&query, &current, k)`
 //!    with the temporal layer's `SlotSet` (so nothing the caller may not see, or that is not
-//!    valid now, is scored), the dense similarities of the same candidates, `fusion::fuse`, then
-//!    `fusion::select` with the release's `Gate`; the density layer packs in fused order.
+//!    valid now, is scored); the exact similarity of each lexical hit that the dense scan did not
+//!    score (a dot product each); `fusion::fuse` with `Fusion::DEFAULT`, then `fusion::select`
+//!    with the release's `Gate` (`Gate::default_for(threshold)`); the density layer packs in
+//!    fused order. `FusedHit` carries each ranking's rank and score, for `explain`.
 //!
-//! Why not tantivy: measured against it on the same analyzer, the index here is smaller, builds
-//! faster, and a record changes in microseconds without commits, segments or merges (the
-//! comparison is in docs/hybrid-retrieval.md).
+//! Why not tantivy: measured against it on the same analyzer at 100,000 records, this index
+//! takes 33 MB instead of 43–75 MB, answers in 0.08 instead of 0.47 ms (p50), and a record
+//! changes in ~30 µs instead of a ~6 ms commit and reader reload, with no segments to merge.
 
 pub mod analyzer;
 pub mod bm25;
