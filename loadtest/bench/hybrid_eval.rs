@@ -103,6 +103,10 @@ struct Args {
     /// Budgets on the whole block's tokens (contract included; no item cap) to report.
     #[arg(long, default_value = "1000")]
     budgets: String,
+    /// Budgets on record tokens (the density layer's count; no item cap, no gate) to report: what
+    /// a block of record lines alone would hold.
+    #[arg(long, default_value = "")]
+    record_budgets: String,
     /// Tenant sizes for the lexical cost (empty: skip).
     #[arg(long, default_value = "10k,100k")]
     sizes: String,
@@ -215,6 +219,10 @@ async fn run(args: Args) -> Result<(), BoxError> {
             budget: 3000,
             block: None,
         });
+    }
+    for b in parse_list::<usize>(&args.record_budgets)? {
+        let name = format!("open, record tokens {b}");
+        policies.push(Policy { name, gate: Gate::OPEN, max_items: 1000, budget: b, block: None });
     }
     for b in &budgets {
         let block = Some(*b);
@@ -555,7 +563,9 @@ async fn support_check(
     }
     gates.push(("fused>=threshold (weighted)".to_owned(), Gate { min_fused: threshold, ..Gate::OPEN }));
     let mut per_query = Vec::new();
-    let mut rankings: Vec<(Vec<(u32, f32)>, Vec<LexicalHit>)> = Vec::new();
+    // Per question: the dense ranking (slot, similarity) and the lexical hits.
+    type Rankings = (Vec<(u32, f32)>, Vec<LexicalHit>);
+    let mut rankings: Vec<Rankings> = Vec::new();
     for (text, wanted) in SUPPORT_QUERIES {
         let qv = embedder.embed_query(text).await?;
         let dense: Vec<(u32, f32)> =
