@@ -38,11 +38,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 LOADTEST = os.path.join(REPO, "loadtest")
 
 # The mock's stream shape, MOCK_STREAM="TTFT_MS,DELTA_INTERVAL_MS" (5 text deltas). The default,
-# "0,0", writes the whole stream at once. Spaced events ("5,2") would show a buffering proxy, but
-# the mock (like memgate, at fcce8c3) does not set TCP_NODELAY on the sockets it accepts: a small
-# event written while the previous one is unacknowledged then waits for the client's delayed ACK
-# (~40 ms), on the direct floor and on every proxy's upstream leg alike, and that stall, not the
-# proxy, becomes the time to first token.
+# "0,0", writes the whole stream at once; spaced events ("5,2") also show a proxy that buffers.
+# (Before 5a95e0e the mock did not set TCP_NODELAY, and spaced events stalled ~40 ms on delayed
+# ACKs on the direct floor itself.)
 MOCK_STREAM = os.environ.get("MOCK_STREAM", "0,0").split(",")
 MOCK_FLAGS = ["--ttft-ms", MOCK_STREAM[0], "--delta-interval-ms", MOCK_STREAM[1], "--deltas", "5"]
 

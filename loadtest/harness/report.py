@@ -363,11 +363,11 @@ def page(full, soak, img_prefix):
                     f"`stream: true`; the mock's stream: first delta {full['settings'].get('mock_stream', '0,0').split(',')[0]} ms "
                     f"after `message_start`, 5 text deltas {full['settings'].get('mock_stream', '0,0').split(',')[1]} ms apart "
                     "(`MOCK_STREAM`). Time to first token (TTFT) = from the scheduled send time to the chunk that "
-                    "holds the first `content_block_delta`. memgate relays a stream event by event; on a socket "
-                    "without TCP_NODELAY (memgate's listener and the mock's, as built at this commit) an event "
-                    "written while the previous one is unacknowledged waits for the client's delayed ACK, ~40 ms. "
-                    "The same runs with TCP_NODELAY set on both: "
-                    "[loadtest/results/experiments](../loadtest/results/experiments/README.md).", ""]
+                    "holds the first `content_block_delta`. memgate relays a stream event by event: on a socket "
+                    "without TCP_NODELAY an event written while the previous one is unacknowledged waits for the "
+                    "client's delayed ACK, ~40 ms. At fcce8c3 neither memgate's listener nor the mock's set it "
+                    "and memgate added ~42 ms; both set it from 5a95e0e on "
+                    "([loadtest/results/experiments](../loadtest/results/experiments/README.md)).", ""]
             rows = []
             for run in stream:
                 floor = floor_of(full, run)
