@@ -44,10 +44,12 @@ use super::{Counters, EmbedError};
 /// 20 ms keeps the query step inside the funnel's default 50 ms budget during an import; longer
 /// runs gain little throughput (docs/embedding.md, "Throughput").
 pub(super) const PASSAGE_RUN_TARGET: Duration = Duration::from_millis(20);
-/// Bounds of a passage run, in padded tokens (texts × longest text of the run). Under about four
-/// short texts a run costs a third more per text (int8, a 30-token text: 6.8 ms of CPU alone,
-/// 4.9 ms four at a time), so a run does not get smaller than that even on a busy machine.
-const MIN_RUN_TOKENS: usize = 128;
+/// Bounds of a passage run, in padded tokens (texts × longest text of the run). Two or three
+/// short texts at least: a single 30-token text costs 6.8 ms of CPU alone and 4.9 ms four at a
+/// time (int8), but on a busy machine bigger floors make a query wait longer (measured on the
+/// 2-core machine at load 5: a floor of 128 tokens gave query p99 82 ms during an import, 64
+/// gave 56 ms, for about the same records per second).
+const MIN_RUN_TOKENS: usize = 64;
 const MAX_RUN_TOKENS: usize = 16_384;
 /// The first guess of model time per padded token, before any passage run was measured.
 const FIRST_SECS_PER_TOKEN: f64 = 100e-6;
