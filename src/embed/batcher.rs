@@ -46,9 +46,9 @@ use super::{Counters, EmbedError};
 pub(super) const PASSAGE_RUN_TARGET: Duration = Duration::from_millis(20);
 /// Bounds of a passage run, in padded tokens (texts × longest text of the run). Two or three
 /// short texts at least: a single 30-token text costs 6.8 ms of CPU alone and 4.9 ms four at a
-/// time (int8), but on a busy machine bigger floors make a query wait longer (measured on the
-/// 2-core machine at load 5: a floor of 128 tokens gave query p99 82 ms during an import, 64
-/// gave 56 ms, for about the same records per second).
+/// time (int8), but on a busy machine a higher floor makes a query wait longer (on the 2-core
+/// machine at load 5, a floor of 128 tokens gave query p99 82 ms during an import; 64 gives
+/// 27–47 ms at load 3–5, docs/embedding.md "Throughput").
 const MIN_RUN_TOKENS: usize = 64;
 const MAX_RUN_TOKENS: usize = 16_384;
 /// The first guess of model time per padded token, before any passage run was measured.
