@@ -512,12 +512,10 @@ pub(super) fn support_records() -> Vec<(String, String)> {
 }
 
 /// The float32 folder and the int8 one under `.assets/models/`, when both are there: memgate's
-/// int8 build has a `memgate.json`; the float32 one is the `-f32` folder (or, before
-/// scripts/fetch-assets made the int8 default, the default folder).
+/// int8 build (the default folder) has a `memgate.json`; the float32 one is the `-f32` folder.
 pub(super) fn f32_and_int8_dirs() -> Option<(PathBuf, PathBuf)> {
     let models = assets_dir().join("models");
-    let candidates =
-        [DEFAULT_MODEL.to_owned(), format!("{DEFAULT_MODEL}-f32"), format!("{DEFAULT_MODEL}-int8")];
+    let candidates = [DEFAULT_MODEL.to_owned(), format!("{DEFAULT_MODEL}-f32")];
     let dirs: Vec<PathBuf> =
         candidates.iter().map(|c| models.join(c)).filter(|d| d.join("model.onnx").exists()).collect();
     let int8 = dirs.iter().find(|d| d.join("memgate.json").exists())?;
