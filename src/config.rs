@@ -99,6 +99,10 @@ pub struct RawRelease {
     pub max_stubs: Option<usize>,
     pub placement: Option<String>,
     pub empty_block: Option<bool>,
+    /// `hybrid` (meaning and words fused) or `dense` (meaning alone).
+    pub retrieval: Option<String>,
+    pub lexical_weight: Option<f32>,
+    pub min_lexical: Option<f32>,
     /// How the person's words are found (`query`); absent keys keep the defaults.
     pub query: Option<RawQuery>,
 }
@@ -724,6 +728,16 @@ impl RawConfig {
             }
             if let Some(t) = release.similarity_threshold {
                 unit(&format!("releases.{name}.similarity_threshold"), t)?;
+            }
+            if let Some(r) = &release.retrieval {
+                if !["hybrid", "dense"].contains(&r.as_str()) {
+                    return Err(invalid(&format!("releases.{name}.retrieval"), format!("`{r}`: use hybrid or dense")));
+                }
+            }
+            for (key, value) in [("lexical_weight", release.lexical_weight), ("min_lexical", release.min_lexical)] {
+                if value.is_some_and(|v| !(0.0..=10.0).contains(&v)) {
+                    return Err(invalid(&format!("releases.{name}.{key}"), "use a number between 0 and 10".into()));
+                }
             }
             if let Some(p) = &release.placement {
                 if !["auto", "system", "last_user_turn"].contains(&p.as_str()) {

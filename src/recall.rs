@@ -9,7 +9,8 @@
 
 use crate::app::AppState;
 use crate::error::{ApiError, ErrorKind};
-use crate::funnel::semantic::SemanticQuery;
+use crate::funnel::Retrieval;
+use crate::funnel::semantic::{Hybrid, SemanticQuery};
 use crate::funnel::trace::{Detail, Trace};
 use crate::identity::Caller;
 use crate::inject::{RenderItem, inject};
@@ -197,9 +198,18 @@ async fn run(
         tracing::warn!(error = %err, "query embedding failed");
         "embedder"
     })?;
+    // The query's words, for hybrid releases: analyzed before the tenant's lock is taken.
+    let lexical = matches!(release.funnel.retrieval, Retrieval::Hybrid { .. })
+        .then(|| crate::lexical::LexicalQuery::new(crate::lexical::analyzer(), &query));
     let (items, stub_items, tokens, trace) = {
         let index = tenant.read().unwrap_or_else(|p| p.into_inner());
         let semantic = SemanticQuery {
+            hybrid: match (release.funnel.retrieval, lexical.as_ref()) {
+                (Retrieval::Hybrid { lexical_weight, min_lexical }, Some(query)) => {
+                    Some(Hybrid { query, lexical_weight, min_lexical })
+                }
+                _ => None,
+            },
             text: &query,
             vector: Some(&vector),
             threshold: release.funnel.threshold,

@@ -150,6 +150,8 @@ fn bench_size(args: &Args, size: usize, sweep: &[usize]) -> Result<Value, BoxErr
         max_items: 5,
         max_stubs: 3,
         probes: DEFAULT_PROBES,
+        // The dense path alone: this bench measures the vector scans (hybrid_eval the words).
+        retrieval: memgate::funnel::Retrieval::Dense,
     };
 
     let (has_ann, lists_note, list_lens) = {
@@ -419,6 +421,7 @@ fn semantic_query<'a>(q: &'a Query, settings: &FunnelSettings) -> SemanticQuery<
         vector: Some(q.vector.as_slice()),
         threshold: settings.threshold,
         probes: settings.probes,
+        hybrid: None,
     }
 }
 

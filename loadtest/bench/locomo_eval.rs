@@ -254,6 +254,8 @@ async fn run(args: Args) -> Result<(), BoxError> {
         max_items: items,
         max_stubs: 3,
         probes: DEFAULT_PROBES,
+        // The dense ranking (hybrid_eval measures the fused one).
+        retrieval: memgate::funnel::Retrieval::Dense,
     };
     let production = settings(threshold, 5, 3000);
     let production10 = settings(threshold, 10, 3000);
@@ -478,7 +480,7 @@ fn run_funnel(
     now: i64,
 ) -> (Vec<Record>, usize) {
     let query =
-        SemanticQuery { text, vector: Some(vector), threshold: settings.threshold, probes: settings.probes };
+        SemanticQuery { text, vector: Some(vector), threshold: settings.threshold, probes: settings.probes, hybrid: None };
     let out = funnel::run(index, caller, &query, settings, now, Detail::Off);
     (out.packed.injected.iter().map(|c| c.item.record.clone()).collect(), out.packed.tokens)
 }

@@ -1,6 +1,6 @@
-//! Layer: token density. Best first — similarity (an exact match counts 1.0), then priority, then
-//! the most recently updated — records are taken until the release's token budget or item cap is
-//! reached. A record of priority 4 or 5 that does not fit becomes a one-line stub with its id (up
+//! Layer: token density. Best first — the semantic layer's score (the similarity, or a hybrid
+//! release's fused score; an exact match first), then priority, then the most recently updated —
+//! records are taken until the release's token budget or item cap is reached. A record of priority 4 or 5 that does not fit becomes a one-line stub with its id (up
 //! to `max_stubs`), so the model knows it exists; everything left out is counted as overflow.
 
 use super::index::{IndexedRecord, TenantIndex};
@@ -13,6 +13,9 @@ pub struct Chosen {
     pub item: Arc<IndexedRecord>,
     pub similarity: f32,
     pub exact: bool,
+    /// What it was ranked by (the similarity, or the fused score of a hybrid release).
+    pub score: f32,
+    pub lexical: Option<super::semantic::LexicalPart>,
 }
 
 pub struct Budget {
@@ -40,12 +43,12 @@ pub fn pack(
         .into_iter()
         .filter_map(|hit| {
             let item = index.slots[hit.slot as usize].clone()?;
-            Some(Chosen { item, similarity: hit.similarity, exact: hit.exact })
+            Some(Chosen { item, similarity: hit.similarity, exact: hit.exact, score: hit.score, lexical: hit.lexical })
         })
         .collect();
     ranked.sort_by(|a, b| {
-        b.similarity
-            .total_cmp(&a.similarity)
+        b.score
+            .total_cmp(&a.score)
             .then(b.item.record.priority.cmp(&a.item.record.priority))
             .then(b.item.record.updated_at_ms.cmp(&a.item.record.updated_at_ms))
             .then(a.item.record.id.cmp(&b.item.record.id))

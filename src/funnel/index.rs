@@ -15,6 +15,7 @@
 use super::ivf::Ivf;
 use super::quant::Rows;
 use super::terms;
+use crate::lexical::LexicalIndex;
 use crate::memory::record::{Record, Status};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -106,6 +107,8 @@ pub struct TenantIndex {
     /// How many slots are `VectorKind::F32Only` and how many `Int8`.
     f32_only: usize,
     int8: usize,
+    /// The records' words, by slot, for the lexical ranking of hybrid releases (`lexical`).
+    pub lexical: LexicalIndex,
 }
 
 impl TenantIndex {
@@ -199,6 +202,7 @@ impl TenantIndex {
         }
         let switch_to = (self.f32_only > self.int8).then(|| item.vector.as_ref().map(|v| v.len())).flatten();
         self.by_id.insert(item.record.id.clone(), slot);
+        self.lexical.upsert(slot, &crate::lexical::record_text(&item.record));
         self.slots[slot as usize] = Some(item);
         self.live += 1;
         if let Some(dims) = switch_to {
@@ -250,6 +254,7 @@ impl TenantIndex {
         if let Some(ann) = &mut self.ann {
             ann.remove(slot);
         }
+        self.lexical.remove(slot);
         match self.meta[slot as usize].vector {
             VectorKind::Int8 => self.int8 -= 1,
             VectorKind::F32Only => self.f32_only -= 1,

@@ -45,6 +45,32 @@ pub struct FunnelSettings {
     pub max_items: usize,
     pub max_stubs: usize,
     pub probes: usize,
+    pub retrieval: Retrieval,
+}
+
+/// How the semantic layer ranks: by meaning alone, or by meaning and words fused
+/// (docs/hybrid-retrieval.md).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Retrieval {
+    Dense,
+    Hybrid {
+        /// Weight of the normalized BM25 score beside the similarity (1.0 measured best).
+        lexical_weight: f32,
+        /// Normalized BM25 at or above which words alone pass a record (0.3: strong matches).
+        min_lexical: f32,
+    },
+}
+
+impl Retrieval {
+    /// The measured default: similarity + 1.0 × normalized BM25, words alone passing at 0.3.
+    pub const HYBRID: Retrieval = Retrieval::Hybrid { lexical_weight: 1.0, min_lexical: 0.3 };
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Retrieval::Dense => "dense",
+            Retrieval::Hybrid { .. } => "hybrid",
+        }
+    }
 }
 
 pub struct FunnelOutput {
@@ -72,5 +98,20 @@ pub fn run(
         max_stubs: settings.max_stubs,
     };
     let packed = density::pack(index, hits, &budget, detailed, &mut trace);
+    if detailed {
+        // What ranked each survivor where: each ranking's part, for `explain` and traces.
+        trace.ranked = packed
+            .injected
+            .iter()
+            .chain(&packed.stubs)
+            .map(|chosen| trace::Ranked {
+                id: chosen.item.record.id.clone(),
+                score: chosen.score.min(2.0),
+                exact: chosen.exact,
+                similarity: chosen.similarity,
+                lexical: chosen.lexical.map(|l| trace::LexicalRank { rank: l.rank, bm25: l.bm25, normalized: l.normalized }),
+            })
+            .collect();
+    }
     FunnelOutput { packed, trace }
 }

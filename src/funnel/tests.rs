@@ -160,7 +160,7 @@ fn int8_scan_returns_exactly_the_hits_and_similarities_of_an_f32_scan() {
         let target = &stored[rng.below(stored.len())];
         let query = vectors.near(&mut rng, target, [0.01, 0.03, 0.06][q % 3]);
         for threshold in [0.5, 0.75, 0.8, 0.85, 0.9, 0.95, 0.99] {
-            let semantic = SemanticQuery { text: "", vector: Some(&query), threshold, probes: 1 };
+            let semantic = SemanticQuery { text: "", vector: Some(&query), threshold, probes: 1, hybrid: None };
             let hits = semantic::matching(&index, &candidates, &semantic, false, &mut Trace::default());
             let expected = naive_similar(&index, &list, &query, threshold);
             assert_eq!(similar(&hits), expected, "query {q} threshold {threshold}");
@@ -197,7 +197,7 @@ fn ivf_path_probing_every_list_equals_the_f32_scan_after_removals_and_reuse() {
             index.slots[list[rng.below(list.len())] as usize].as_ref().and_then(|i| i.vector.clone());
         let query = vectors.near(&mut rng, target.as_deref().unwrap_or(&vectors.common), 0.02);
         for threshold in [0.7, 0.85, 0.95] {
-            let semantic = SemanticQuery { text: "", vector: Some(&query), threshold, probes: usize::MAX };
+            let semantic = SemanticQuery { text: "", vector: Some(&query), threshold, probes: usize::MAX, hybrid: None };
             let hits = semantic::matching(&index, &candidates, &semantic, false, &mut Trace::default());
             assert_eq!(
                 similar(&hits),
@@ -306,10 +306,11 @@ fn detailed_trace_keeps_counts_and_reasons() {
         max_items: 10,
         max_stubs: 0,
         probes: 4,
+        retrieval: super::Retrieval::Dense,
     };
     let query = axis(0);
     let semantic =
-        SemanticQuery { text: "where is ORD-1001", vector: Some(&query), threshold: 0.8, probes: 4 };
+        SemanticQuery { text: "where is ORD-1001", vector: Some(&query), threshold: 0.8, probes: 4, hybrid: None };
     let out = super::run(&index, &caller(&["public", "user:1"]), &semantic, &settings, NOW, Detail::Full);
     let layers = &out.trace.layers;
     let names: Vec<&str> = layers.iter().map(|l| l.layer).collect();
@@ -356,4 +357,78 @@ fn detailed_trace_keeps_counts_and_reasons() {
     assert!(out.trace.layers[0].removed.is_empty());
     assert_eq!(out.trace.layers[1].removed.len(), 3, "what the caller may see is still explained");
     assert!(!format!("{:?}", out.trace).contains("hidden"));
+}
+
+/// A record with `statement` as its content.
+fn stated(id: &str, scope: &[&str], statement: &str) -> Record {
+    let mut record = record(id, scope, (NOW - DAY, OPEN_END_MS), "v1");
+    record.content = serde_json::json!({"statement": statement});
+    record
+}
+
+/// Hybrid releases (issue 11 §2): a record the query names in strong words passes though its
+/// similarity is below the threshold; weak words alone do not; records outside the caller's
+/// scope are never scored by words either; and every survivor says what each ranking gave it.
+#[test]
+fn hybrid_retrieval_passes_strong_word_matches_and_explains_each_rankings_part() {
+    let dims = 8;
+    let axis = |i: usize| -> Vec<f32> { (0..dims).map(|d| if d == i { 1.0 } else { 0.0 }).collect() };
+    let mut index = TenantIndex::default();
+    let records = [
+        // Far in meaning (orthogonal), but the question's rare words are its words.
+        item(stated("words", &["public"], "Sofa cushions are refilled with buckwheat husks every spring."), Some(axis(1)), &[]),
+        // Close in meaning, no shared word.
+        item(stated("meaning", &["public"], "Chair pads get new filling yearly."), Some(axis(0)), &[]),
+        // Shares only a common word.
+        item(stated("weak", &["public"], "Every order ships within a week."), Some(axis(2)), &[]),
+        // The same strong words, but not the caller's to see.
+        item(stated("hidden", &["team:x"], "Sofa cushions buckwheat husks refilled."), Some(axis(1)), &[]),
+    ];
+    for r in records {
+        index.upsert(r);
+    }
+    let query_text = "when are the sofa cushions refilled with buckwheat husks";
+    let lexical = crate::lexical::LexicalQuery::new(crate::lexical::analyzer(), query_text);
+    let vector = axis(0);
+    let settings = |retrieval| FunnelSettings {
+        schema_versions: vec!["v1".into()],
+        threshold: 0.5,
+        budget_tokens: 1000,
+        max_items: 10,
+        max_stubs: 0,
+        probes: 4,
+        retrieval,
+    };
+    let run = |retrieval: super::Retrieval| {
+        let hybrid = match retrieval {
+            super::Retrieval::Hybrid { lexical_weight, min_lexical } => {
+                Some(semantic::Hybrid { query: &lexical, lexical_weight, min_lexical })
+            }
+            super::Retrieval::Dense => None,
+        };
+        let query = SemanticQuery { text: query_text, vector: Some(&vector), threshold: 0.5, probes: 4, hybrid };
+        super::run(&index, &caller(&["public"]), &query, &settings(retrieval), NOW, Detail::Full)
+    };
+    let ids = |out: &super::FunnelOutput| -> Vec<String> {
+        out.packed.injected.iter().map(|c| c.item.record.id.clone()).collect()
+    };
+
+    let dense = run(super::Retrieval::Dense);
+    assert_eq!(ids(&dense), ["meaning"]);
+    assert!(dense.trace.ranked.iter().all(|r| r.lexical.is_none()));
+
+    let hybrid = run(super::Retrieval::HYBRID);
+    let mut got = ids(&hybrid);
+    got.sort();
+    assert_eq!(got, ["meaning", "words"], "strong words pass, weak ones and hidden records do not");
+    let words = hybrid.trace.ranked.iter().find(|r| r.id == "words").unwrap();
+    let lexical_part = words.lexical.as_ref().expect("the word ranking's part");
+    assert!(lexical_part.normalized >= 0.3 && lexical_part.rank == 1, "{lexical_part:?}");
+    assert!(words.similarity.abs() < 1e-6 && (words.score - lexical_part.normalized).abs() < 1e-5);
+    let meaning = hybrid.trace.ranked.iter().find(|r| r.id == "meaning").unwrap();
+    assert!((meaning.similarity - 1.0).abs() < 1e-6);
+    let semantic_layer = hybrid.trace.layers.iter().find(|l| l.layer == "semantic").unwrap();
+    let weak = semantic_layer.removed.iter().find(|r| r.id == "weak").unwrap();
+    assert!(weak.reason.contains("words"), "{}", weak.reason);
+    assert!(!format!("{:?}", hybrid.trace.ranked).contains("hidden"));
 }

@@ -44,8 +44,35 @@ pub struct LayerTrace {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Trace {
     pub layers: Vec<LayerTrace>,
+    /// Every survivor with each ranking's part (detailed traces only), best first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ranked: Vec<Ranked>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+}
+
+/// A survivor of the funnel and why it ranked where it did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Ranked {
+    pub id: String,
+    /// What the density layer ranked by: the similarity, or a hybrid release's fused score
+    /// (capped at 2.0 for an exact match, which always ranks first).
+    pub score: f32,
+    /// Named exactly by the query (key, alias, identifier).
+    pub exact: bool,
+    /// The dense ranking's part: cosine similarity (1.0 for an exact match).
+    pub similarity: f32,
+    /// The lexical ranking's part (hybrid releases): rank among the word hits, BM25 score and its
+    /// normalized form.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lexical: Option<LexicalRank>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LexicalRank {
+    pub rank: u32,
+    pub bm25: f32,
+    pub normalized: f32,
 }
 
 /// Collects one layer's removals.

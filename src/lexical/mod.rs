@@ -38,6 +38,13 @@ pub use fusion::{Contribution, FusedHit, Fusion, Gate};
 
 use crate::memory::record::Record;
 
+/// The analyzer every tenant's index and every query use (the indexes are built with
+/// `Analyzer::default()` too): stateless, made once.
+pub fn analyzer() -> &'static Analyzer {
+    static ANALYZER: std::sync::OnceLock<Analyzer> = std::sync::OnceLock::new();
+    ANALYZER.get_or_init(Analyzer::default)
+}
+
 /// The text a record is found by words through: its key, its aliases, and every string and
 /// number of its content (as `memory::passage_text`, without the type name: a type shared by
 /// thousands of records is no evidence for any of them).

@@ -3,7 +3,7 @@
 //! `[releases.<name>]` in the config overrides or adds.
 
 use crate::config::{Config, RawQuery, RawRelease};
-use crate::funnel::FunnelSettings;
+use crate::funnel::{FunnelSettings, Retrieval};
 use crate::funnel::semantic::DEFAULT_PROBES;
 use crate::inject::{Placement, Templates};
 use crate::query::QueryRule;
@@ -60,6 +60,16 @@ pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<
                     max_items: r.max_items.unwrap_or(5),
                     max_stubs: r.max_stubs.unwrap_or(3),
                     probes: DEFAULT_PROBES,
+                    retrieval: match r.retrieval.as_deref() {
+                        Some("dense") => Retrieval::Dense,
+                        _ => match Retrieval::HYBRID {
+                            Retrieval::Hybrid { lexical_weight, min_lexical } => Retrieval::Hybrid {
+                                lexical_weight: r.lexical_weight.unwrap_or(lexical_weight),
+                                min_lexical: r.min_lexical.unwrap_or(min_lexical),
+                            },
+                            dense => dense,
+                        },
+                    },
                 },
                 query: query_rule(r.query.unwrap_or_default()),
                 name,
@@ -80,6 +90,9 @@ fn overlay(base: RawRelease, top: RawRelease) -> RawRelease {
         max_stubs: top.max_stubs.or(base.max_stubs),
         placement: top.placement.or(base.placement),
         empty_block: top.empty_block.or(base.empty_block),
+        retrieval: top.retrieval.or(base.retrieval),
+        lexical_weight: top.lexical_weight.or(base.lexical_weight),
+        min_lexical: top.min_lexical.or(base.min_lexical),
         query: top.query.or(base.query),
     }
 }

@@ -287,5 +287,6 @@ mod hostile;
 mod modes;
 mod multilingual;
 mod placement;
+mod ranking;
 mod scope;
 mod time_and_status;
