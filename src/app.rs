@@ -18,7 +18,7 @@ use crate::embed::Embedder;
 use crate::embed::shared::SharedVectors;
 use crate::error::StartupError;
 use crate::fanout::Fanout;
-use crate::funnel::index::MemoryIndex;
+use crate::index::MemoryIndex;
 use crate::identity::Authenticator;
 use crate::identity::rate_limit::Strikes;
 use crate::inject::{DEFAULT_RELEASE, Templates};
@@ -26,7 +26,7 @@ use crate::memory::MemoryService;
 use crate::observability::metrics::Metrics;
 use crate::proxy::budget::BodyBudget;
 use crate::proxy::upstream::Upstream;
-use crate::records::schemas::SchemaSet;
+use crate::memory::checks::schemas::SchemaSet;
 use crate::rollout::Rollout;
 use crate::rollout::release::load_releases;
 use crate::store::Store;
@@ -156,7 +156,7 @@ impl AppState {
             client_addrs: config.client_addrs.clone(),
             admin_strikes: Strikes::new(config.admin.rate_limit_per_minute),
             stale_after: (config.poll_interval * 3).max(std::time::Duration::from_secs(3)),
-            shadow_slots: Arc::new(tokio::sync::Semaphore::new(proxy::shadow::MAX_RUNNING)),
+            shadow_slots: Arc::new(tokio::sync::Semaphore::new(crate::rollout::shadow::MAX_RUNNING)),
             identity,
             upstream: Upstream::new(&config.upstream)?,
             metrics,

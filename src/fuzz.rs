@@ -12,10 +12,10 @@
 
 use crate::inject::{Placement, inject};
 use crate::query::{QueryRule, extract};
-use crate::memory::envelope::{self, Rules};
+use crate::memory::checks::envelope::{self, Rules};
 use crate::proxy::request_body::check_messages_request;
-use crate::records::schemas::SchemaSet;
-use crate::records::secrets;
+use crate::memory::checks::schemas::SchemaSet;
+use crate::memory::checks::secrets;
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 

@@ -5,14 +5,17 @@
 pub mod admin;
 pub mod app;
 pub mod assets;
+pub mod clock;
 pub mod client_addr;
 pub mod config;
 pub mod embed;
 pub mod error;
 pub mod fanout;
 pub mod funnel;
+pub mod hash;
 pub mod health;
 pub mod identity;
+pub mod index;
 pub mod inject;
 pub mod lexical;
 pub mod memory;
@@ -21,10 +24,11 @@ pub mod observability;
 pub mod proxy;
 pub mod query;
 pub mod recall;
-pub mod records;
+pub mod record;
 pub mod rollout;
 pub mod server;
 pub mod store;
+pub mod vector;
 
 pub use app::{AppState, build_app};
 

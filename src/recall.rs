@@ -15,7 +15,7 @@ use crate::funnel::trace::{Detail, Trace};
 use crate::identity::Caller;
 use crate::inject::{RenderItem, inject};
 use crate::query::Query;
-use crate::memory::record::{format_ms, now_ms};
+use crate::clock::{format_ms, now_ms};
 use crate::rollout::Release;
 use axum::http::HeaderMap;
 use bytes::Bytes;
@@ -254,7 +254,7 @@ async fn run(
     })
 }
 
-fn render_item(record: &crate::memory::record::Record, stub: Option<String>) -> RenderItem {
+fn render_item(record: &crate::record::Record, stub: Option<String>) -> RenderItem {
     RenderItem {
         id: record.id.clone(),
         record_type: record.record_type.clone(),
@@ -266,7 +266,7 @@ fn render_item(record: &crate::memory::record::Record, stub: Option<String>) -> 
 }
 
 /// One line saying what a record that did not fit is about: its type, key and first words.
-fn stub_summary(record: &crate::memory::record::Record) -> String {
+fn stub_summary(record: &crate::record::Record) -> String {
     let mut text = String::new();
     crate::memory::collect_text(&record.content, &mut text);
     let words: String = text.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(80).collect();

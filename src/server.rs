@@ -66,7 +66,7 @@ pub async fn run(
                         // replica may need them. Every replica prunes; the work is idempotent.
                         if pruned_at.elapsed() >= retention / 10 {
                             pruned_at = std::time::Instant::now();
-                            let before = crate::memory::record::now_ms() - retention.as_millis() as i64;
+                            let before = crate::clock::now_ms() - retention.as_millis() as i64;
                             if let Err(err) = state.store().prune_tombstones(before).await {
                                 tracing::warn!(error = %err, "could not prune tombstones; retrying later");
                             }

@@ -396,7 +396,7 @@ pub struct LocomoQuestion {
 pub fn load_locomo(
     path: &Path,
     conversations: Option<usize>,
-) -> Result<(Vec<memgate::memory::record::Record>, Vec<LocomoQuestion>), BoxError> {
+) -> Result<(Vec<memgate::record::Record>, Vec<LocomoQuestion>), BoxError> {
     let bytes = std::fs::read(path).map_err(|err| {
         format!("cannot read {}: {err} (run from the repository root, or pass --data)", path.display())
     })?;
@@ -448,8 +448,8 @@ pub fn load_locomo(
 }
 
 /// A `fact` record of `tenant`, public, valid forever, written at `at` (ms).
-pub fn record_fact(tenant: &str, id: &str, content: Value, at: i64) -> memgate::memory::record::Record {
-    use memgate::memory::record::{OPEN_END_MS, Record, Status};
+pub fn record_fact(tenant: &str, id: &str, content: Value, at: i64) -> memgate::record::Record {
+    use memgate::record::{OPEN_END_MS, Record, Status};
     Record {
         tenant: tenant.to_owned(),
         id: id.to_owned(),

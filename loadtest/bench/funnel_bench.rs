@@ -23,14 +23,16 @@ mod common;
 
 use clap::Parser;
 use common::{BoxError, Rng, Summary, ms, noise, normalize, sentence};
-use memgate::funnel::index::{IndexedRecord, MemoryIndex, TenantIndex};
-use memgate::funnel::ivf::dot;
-use memgate::funnel::quant::QuantizedQuery;
+use memgate::index::{IndexedRecord, MemoryIndex, TenantIndex};
+use memgate::vector::dot;
+use memgate::vector::quant::QuantizedQuery;
 use memgate::funnel::semantic::{self, DEFAULT_PROBES, EXACT_SCAN_MAX, SemanticQuery};
 use memgate::funnel::trace::{Detail, Trace};
-use memgate::funnel::{self, FunnelSettings, density, scope, temporal, terms};
+use memgate::funnel::{self, FunnelSettings, density, scope, temporal};
+use memgate::index::terms;
 use memgate::identity::Caller;
-use memgate::memory::record::{OPEN_END_MS, Record, Status, now_ms};
+use memgate::clock::now_ms;
+use memgate::record::{OPEN_END_MS, Record, Status};
 use serde_json::{Map, Value, json};
 use std::collections::HashSet;
 use std::hint::black_box;
@@ -103,7 +105,7 @@ fn main() -> Result<(), BoxError> {
         "default_probes": DEFAULT_PROBES,
         "exact_scan_max": EXACT_SCAN_MAX,
         "dot_product_ns": dot_cost,
-        "ann_min_records": memgate::funnel::index::ANN_MIN_RECORDS,
+        "ann_min_records": memgate::index::ANN_MIN_RECORDS,
         "machine_before": machine_before,
         "machine_after": common::machine(),
         "sizes": results,

@@ -41,15 +41,16 @@ use common::{
     BoxError, LocomoQuestion as Question, Summary, cached_vectors, load_locomo, record_fact as fact, rss_kb,
 };
 use memgate::embed::Embedder;
-use memgate::funnel::index::IndexedRecord;
-use memgate::funnel::slots::SlotSet;
+use memgate::index::IndexedRecord;
+use memgate::index::slots::SlotSet;
 use memgate::inject::{RenderItem, Templates};
 use memgate::lexical::fusion::{self, FusedHit, Fusion, Gate};
 use memgate::lexical::{
     Analyzer, AnalyzerOptions, Bm25Params, LexicalHit, LexicalIndex, LexicalQuery, record_text,
 };
 use memgate::memory::passage_text;
-use memgate::memory::record::{Record, format_ms};
+use memgate::clock::format_ms;
+use memgate::record::Record;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

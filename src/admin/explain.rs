@@ -9,7 +9,7 @@ use crate::app::AppState;
 use crate::error::ApiError;
 use crate::funnel::trace::Detail;
 use crate::identity::{Caller, is_valid_subject};
-use crate::memory::envelope::is_valid_scope;
+use crate::record::is_valid_scope;
 use crate::recall::{Wish, recall};
 use axum::Json;
 use axum::extract::{Request, State};

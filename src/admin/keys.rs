@@ -5,7 +5,7 @@ use crate::app::AppState;
 use crate::error::ApiError;
 use crate::fanout::Topic;
 use crate::identity::keys::{KeyError, NewKey};
-use crate::memory::record::format_ms;
+use crate::clock::format_ms;
 use crate::store::StoreError;
 use crate::store::keys::KeyRecord;
 use axum::Json;

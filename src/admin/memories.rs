@@ -4,7 +4,8 @@
 use super::{AdminContext, json_body};
 use crate::app::AppState;
 use crate::error::ApiError;
-use crate::memory::record::{Status, format_ms};
+use crate::clock::format_ms;
+use crate::record::Status;
 use crate::store::memories::{Created, ListFilter};
 use axum::Json;
 use axum::extract::{Path, Query, Request, State};

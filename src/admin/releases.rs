@@ -3,7 +3,7 @@
 use super::{AdminContext, json_body};
 use crate::app::AppState;
 use crate::error::ApiError;
-use crate::memory::record::format_ms;
+use crate::clock::format_ms;
 use axum::Json;
 use axum::extract::{Path, Request, State};
 use serde_json::{Value, json};

@@ -393,7 +393,7 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     if a.len() != b.len() {
         return 0.0;
     }
-    crate::funnel::ivf::dot(a, b)
+    crate::vector::dot(a, b)
 }
 
 /// Sets `ORT_DYLIB_PATH` for this process, so that ort loads the library `path`.

@@ -3,7 +3,7 @@
 //! records are taken until the release's token budget or item cap is reached. A record of priority 4 or 5 that does not fit becomes a one-line stub with its id (up
 //! to `max_stubs`), so the model knows it exists; everything left out is counted as overflow.
 
-use super::index::{IndexedRecord, TenantIndex};
+use crate::index::{IndexedRecord, TenantIndex};
 use super::semantic::Hit;
 use super::trace::{LayerLog, Trace};
 use std::sync::Arc;

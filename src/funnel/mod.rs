@@ -17,14 +17,9 @@
 //! in f32. Records are read for the hits, and for the ids and reasons of a detailed trace.
 
 pub mod density;
-pub mod index;
-pub mod ivf;
-pub mod quant;
 pub mod scope;
 pub mod semantic;
-pub mod slots;
 pub mod temporal;
-pub mod terms;
 pub mod trace;
 
 #[cfg(test)]
@@ -32,7 +27,7 @@ pub(crate) mod tests;
 
 use crate::identity::Caller;
 use density::{Budget, Packed};
-use index::TenantIndex;
+use crate::index::TenantIndex;
 use semantic::SemanticQuery;
 use trace::{Detail, Trace};
 

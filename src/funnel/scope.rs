@@ -8,8 +8,8 @@
 //! The caller's own trace (`Detail::Visible`) shows the layer's output alone, as if its visible
 //! records were all there is.
 
-use super::index::TenantIndex;
-use super::slots::SlotSet;
+use crate::index::TenantIndex;
+use crate::index::slots::SlotSet;
 use super::trace::{Detail, LayerLog, Trace};
 use crate::identity::Caller;
 

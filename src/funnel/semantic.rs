@@ -15,11 +15,11 @@
 //! `min_lexical`), and the density layer packs in fused order. Every hit keeps each ranking's
 //! part, which `explain` shows.
 
-use super::index::{TenantIndex, VectorKind};
-use super::ivf::dot;
-use super::quant::QuantizedQuery;
-use super::slots::SlotSet;
-use super::terms::query_phrases;
+use crate::index::{TenantIndex, VectorKind};
+use crate::vector::dot;
+use crate::vector::quant::QuantizedQuery;
+use crate::index::slots::SlotSet;
+use crate::index::terms::query_phrases;
 use super::trace::{LayerLog, Trace};
 use crate::lexical::fusion::{self, Fusion, Gate};
 use crate::lexical::LexicalQuery;

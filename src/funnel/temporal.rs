@@ -2,10 +2,11 @@
 //! release reads. Decided on the index's flat per-slot arrays (`SlotMeta`), not on the records:
 //! the records are read only to name the removed ones in a detailed trace.
 
-use super::index::{SlotMeta, TenantIndex};
-use super::slots::SlotSet;
+use crate::index::{SlotMeta, TenantIndex};
+use crate::index::slots::SlotSet;
 use super::trace::{LayerLog, Trace};
-use crate::memory::record::{Status, format_ms};
+use crate::clock::format_ms;
+use crate::record::Status;
 
 pub fn current(
     index: &TenantIndex,

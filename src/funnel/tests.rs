@@ -2,13 +2,14 @@
 //! int8 scans must select exactly what a filter over the records and an f32 scan would, also
 //! after removals and slot reuse, and the trace must keep its counts and reasons.
 
-use super::index::{IndexedRecord, TenantIndex};
-use super::ivf::dot;
+use crate::index::{IndexedRecord, TenantIndex};
+use crate::vector::dot;
 use super::semantic::{self, Hit, SemanticQuery};
 use super::trace::{Detail, Trace};
 use super::{FunnelSettings, scope, temporal};
 use crate::identity::Caller;
-use crate::memory::record::{OPEN_END_MS, Record, Status, format_ms};
+use crate::clock::format_ms;
+use crate::record::{OPEN_END_MS, Record, Status};
 use std::sync::Arc;
 
 const NOW: i64 = 1_800_000_000_000;
@@ -127,7 +128,7 @@ fn similar(hits: &[Hit]) -> Vec<(u32, u32)> {
     hits.iter().filter(|h| !h.exact).map(|h| (h.slot, h.similarity.to_bits())).collect()
 }
 
-fn everything_visible(index: &TenantIndex) -> (super::slots::SlotSet, Vec<u32>) {
+fn everything_visible(index: &TenantIndex) -> (crate::index::slots::SlotSet, Vec<u32>) {
     let visible = scope::visible(index, &caller(&["public"]), Detail::Full, &mut Trace::default());
     let list = visible.iter().collect();
     (visible, list)

@@ -9,11 +9,11 @@
 //! it: otherwise a verification racing a revocation could bring the revoked key back for
 //! another `CACHE_TTL`.
 
-use crate::memory::envelope::is_valid_scope;
-use crate::memory::record::now_ms;
+use crate::record::is_valid_scope;
+use crate::clock::now_ms;
 use crate::store::keys::KeyRecord;
 use crate::store::{Store, StoreError};
-use sha2::{Digest, Sha256};
+use crate::hash::sha256_hex;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -200,11 +200,6 @@ impl GatewayKeys {
             cache.entries.insert(id.to_owned(), (record, Instant::now()));
         }
     }
-}
-
-pub fn sha256_hex(text: &str) -> String {
-    let digest = Sha256::digest(text.as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

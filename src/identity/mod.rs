@@ -21,7 +21,7 @@ pub mod token_cache;
 
 use crate::config::AuthMode;
 use crate::error::{ApiError, ErrorKind};
-use crate::memory::envelope::is_valid_scope;
+use crate::record::is_valid_scope;
 use crate::proxy::headers::UpstreamCredential;
 use crate::store::Store;
 use accepted::{AcceptedKeys, KeyDigest};

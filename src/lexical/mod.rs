@@ -36,7 +36,7 @@ pub use analyzer::{Analyzer, AnalyzerOptions};
 pub use bm25::{Bm25Params, LexicalHit, LexicalIndex, LexicalQuery};
 pub use fusion::{Contribution, FusedHit, Fusion, Gate};
 
-use crate::memory::record::Record;
+use crate::record::Record;
 
 /// The analyzer every tenant's index and every query use (the indexes are built with
 /// `Analyzer::default()` too): stateless, made once.

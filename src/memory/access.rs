@@ -8,17 +8,9 @@
 //! records: they change no revision, `updated_at` or changelog, and what a replica had not yet
 //! flushed when it died is lost.
 
+use crate::record::Access;
 use std::collections::HashMap;
 use std::sync::Mutex;
-
-/// One record's accesses since the last flush.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Access {
-    pub tenant: String,
-    pub id: String,
-    pub count: i64,
-    pub last_ms: i64,
-}
 
 #[derive(Default)]
 pub struct AccessLog {

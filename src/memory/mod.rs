@@ -4,19 +4,19 @@
 //! in step with the store after every committed write.
 
 pub mod access;
-pub mod envelope;
-pub mod record;
+pub mod checks;
 pub mod transfer;
 
 use crate::embed::Embedder;
 use crate::fanout::{Fanout, Topic};
-use crate::funnel::index::{IndexedRecord, MemoryIndex};
-use crate::funnel::ivf::dot;
-use crate::records::schemas::SchemaSet;
+use crate::index::{IndexedRecord, MemoryIndex};
+use crate::vector::dot;
+use crate::memory::checks::schemas::SchemaSet;
 use crate::store::memories::{Change, Created, ListFilter};
 use crate::store::{Store, StoreError};
-use envelope::{Problem, Rules};
-use record::{Envelope, Record, Status, now_ms};
+use checks::envelope::{self, Problem, Rules};
+use crate::clock::now_ms;
+use crate::record::{Envelope, Record, Status};
 use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -479,7 +479,7 @@ impl MemoryService {
 
     /// Erases a scope's records and their history for good; returns (records, changes) erased.
     pub async fn forget(&self, tenant: &str, scope: &str) -> Result<(u64, u64), MemoryError> {
-        if !envelope::is_valid_scope(scope) {
+        if !crate::record::is_valid_scope(scope) {
             return Err(MemoryError::Invalid(vec![Problem::new(
                 "$.scope",
                 "invalid_value",

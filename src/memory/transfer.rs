@@ -3,10 +3,11 @@
 //! records. Import first classifies every line (new, existing, invalid, with reasons); a dry run
 //! stops there, an apply adds all new lines in one transaction or nothing at all.
 
-use super::envelope::Problem;
-use super::record::{Envelope, format_ms, now_ms};
+use super::checks::envelope::Problem;
+use crate::clock::{format_ms, now_ms};
+use crate::record::Envelope;
 use super::{MemoryError, MemoryService};
-use crate::funnel::index::IndexedRecord;
+use crate::index::IndexedRecord;
 use crate::store::memories::{ImportMatch, ListFilter};
 use serde::Serialize;
 use serde_json::Value;

@@ -6,7 +6,6 @@ pub mod budget;
 pub mod headers;
 pub mod paths;
 pub mod request_body;
-pub mod shadow;
 pub mod upstream;
 pub mod verify;
 
@@ -86,7 +85,7 @@ async fn forward_messages_request(state: &AppState, request: Request) -> Result<
     // A degraded active run injected nothing for want of time or an embedder: comparing a
     // candidate with it would count a difference the candidate did not make.
     if let (Some(original), false) = (original, recalled.status == recall::MemoryStatus::Degraded) {
-        shadow::spawn(state, &caller, &recalled, shadows, original);
+        crate::rollout::shadow::spawn(state, &caller, &recalled, shadows, original);
     }
     let headers = upstream_request_headers(&parts.headers, &caller.upstream_credential);
     // Without injection the caller's bytes go up as they came: no re-serialization, so field

@@ -11,13 +11,14 @@
 //! sees a change within a second — and lets each canary's guard roll it back or promote it.
 
 pub mod release;
+pub mod shadow;
 pub mod state;
 pub mod stats;
 
 use crate::error::{ApiError, ErrorKind};
 use crate::fanout::{Fanout, Topic};
 use crate::identity::Caller;
-use crate::memory::record::now_ms;
+use crate::clock::now_ms;
 use crate::observability::metrics::Metrics;
 use crate::store::releases::RolloutChange;
 use crate::store::{Store, StoreError};
@@ -492,7 +493,7 @@ fn build_table(
 /// A stable bucket 0..10000 for a subject (FNV-1a 64): the same subject always lands in the same
 /// bucket, on every replica and every version of memgate, so a canary share is sticky.
 pub fn sticky_bucket(subject: &str) -> u32 {
-    (crate::memory::record::fnv1a64(subject) % 10_000) as u32
+    (crate::hash::fnv1a64(subject) % 10_000) as u32
 }
 
 fn now_secs() -> u64 {

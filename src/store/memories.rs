@@ -4,7 +4,7 @@
 //! `UPDATE … WHERE revision = $n` lets exactly one of two racing writers through.
 
 use super::{Store, StoreError};
-use crate::memory::record::{Envelope, Record, Status, content_hash};
+use crate::record::{Envelope, Record, Status, content_hash};
 use serde_json::{Map, Value};
 use sqlx::any::AnyRow;
 use sqlx::{Any, AnyConnection, Row, Transaction};
@@ -216,7 +216,7 @@ impl Store {
     /// Adds injections to records' `access_count` and moves `last_accessed_at` forward (never
     /// back), in one transaction. Touches no revision, `updated_at` or history: these are
     /// statistics (`memory::access`). Records deleted meanwhile are skipped.
-    pub async fn add_accesses(&self, accesses: &[crate::memory::access::Access]) -> Result<(), StoreError> {
+    pub async fn add_accesses(&self, accesses: &[crate::record::Access]) -> Result<(), StoreError> {
         if accesses.is_empty() {
             return Ok(());
         }
@@ -781,7 +781,7 @@ async fn remove(tx: &mut Transaction<'_, Any>, tenant: &str, id: &str, seq: i64)
     sqlx::query("INSERT INTO memory_tombstones (tenant, memory_id, at, change_seq) VALUES ($1, $2, $3, $4)")
         .bind(tenant)
         .bind(id)
-        .bind(crate::memory::record::now_ms())
+        .bind(crate::clock::now_ms())
         .bind(seq)
         .execute(&mut **tx)
         .await?;

@@ -165,7 +165,7 @@ impl Store {
         sqlx::query("INSERT INTO server_secrets (name, value, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING")
             .bind(name)
             .bind(&fresh)
-            .bind(crate::memory::record::now_ms())
+            .bind(crate::clock::now_ms())
             .execute(&self.pool)
             .await?;
         let row = sqlx::query("SELECT value FROM server_secrets WHERE name = $1").bind(name).fetch_one(&self.pool).await?;

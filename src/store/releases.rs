@@ -61,7 +61,7 @@ impl Store {
             .bind(name)
             .bind(state.to_string())
             .bind(version)
-            .bind(crate::memory::record::now_ms())
+            .bind(crate::clock::now_ms())
             .execute(&mut *tx)
             .await?;
         }

@@ -2,9 +2,9 @@
 //! PostgreSQL (each test on a fresh database of its own).
 
 use crate::support::TestDb;
-use memgate::memory::record::Status;
+use memgate::record::Status;
 use memgate::memory::{MemoryError, MemoryService};
-use memgate::records::schemas::SchemaSet;
+use memgate::memory::checks::schemas::SchemaSet;
 use memgate::store::Store;
 use memgate::store::memories::{Created, ListFilter};
 use serde_json::{Value, json};
@@ -26,7 +26,7 @@ fn fact(id: &str, scope: &[&str], statement: &str) -> Value {
     json!({"id": id, "type": "fact", "scope": scope, "content": {"statement": statement}})
 }
 
-fn created(outcome: Created) -> memgate::memory::record::Record {
+fn created(outcome: Created) -> memgate::record::Record {
     match outcome {
         Created::New(r) => r,
         other => panic!("expected a new record, got {other:?}"),
@@ -152,7 +152,7 @@ async fn status_changes_and_filters(db: TestDb) {
     memories.set_status("t", "b", Status::Archived, "x").await.unwrap();
     let only = |status| ListFilter { status: Some(status), ..ListFilter::default() };
     let ids =
-        |records: Vec<memgate::memory::record::Record>| records.into_iter().map(|r| r.id).collect::<Vec<_>>();
+        |records: Vec<memgate::record::Record>| records.into_iter().map(|r| r.id).collect::<Vec<_>>();
     assert_eq!(ids(memories.list("t", &only(Status::Paused), None, 10).await.unwrap()), ["a"]);
     assert_eq!(ids(memories.list("t", &only(Status::Archived), None, 10).await.unwrap()), ["b"]);
     assert_eq!(ids(memories.list("t", &only(Status::Active), None, 10).await.unwrap()), ["c"]);
@@ -314,7 +314,7 @@ async fn import_preview_apply_undo_and_export_round_trip(db: TestDb) {
     let before = memories.list("t", &ListFilter::default(), None, 100).await.unwrap();
     let after = fresh.list("t", &ListFilter::default(), None, 100).await.unwrap();
     let envelopes =
-        |rs: &[memgate::memory::record::Record]| rs.iter().map(|r| r.envelope_json()).collect::<Vec<_>>();
+        |rs: &[memgate::record::Record]| rs.iter().map(|r| r.envelope_json()).collect::<Vec<_>>();
     assert_eq!(envelopes(&before), envelopes(&after));
 }
 
@@ -388,7 +388,7 @@ async fn accesses_add_up_move_forward_and_survive_an_update(db: TestDb) {
     // Another replica flushing an older access adds to the count but does not move the time back.
     memories
         .store()
-        .add_accesses(&[memgate::memory::access::Access {
+        .add_accesses(&[memgate::record::Access {
             tenant: "t1".into(),
             id: "f-1".into(),
             count: 3,
@@ -448,7 +448,7 @@ async fn pruned_tombstones_send_a_replica_that_fell_behind_to_reload(db: TestDb)
     assert_eq!(store.changed_since(0).await.unwrap().unwrap().removed.len(), 1);
     // Nothing is old enough yet.
     assert_eq!(store.prune_tombstones(0).await.unwrap(), 0);
-    let pruned = store.prune_tombstones(memgate::memory::record::now_ms() + 1).await.unwrap();
+    let pruned = store.prune_tombstones(memgate::clock::now_ms() + 1).await.unwrap();
     assert_eq!(pruned, 1, "the forgotten record's id is gone from the tombstones");
     assert!(store.changed_since(0).await.unwrap().is_none(), "a cursor below the pruned tombstones must reload");
     let cursor = store.sync_cursor().await.unwrap();

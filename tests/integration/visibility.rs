@@ -11,7 +11,7 @@ use memgate::identity::jwt::JwtConfig;
 use memgate::identity::keys::NewKey;
 use memgate::identity::{Authenticator, ClaimMapping, IdentityConfig};
 use memgate::memory::MemoryService;
-use memgate::records::schemas::SchemaSet;
+use memgate::memory::checks::schemas::SchemaSet;
 use memgate::store::Store;
 use serde_json::json;
 use std::collections::BTreeSet;

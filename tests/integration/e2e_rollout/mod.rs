@@ -12,7 +12,7 @@
 use crate::e2e_identity::{ADMIN_TOKEN, JWT_SECRET, issue_key, managed_gateway};
 use crate::support::{BIN, Proc, TempDir, TestDb, client, eventually};
 use futures_util::stream::{self, StreamExt};
-use memgate::memory::record::parse_rfc3339_ms;
+use memgate::clock::parse_rfc3339_ms;
 use memgate::rollout::sticky_bucket;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;

@@ -1,9 +1,10 @@
-//! A memory record as stored and as answered: the contract's envelope plus the server-kept fields.
+//! The shape of a memory record, as stored and as answered: the contract's envelope plus the
+//! server-kept fields. A leaf: every layer uses these types, and they use no other module of
+//! the crate but the time and hash helpers beside them (`clock`, `hash`).
 
+use crate::clock::format_ms;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
-use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 /// `valid_until` of a record with no end: 9999-12-31T23:59:59Z, as the contract writes it.
 pub const OPEN_END_MS: i64 = 253_402_300_799_000;
@@ -139,42 +140,42 @@ pub fn canonical_json(value: &Value) -> String {
 /// hit is confirmed by comparing the content itself).
 pub fn content_hash(record_type: &str, scope: &[String], content: &Value) -> String {
     let text = format!("{record_type}\u{1f}{}\u{1f}{}", scope.join("\u{1e}"), canonical_json(content));
-    format!("{:016x}", fnv1a64(&text))
+    format!("{:016x}", crate::hash::fnv1a64(&text))
 }
 
-/// 64-bit FNV-1a: stable across processes, machines and versions (unlike std's hasher), for
-/// hashes that are stored or must agree between replicas.
-pub fn fnv1a64(text: &str) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in text.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
+
+
+
+
+/// `public`, or `kind:value` with a lower-case kind (`user`, `team`, `role`, `agent`, …).
+pub fn is_valid_scope(scope: &str) -> bool {
+    if scope == "public" {
+        return true;
     }
-    hash
+    let Some((kind, value)) = scope.split_once(':') else { return false };
+    let kind_ok = !kind.is_empty()
+        && kind.len() <= 32
+        && kind.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    let value_ok = !value.is_empty()
+        && value.chars().count() <= 200
+        && !value.chars().any(|c| c.is_control() || c.is_whitespace());
+    kind_ok && value_ok
 }
 
-pub fn now_ms() -> i64 {
-    (OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64
-}
 
-/// RFC 3339 in UTC (`2024-06-15T09:00:00Z`, with milliseconds only when there are some).
-pub fn format_ms(ms: i64) -> String {
-    let nanos = i128::from(ms) * 1_000_000;
-    OffsetDateTime::from_unix_timestamp_nanos(nanos)
-        .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
-        .unwrap_or_else(|| ms.to_string())
-}
-
-/// Parses an RFC 3339 date-time (any offset) into milliseconds since the epoch.
-pub fn parse_rfc3339_ms(text: &str) -> Option<i64> {
-    let t = OffsetDateTime::parse(text, &Rfc3339).ok()?;
-    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
+/// One record's accesses since the last flush.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Access {
+    pub tenant: String,
+    pub id: String,
+    pub count: i64,
+    pub last_ms: i64,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::{format_ms, parse_rfc3339_ms};
 
     #[test]
     fn dates_round_trip_and_the_open_end_is_the_contracts() {

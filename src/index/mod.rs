@@ -12,11 +12,13 @@
 //! in slot order. The records themselves are touched only for the few hits, and for the ids and
 //! reasons of a detailed trace.
 
-use super::ivf::Ivf;
-use super::quant::Rows;
-use super::terms;
+pub mod slots;
+pub mod terms;
+
+use crate::vector::ivf::Ivf;
+use crate::vector::quant::Rows;
 use crate::lexical::LexicalIndex;
-use crate::memory::record::{Record, Status};
+use crate::record::{Record, Status};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};

@@ -2,9 +2,10 @@
 //! named by JSON path and kind, so a writer can fix a record in one go. Secrets are named by kind
 //! and path only; the offending text is never repeated back.
 
-use super::record::{Envelope, OPEN_END_MS, Status, parse_rfc3339_ms};
-use crate::records::schemas::SchemaSet;
-use crate::records::{json_path, secrets};
+use crate::clock::parse_rfc3339_ms;
+use crate::record::{Envelope, OPEN_END_MS, Status, is_valid_scope};
+use crate::memory::checks::schemas::SchemaSet;
+use crate::memory::checks::{json_path, secrets};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -340,21 +341,6 @@ fn check_token(text: &str, field: &str, max: usize, problems: &mut Vec<Problem>)
             format!("{field} must be 1 to {max} characters of A-Z, a-z, 0-9, '.', '_', ':' or '-'"),
         ));
     }
-}
-
-/// `public`, or `kind:value` with a lower-case kind (`user`, `team`, `role`, `agent`, …).
-pub fn is_valid_scope(scope: &str) -> bool {
-    if scope == "public" {
-        return true;
-    }
-    let Some((kind, value)) = scope.split_once(':') else { return false };
-    let kind_ok = !kind.is_empty()
-        && kind.len() <= 32
-        && kind.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
-    let value_ok = !value.is_empty()
-        && value.chars().count() <= 200
-        && !value.chars().any(|c| c.is_control() || c.is_whitespace());
-    kind_ok && value_ok
 }
 
 fn check_scope(value: Option<&Value>, problems: &mut Vec<Problem>) -> Vec<String> {

@@ -19,7 +19,7 @@ const DRAFT_2020_12: &str = "https://json-schema.org/draft/2020-12/schema";
 
 macro_rules! builtin {
     ($version:literal, $type:literal) => {
-        ($version, $type, include_str!(concat!("../../schemas/", $version, "/", $type, ".json")))
+        ($version, $type, include_str!(concat!("../../../schemas/", $version, "/", $type, ".json")))
     };
 }
 

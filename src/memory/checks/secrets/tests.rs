@@ -398,7 +398,7 @@ fn nested_secrets_are_named_by_path() {
 fn a_secret_used_as_an_object_key_is_found_and_not_repeated_in_its_path() {
     assert_eq!(
         found(json!({"AKIAIOSFODNN7EXAMPLE": "prod"})),
-        [(crate::records::json_path::child_key("$.content", super::REDACTED_KEY), "aws_access_key")]
+        [(crate::memory::checks::json_path::child_key("$.content", super::REDACTED_KEY), "aws_access_key")]
     );
 }
 

@@ -191,7 +191,7 @@ impl Rows {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::funnel::ivf::dot;
+    use crate::vector::dot;
 
     use crate::funnel::tests::unit;
 
