@@ -12,21 +12,21 @@
 //! `memory::MemoryService`, which checks records (`memory::envelope`, `records::schemas`,
 //! `records::secrets`) and writes them through `store`.
 
-use crate::config::{Config, Limits, MemoryConfig};
 use crate::client_addr::ClientAddrs;
+use crate::config::{Config, Limits, MemoryConfig};
 use crate::embed::Embedder;
 use crate::embed::shared::SharedVectors;
 use crate::error::StartupError;
 use crate::fanout::Fanout;
-use crate::index::MemoryIndex;
 use crate::identity::Authenticator;
 use crate::identity::rate_limit::Strikes;
+use crate::index::MemoryIndex;
 use crate::inject::{DEFAULT_RELEASE, Templates};
 use crate::memory::MemoryService;
+use crate::memory::checks::schemas::SchemaSet;
 use crate::observability::metrics::Metrics;
 use crate::proxy::budget::BodyBudget;
 use crate::proxy::upstream::Upstream;
-use crate::memory::checks::schemas::SchemaSet;
 use crate::rollout::Rollout;
 use crate::rollout::release::load_releases;
 use crate::store::Store;
@@ -87,8 +87,7 @@ impl AppState {
         let identity = Authenticator::new(config.identity.clone(), store.clone())
             .map_err(|message| StartupError::ConfigInvalid { key: "auth.jwt".into(), message })?;
         let model = config.embedding.model.clone();
-        let local_model_missing =
-            model.model_name.is_none() && !model.model_dir.join("model.onnx").is_file();
+        let local_model_missing = model.model_name.is_none() && !model.model_dir.join("model.onnx").is_file();
         let embedder = tokio::task::spawn_blocking(move || Embedder::load(&model))
             .await
             .map_err(|err| StartupError::Embedder(err.to_string()))?
@@ -107,11 +106,16 @@ impl AppState {
                 let fanout = Fanout::start(redis)
                     .map_err(|message| StartupError::ConfigInvalid { key: "redis.url".into(), message })?;
                 if let Some(connection) = fanout.connection() {
-                    let secret = store.shared_secret("query_cache").await.map_err(|err| StartupError::Store {
-                        url: crate::store::redact_url(&config.database_url),
-                        message: format!("reading the deployment's secrets: {err}"),
-                    })?;
-                    embedder.share_queries_through(SharedVectors::new(connection.clone(), &redis.key_prefix, &secret));
+                    let secret =
+                        store.shared_secret("query_cache").await.map_err(|err| StartupError::Store {
+                            url: crate::store::redact_url(&config.database_url),
+                            message: format!("reading the deployment's secrets: {err}"),
+                        })?;
+                    embedder.share_queries_through(SharedVectors::new(
+                        connection.clone(),
+                        &redis.key_prefix,
+                        &secret,
+                    ));
                     identity.share_limits_through(connection, &redis.key_prefix);
                 }
                 fanout

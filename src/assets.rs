@@ -68,7 +68,8 @@ pub fn runtime() -> Option<PathBuf> {
 
 /// What to tell an operator when the model is nowhere: where it was looked for, and how to get it.
 pub fn not_found_help() -> String {
-    let looked: Vec<String> = candidates().iter().map(|dir| dir.join("models").join(DEFAULT_MODEL).display().to_string()).collect();
+    let looked: Vec<String> =
+        candidates().iter().map(|dir| dir.join("models").join(DEFAULT_MODEL).display().to_string()).collect();
     format!(
         "the embedding model was not found (looked in {}); run scripts/fetch-assets in a memgate checkout, \
          or set MEMGATE_MODEL_DIR to the model folder and ORT_DYLIB_PATH to libonnxruntime",

@@ -7,7 +7,6 @@
 //! read right to left, skipping the trusted proxies' own addresses. A header from any other peer
 //! is ignored: a client cannot choose its own address by sending the header itself.
 
-use crate::rollout::state::Cidr;
 use axum::http::{HeaderMap, HeaderName};
 use std::net::IpAddr;
 
@@ -88,6 +87,44 @@ fn canonical(addr: IpAddr) -> IpAddr {
     }
 }
 
+/// A parsed CIDR block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    network: std::net::IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    pub fn parse(text: &str) -> Option<Cidr> {
+        let (addr, prefix) = match text.split_once('/') {
+            Some((a, p)) => (a, p.parse::<u8>().ok()?),
+            None => (text, if text.contains(':') { 128 } else { 32 }),
+        };
+        let network: std::net::IpAddr = addr.parse().ok()?;
+        let max = if network.is_ipv4() { 32 } else { 128 };
+        (prefix <= max).then_some(Cidr { network, prefix })
+    }
+
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        // An IPv4 client may arrive as an IPv4-mapped IPv6 address on a dual-stack socket.
+        let ip = match ip {
+            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+            v4 => v4,
+        };
+        match (self.network, ip) {
+            (std::net::IpAddr::V4(net), std::net::IpAddr::V4(ip)) => {
+                let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(self.prefix)) };
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (std::net::IpAddr::V6(net), std::net::IpAddr::V6(ip)) => {
+                let mask = if self.prefix == 0 { 0 } else { u128::MAX << (128 - u32::from(self.prefix)) };
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,7 +170,22 @@ mod tests {
 
     #[test]
     fn configuration_errors_name_the_value() {
-        assert!(ClientAddrs::new(&["10.0.0.0/99".into()], "x-forwarded-for").unwrap_err().contains("10.0.0.0/99"));
+        assert!(
+            ClientAddrs::new(&["10.0.0.0/99".into()], "x-forwarded-for").unwrap_err().contains("10.0.0.0/99")
+        );
         assert!(ClientAddrs::new(&[], "bad header").unwrap_err().contains("bad header"));
+    }
+
+    #[test]
+    fn cidrs_match_their_addresses_only() {
+        let net = Cidr::parse("10.1.0.0/16").unwrap();
+        assert!(net.contains("10.1.200.3".parse().unwrap()));
+        assert!(!net.contains("10.2.0.1".parse().unwrap()));
+        assert!(net.contains("::ffff:10.1.0.9".parse().unwrap()));
+        assert!(Cidr::parse("127.0.0.1").unwrap().contains("127.0.0.1".parse().unwrap()));
+        assert!(Cidr::parse("::1/128").unwrap().contains("::1".parse().unwrap()));
+        for bad in ["10.0.0.0/33", "nonsense", "10.0.0/8"] {
+            assert!(Cidr::parse(bad).is_none(), "{bad}");
+        }
     }
 }

@@ -513,7 +513,10 @@ impl RawConfig {
                 self.limits.body_read_timeout_ms,
                 60_000,
             )?,
-            max_inflight_body_bytes: self.limits.max_inflight_body_bytes.unwrap_or(DEFAULT_INFLIGHT_BODY_BYTES),
+            max_inflight_body_bytes: self
+                .limits
+                .max_inflight_body_bytes
+                .unwrap_or(DEFAULT_INFLIGHT_BODY_BYTES),
             max_inflight_requests: self.limits.max_inflight_requests.unwrap_or(1024),
             inflight_wait: millis("limits.inflight_wait_ms", self.limits.inflight_wait_ms, 5_000)?,
         };
@@ -602,7 +605,10 @@ impl RawConfig {
         let admin_listen = match self.admin.listen.filter(|l| !l.is_empty()) {
             None => None,
             Some(text) => Some(text.parse::<SocketAddr>().map_err(|_| {
-                invalid("admin.listen", format!("`{text}` is not an address like 127.0.0.1:9091 (MEMGATE_ADMIN_LISTEN)"))
+                invalid(
+                    "admin.listen",
+                    format!("`{text}` is not an address like 127.0.0.1:9091 (MEMGATE_ADMIN_LISTEN)"),
+                )
             })?),
         };
         let admin = AdminConfig {
@@ -731,12 +737,20 @@ impl RawConfig {
             }
             if let Some(r) = &release.retrieval {
                 if !["hybrid", "dense"].contains(&r.as_str()) {
-                    return Err(invalid(&format!("releases.{name}.retrieval"), format!("`{r}`: use hybrid or dense")));
+                    return Err(invalid(
+                        &format!("releases.{name}.retrieval"),
+                        format!("`{r}`: use hybrid or dense"),
+                    ));
                 }
             }
-            for (key, value) in [("lexical_weight", release.lexical_weight), ("min_lexical", release.min_lexical)] {
+            for (key, value) in
+                [("lexical_weight", release.lexical_weight), ("min_lexical", release.min_lexical)]
+            {
                 if value.is_some_and(|v| !(0.0..=10.0).contains(&v)) {
-                    return Err(invalid(&format!("releases.{name}.{key}"), "use a number between 0 and 10".into()));
+                    return Err(invalid(
+                        &format!("releases.{name}.{key}"),
+                        "use a number between 0 and 10".into(),
+                    ));
                 }
             }
             if let Some(p) = &release.placement {

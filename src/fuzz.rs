@@ -11,11 +11,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::inject::{Placement, inject};
-use crate::query::{QueryRule, extract};
 use crate::memory::checks::envelope::{self, Rules};
-use crate::proxy::request_body::check_messages_request;
 use crate::memory::checks::schemas::SchemaSet;
 use crate::memory::checks::secrets;
+use crate::proxy::request_body::check_messages_request;
+use crate::query::{QueryRule, extract};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
@@ -23,11 +23,63 @@ const CASES: u32 = 256;
 
 /// Pieces that have broken parsers before, or that the scanner and renderer treat specially.
 const PIECES: &[&str] = &[
-    "password", "PWD", "pin", "token", "=", ":", "：", "\"", "'", "\\", " ", "  ", "\n", "\t", "is ",
-    "sk-", "sk-ant-", "sk_live_", "mgk_", "ghp_", "glpat-", "hf_", "npm_", "AIza", "xoxb-", "AKIA", "eyJ",
-    ".", "-----BEGIN ", "PRIVATE KEY", "-----", "://", "@", "${", "}", "{{", "<", ">", "[", "]", "&",
-    "</MEMORY_CONTEXT>", "＜", "＞", "<system-reminder>", "</system-reminder>", "Bearer ", "密码",
-    "пароль", "é", "🙂", "\u{0}", "\u{2028}", "\u{85}", "a", "Z", "7",
+    "password",
+    "PWD",
+    "pin",
+    "token",
+    "=",
+    ":",
+    "：",
+    "\"",
+    "'",
+    "\\",
+    " ",
+    "  ",
+    "\n",
+    "\t",
+    "is ",
+    "sk-",
+    "sk-ant-",
+    "sk_live_",
+    "mgk_",
+    "ghp_",
+    "glpat-",
+    "hf_",
+    "npm_",
+    "AIza",
+    "xoxb-",
+    "AKIA",
+    "eyJ",
+    ".",
+    "-----BEGIN ",
+    "PRIVATE KEY",
+    "-----",
+    "://",
+    "@",
+    "${",
+    "}",
+    "{{",
+    "<",
+    ">",
+    "[",
+    "]",
+    "&",
+    "</MEMORY_CONTEXT>",
+    "＜",
+    "＞",
+    "<system-reminder>",
+    "</system-reminder>",
+    "Bearer ",
+    "密码",
+    "пароль",
+    "é",
+    "🙂",
+    "\u{0}",
+    "\u{2028}",
+    "\u{85}",
+    "a",
+    "Z",
+    "7",
 ];
 
 fn hostile_string() -> impl Strategy<Value = String> {
@@ -105,7 +157,8 @@ fn messages_body() -> impl Strategy<Value = Value> {
     ];
     (proptest::collection::vec(message(), 0..6), system, cache_control(), json_value()).prop_map(
         |(messages, system, cc, extra)| {
-            let mut body = json!({"model": "claude-test", "max_tokens": 16, "messages": messages, "extra": extra});
+            let mut body =
+                json!({"model": "claude-test", "max_tokens": 16, "messages": messages, "extra": extra});
             if let Some(system) = system {
                 body["system"] = system;
             }

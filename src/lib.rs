@@ -5,8 +5,8 @@
 pub mod admin;
 pub mod app;
 pub mod assets;
-pub mod clock;
 pub mod client_addr;
+pub mod clock;
 pub mod config;
 pub mod embed;
 pub mod error;

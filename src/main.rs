@@ -163,8 +163,8 @@ async fn serve(flags: ConfigFlags) -> Result<(), String> {
             println!("memgate admin API listening on http://{admin}");
         }
     })
-        .await
-        .map_err(|err| err.to_string())
+    .await
+    .map_err(|err| err.to_string())
 }
 
 async fn migrate(flags: ConfigFlags) -> Result<(), String> {

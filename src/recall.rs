@@ -8,6 +8,7 @@
 //! marked `X-Memory-Status: degraded` and counted; with `memory.fail_closed` it fails instead.
 
 use crate::app::AppState;
+use crate::clock::{format_ms, now_ms};
 use crate::error::{ApiError, ErrorKind};
 use crate::funnel::Retrieval;
 use crate::funnel::semantic::{Hybrid, SemanticQuery};
@@ -15,7 +16,6 @@ use crate::funnel::trace::{Detail, Trace};
 use crate::identity::Caller;
 use crate::inject::{RenderItem, inject};
 use crate::query::Query;
-use crate::clock::{format_ms, now_ms};
 use crate::rollout::Release;
 use axum::http::HeaderMap;
 use bytes::Bytes;

@@ -11,8 +11,8 @@ use crate::app::{AppState, build_admin_app, build_app, build_public_app};
 use crate::config::Config;
 use crate::error::StartupError;
 use crate::fanout::Topic;
-use std::net::SocketAddr;
 use axum::serve::ListenerExt;
+use std::net::SocketAddr;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -90,7 +90,10 @@ pub async fn run(
         // First the load balancers learn: /readyz turns 503 and every answer closes its
         // connection, while new connections are still served. Only then does the listener close.
         draining_state.begin_draining();
-        tracing::info!(drain_ms = drain_delay.as_millis() as u64, "shutdown requested: draining; still accepting meanwhile");
+        tracing::info!(
+            drain_ms = drain_delay.as_millis() as u64,
+            "shutdown requested: draining; still accepting meanwhile"
+        );
         tokio::time::sleep(drain_delay).await;
         tracing::info!("no new connections; finishing in-flight requests");
         let _ = signalled_tx.send(());
@@ -99,7 +102,8 @@ pub async fn run(
     // `/admin` and `/metrics` on a listener of their own, off the public one, when configured.
     let (app, admin_server) = match admin_listener {
         Some(admin_listener) => {
-            let admin_app = build_admin_app(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
+            let admin_app =
+                build_admin_app(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
             let admin_server = axum::serve(admin_listener.tap_io(no_delay), admin_app)
                 .with_graceful_shutdown(async move { stop_admin.cancelled().await });
             (build_public_app(state), Some(tokio::spawn(async move { admin_server.await })))

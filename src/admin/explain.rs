@@ -9,8 +9,8 @@ use crate::app::AppState;
 use crate::error::ApiError;
 use crate::funnel::trace::Detail;
 use crate::identity::{Caller, is_valid_subject};
-use crate::record::is_valid_scope;
 use crate::recall::{Wish, recall};
+use crate::record::is_valid_scope;
 use axum::Json;
 use axum::extract::{Request, State};
 use bytes::Bytes;
@@ -80,7 +80,12 @@ pub async fn explain(
         &caller,
         &release,
         Bytes::from(body),
-        &Wish { off: false, trace: Detail::Full, budget: Some(std::time::Duration::from_secs(10)), shadow: true },
+        &Wish {
+            off: false,
+            trace: Detail::Full,
+            budget: Some(std::time::Duration::from_secs(10)),
+            shadow: true,
+        },
     )
     .await?;
     let request: Value = serde_json::from_slice(&recalled.body).map_err(ApiError::internal)?;

@@ -2,10 +2,10 @@
 
 use super::{AdminContext, json_body};
 use crate::app::AppState;
+use crate::clock::format_ms;
 use crate::error::ApiError;
 use crate::fanout::Topic;
 use crate::identity::keys::{KeyError, NewKey};
-use crate::clock::format_ms;
 use crate::store::StoreError;
 use crate::store::keys::KeyRecord;
 use axum::Json;

@@ -3,8 +3,8 @@
 
 use super::{AdminContext, json_body};
 use crate::app::AppState;
-use crate::error::ApiError;
 use crate::clock::format_ms;
+use crate::error::ApiError;
 use crate::record::Status;
 use crate::store::memories::{Created, ListFilter};
 use axum::Json;

@@ -2,8 +2,8 @@
 
 use super::{AdminContext, json_body};
 use crate::app::AppState;
-use crate::error::ApiError;
 use crate::clock::format_ms;
+use crate::error::ApiError;
 use axum::Json;
 use axum::extract::{Path, Request, State};
 use serde_json::{Value, json};

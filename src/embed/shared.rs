@@ -38,7 +38,11 @@ pub struct SharedVectors {
 impl SharedVectors {
     /// Over `connection`, the replica's one Redis connection (`Fanout::connection`), which may
     /// not be there yet; keys made with `secret` (the same on every replica of the deployment).
-    pub fn new(connection: Arc<ArcSwapOption<ConnectionManager>>, key_prefix: &str, secret: &str) -> SharedVectors {
+    pub fn new(
+        connection: Arc<ArcSwapOption<ConnectionManager>>,
+        key_prefix: &str,
+        secret: &str,
+    ) -> SharedVectors {
         SharedVectors { connection, prefix: key_prefix.to_owned(), secret: secret.as_bytes().to_vec() }
     }
 
@@ -114,9 +118,15 @@ mod tests {
         let slot = Arc::new(ArcSwapOption::empty());
         let a = SharedVectors::new(slot.clone(), "memgate", "secret-one");
         let key = a.key("e5", "acme", "where is my parcel");
-        assert!(key.starts_with("memgate:qvec:") && !key.contains("parcel") && !key.contains("acme"), "{key}");
+        assert!(
+            key.starts_with("memgate:qvec:") && !key.contains("parcel") && !key.contains("acme"),
+            "{key}"
+        );
         assert_ne!(key, a.key("e5", "globex", "where is my parcel"), "another tenant");
-        assert_ne!(key, SharedVectors::new(slot, "memgate", "secret-two").key("e5", "acme", "where is my parcel"));
+        assert_ne!(
+            key,
+            SharedVectors::new(slot, "memgate", "secret-two").key("e5", "acme", "where is my parcel")
+        );
         assert_ne!(a.key("e5", "ab", "c"), a.key("e5", "a", "bc"));
         assert_eq!(key, a.key("e5", "acme", "where is my parcel"));
     }

@@ -3,9 +3,9 @@
 //! records are taken until the release's token budget or item cap is reached. A record of priority 4 or 5 that does not fit becomes a one-line stub with its id (up
 //! to `max_stubs`), so the model knows it exists; everything left out is counted as overflow.
 
-use crate::index::{IndexedRecord, TenantIndex};
 use super::semantic::Hit;
 use super::trace::{LayerLog, Trace};
+use crate::index::{IndexedRecord, TenantIndex};
 use std::sync::Arc;
 
 #[derive(Clone)]
@@ -43,7 +43,13 @@ pub fn pack(
         .into_iter()
         .filter_map(|hit| {
             let item = index.slots[hit.slot as usize].clone()?;
-            Some(Chosen { item, similarity: hit.similarity, exact: hit.exact, score: hit.score, lexical: hit.lexical })
+            Some(Chosen {
+                item,
+                similarity: hit.similarity,
+                exact: hit.exact,
+                score: hit.score,
+                lexical: hit.lexical,
+            })
         })
         .collect();
     ranked.sort_by(|a, b| {

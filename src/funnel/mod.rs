@@ -26,8 +26,8 @@ pub mod trace;
 pub(crate) mod tests;
 
 use crate::identity::Caller;
-use density::{Budget, Packed};
 use crate::index::TenantIndex;
+use density::{Budget, Packed};
 use semantic::SemanticQuery;
 use trace::{Detail, Trace};
 
@@ -104,7 +104,11 @@ pub fn run(
                 score: chosen.score.min(2.0),
                 exact: chosen.exact,
                 similarity: chosen.similarity,
-                lexical: chosen.lexical.map(|l| trace::LexicalRank { rank: l.rank, bm25: l.bm25, normalized: l.normalized }),
+                lexical: chosen.lexical.map(|l| trace::LexicalRank {
+                    rank: l.rank,
+                    bm25: l.bm25,
+                    normalized: l.normalized,
+                }),
             })
             .collect();
     }

@@ -8,10 +8,10 @@
 //! The caller's own trace (`Detail::Visible`) shows the layer's output alone, as if its visible
 //! records were all there is.
 
-use crate::index::TenantIndex;
-use crate::index::slots::SlotSet;
 use super::trace::{Detail, LayerLog, Trace};
 use crate::identity::Caller;
+use crate::index::TenantIndex;
+use crate::index::slots::SlotSet;
 
 /// Slots of the tenant's records this caller may see.
 pub fn visible(index: &TenantIndex, caller: &Caller, detail: Detail, trace: &mut Trace) -> SlotSet {

@@ -15,14 +15,14 @@
 //! `min_lexical`), and the density layer packs in fused order. Every hit keeps each ranking's
 //! part, which `explain` shows.
 
-use crate::index::{TenantIndex, VectorKind};
-use crate::vector::dot;
-use crate::vector::quant::QuantizedQuery;
+use super::trace::{LayerLog, Trace};
 use crate::index::slots::SlotSet;
 use crate::index::terms::query_phrases;
-use super::trace::{LayerLog, Trace};
-use crate::lexical::fusion::{self, Fusion, Gate};
+use crate::index::{TenantIndex, VectorKind};
 use crate::lexical::LexicalQuery;
+use crate::lexical::fusion::{self, Fusion, Gate};
+use crate::vector::dot;
+use crate::vector::quant::QuantizedQuery;
 
 /// Up to this many candidates an exact scan is used (well under a millisecond on int8 rows);
 /// above it, the approximate index. Measured in docs/benchmarks-memory.md §1.
@@ -196,19 +196,27 @@ fn fuse_words(
 ) -> Vec<Hit> {
     let words = index.lexical.search(hybrid.query, candidates, LEXICAL_K);
     word_scores.extend(words.iter().map(|w| (w.slot, w.normalized)));
-    let mut dense: Vec<(u32, f32)> = dense_hits.iter().filter(|h| !h.exact).map(|h| (h.slot, h.similarity)).collect();
+    let mut dense: Vec<(u32, f32)> =
+        dense_hits.iter().filter(|h| !h.exact).map(|h| (h.slot, h.similarity)).collect();
     for word in &words {
         if dense_hits.binary_search_by_key(&word.slot, |h| h.slot).is_ok() {
             continue;
         }
-        let similarity = match (query.vector, index.slots[word.slot as usize].as_ref().and_then(|i| i.vector.as_deref())) {
+        let similarity = match (
+            query.vector,
+            index.slots[word.slot as usize].as_ref().and_then(|i| i.vector.as_deref()),
+        ) {
             (Some(q), Some(v)) => dot(q, v),
             _ => 0.0,
         };
         dense.push((word.slot, similarity));
     }
     let fusion = Fusion::Weighted { dense_weight: 1.0, lexical_weight: hybrid.lexical_weight };
-    let gate = Gate { min_similarity: query.threshold, min_lexical: hybrid.min_lexical, min_fused: f32::NEG_INFINITY };
+    let gate = Gate {
+        min_similarity: query.threshold,
+        min_lexical: hybrid.min_lexical,
+        min_fused: f32::NEG_INFINITY,
+    };
     let mut hits: Vec<Hit> = dense_hits.iter().filter(|h| h.exact).copied().collect();
     let lexical_of = |slot: u32| {
         words.iter().enumerate().find(|(_, w)| w.slot == slot).map(|(rank, w)| LexicalPart {

@@ -2,10 +2,10 @@
 //! release reads. Decided on the index's flat per-slot arrays (`SlotMeta`), not on the records:
 //! the records are read only to name the removed ones in a detailed trace.
 
-use crate::index::{SlotMeta, TenantIndex};
-use crate::index::slots::SlotSet;
 use super::trace::{LayerLog, Trace};
 use crate::clock::format_ms;
+use crate::index::slots::SlotSet;
+use crate::index::{SlotMeta, TenantIndex};
 use crate::record::Status;
 
 pub fn current(

@@ -2,14 +2,14 @@
 //! int8 scans must select exactly what a filter over the records and an f32 scan would, also
 //! after removals and slot reuse, and the trace must keep its counts and reasons.
 
-use crate::index::{IndexedRecord, TenantIndex};
-use crate::vector::dot;
 use super::semantic::{self, Hit, SemanticQuery};
 use super::trace::{Detail, Trace};
 use super::{FunnelSettings, scope, temporal};
-use crate::identity::Caller;
 use crate::clock::format_ms;
+use crate::identity::Caller;
+use crate::index::{IndexedRecord, TenantIndex};
 use crate::record::{OPEN_END_MS, Record, Status};
+use crate::vector::dot;
 use std::sync::Arc;
 
 const NOW: i64 = 1_800_000_000_000;
@@ -161,7 +161,8 @@ fn int8_scan_returns_exactly_the_hits_and_similarities_of_an_f32_scan() {
         let target = &stored[rng.below(stored.len())];
         let query = vectors.near(&mut rng, target, [0.01, 0.03, 0.06][q % 3]);
         for threshold in [0.5, 0.75, 0.8, 0.85, 0.9, 0.95, 0.99] {
-            let semantic = SemanticQuery { text: "", vector: Some(&query), threshold, probes: 1, hybrid: None };
+            let semantic =
+                SemanticQuery { text: "", vector: Some(&query), threshold, probes: 1, hybrid: None };
             let hits = semantic::matching(&index, &candidates, &semantic, false, &mut Trace::default());
             let expected = naive_similar(&index, &list, &query, threshold);
             assert_eq!(similar(&hits), expected, "query {q} threshold {threshold}");
@@ -198,7 +199,8 @@ fn ivf_path_probing_every_list_equals_the_f32_scan_after_removals_and_reuse() {
             index.slots[list[rng.below(list.len())] as usize].as_ref().and_then(|i| i.vector.clone());
         let query = vectors.near(&mut rng, target.as_deref().unwrap_or(&vectors.common), 0.02);
         for threshold in [0.7, 0.85, 0.95] {
-            let semantic = SemanticQuery { text: "", vector: Some(&query), threshold, probes: usize::MAX, hybrid: None };
+            let semantic =
+                SemanticQuery { text: "", vector: Some(&query), threshold, probes: usize::MAX, hybrid: None };
             let hits = semantic::matching(&index, &candidates, &semantic, false, &mut Trace::default());
             assert_eq!(
                 similar(&hits),
@@ -310,8 +312,13 @@ fn detailed_trace_keeps_counts_and_reasons() {
         retrieval: super::Retrieval::Dense,
     };
     let query = axis(0);
-    let semantic =
-        SemanticQuery { text: "where is ORD-1001", vector: Some(&query), threshold: 0.8, probes: 4, hybrid: None };
+    let semantic = SemanticQuery {
+        text: "where is ORD-1001",
+        vector: Some(&query),
+        threshold: 0.8,
+        probes: 4,
+        hybrid: None,
+    };
     let out = super::run(&index, &caller(&["public", "user:1"]), &semantic, &settings, NOW, Detail::Full);
     let layers = &out.trace.layers;
     let names: Vec<&str> = layers.iter().map(|l| l.layer).collect();
@@ -377,7 +384,11 @@ fn hybrid_retrieval_passes_strong_word_matches_and_explains_each_rankings_part()
     let mut index = TenantIndex::default();
     let records = [
         // Far in meaning (orthogonal), but the question's rare words are its words.
-        item(stated("words", &["public"], "Sofa cushions are refilled with buckwheat husks every spring."), Some(axis(1)), &[]),
+        item(
+            stated("words", &["public"], "Sofa cushions are refilled with buckwheat husks every spring."),
+            Some(axis(1)),
+            &[],
+        ),
         // Close in meaning, no shared word.
         item(stated("meaning", &["public"], "Chair pads get new filling yearly."), Some(axis(0)), &[]),
         // Shares only a common word.
@@ -407,7 +418,8 @@ fn hybrid_retrieval_passes_strong_word_matches_and_explains_each_rankings_part()
             }
             super::Retrieval::Dense => None,
         };
-        let query = SemanticQuery { text: query_text, vector: Some(&vector), threshold: 0.5, probes: 4, hybrid };
+        let query =
+            SemanticQuery { text: query_text, vector: Some(&vector), threshold: 0.5, probes: 4, hybrid };
         super::run(&index, &caller(&["public"]), &query, &settings(retrieval), NOW, Detail::Full)
     };
     let ids = |out: &super::FunnelOutput| -> Vec<String> {

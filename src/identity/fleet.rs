@@ -63,7 +63,10 @@ impl FleetLimits {
     }
 
     pub fn stats(&self) -> FleetStats {
-        FleetStats { fleet: self.fleet_checks.load(Ordering::Relaxed), local: self.local_checks.load(Ordering::Relaxed) }
+        FleetStats {
+            fleet: self.fleet_checks.load(Ordering::Relaxed),
+            local: self.local_checks.load(Ordering::Relaxed),
+        }
     }
 
     /// `Ok` if `key` may make one more request under `per_minute` across the fleet; otherwise the
@@ -98,9 +101,11 @@ impl FleetLimits {
     ) -> redis::RedisResult<Result<(), u64>> {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         let window = now.as_secs() / WINDOW_SECS;
-        let into = (now.as_millis() % (u128::from(WINDOW_SECS) * 1000)) as f64 / (WINDOW_SECS as f64 * 1000.0);
+        let into =
+            (now.as_millis() % (u128::from(WINDOW_SECS) * 1000)) as f64 / (WINDOW_SECS as f64 * 1000.0);
         // Keys carry a digest of the caller's rate key, never the key itself.
-        let digest: String = Sha256::digest(key.as_bytes())[..12].iter().map(|b| format!("{b:02x}")).collect();
+        let digest: String =
+            Sha256::digest(key.as_bytes())[..12].iter().map(|b| format!("{b:02x}")).collect();
         let current = format!("{}:rl:{digest}:{window}", self.prefix);
         let previous = format!("{}:rl:{digest}:{}", self.prefix, window.saturating_sub(1));
         let (count, earlier): (u64, Option<u64>) = redis::pipe()
@@ -118,7 +123,11 @@ impl FleetLimits {
         let _: redis::RedisResult<i64> = redis::cmd("DECR").arg(&current).query_async(connection).await;
         // Until enough of the previous window has slid out, or this one ends.
         let over = weighted - f64::from(per_minute);
-        let wait = if earlier > 0.0 { over / earlier * WINDOW_SECS as f64 } else { (1.0 - into) * WINDOW_SECS as f64 };
+        let wait = if earlier > 0.0 {
+            over / earlier * WINDOW_SECS as f64
+        } else {
+            (1.0 - into) * WINDOW_SECS as f64
+        };
         Ok(Err(wait.clamp(1.0, WINDOW_SECS as f64).ceil() as u64))
     }
 }

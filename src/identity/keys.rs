@@ -9,11 +9,11 @@
 //! it: otherwise a verification racing a revocation could bring the revoked key back for
 //! another `CACHE_TTL`.
 
-use crate::record::is_valid_scope;
 use crate::clock::now_ms;
+use crate::hash::sha256_hex;
+use crate::record::is_valid_scope;
 use crate::store::keys::KeyRecord;
 use crate::store::{Store, StoreError};
-use crate::hash::sha256_hex;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -29,7 +29,8 @@ const CACHE_MAX: usize = 10_000;
 /// What a key may do beyond reading its own scopes' records. `batches`, `files` and
 /// `upstream_other` open `/v1/*` paths beyond Messages and models in managed mode, where every
 /// tenant's requests share memgate's one upstream key and so its workspace (docs/operations.md).
-pub const PERMISSIONS: [&str; 6] = ["pin_release", "assert_subject", "debug", "batches", "files", "upstream_other"];
+pub const PERMISSIONS: [&str; 6] =
+    ["pin_release", "assert_subject", "debug", "batches", "files", "upstream_other"];
 
 /// A request to issue a key.
 #[derive(Debug, Clone)]

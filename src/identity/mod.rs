@@ -22,7 +22,6 @@ pub mod token_cache;
 use crate::config::AuthMode;
 use crate::error::{ApiError, ErrorKind};
 use crate::record::is_valid_scope;
-use crate::proxy::headers::UpstreamCredential;
 use crate::store::Store;
 use accepted::{AcceptedKeys, KeyDigest};
 use axum::http::HeaderMap;
@@ -36,6 +35,15 @@ use std::net::IpAddr;
 
 pub const DEFAULT_TENANT: &str = "default";
 pub const SUBJECT_HEADER: &str = "x-memory-subject";
+
+/// How the upstream learns who pays for a request.
+#[derive(Clone)]
+pub enum UpstreamCredential {
+    /// Forward whatever `x-api-key` / `authorization` the caller sent (passthrough mode).
+    Forward,
+    /// Drop the caller's credential and send memgate's own key.
+    Replace(SecretString),
+}
 
 /// What a caller may do beyond reading its own scopes' records.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -210,7 +218,11 @@ impl Authenticator {
 
     /// The caller behind `headers`, from client address `client` (for the limits before
     /// authentication), with its rate limits charged.
-    pub async fn authenticate(&self, headers: &HeaderMap, client: Option<IpAddr>) -> Result<Caller, ApiError> {
+    pub async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        client: Option<IpAddr>,
+    ) -> Result<Caller, ApiError> {
         let address = client.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
         let mut caller = match self.config.mode {
             AuthMode::Passthrough => self.passthrough_caller(headers, &address)?,

@@ -15,10 +15,10 @@
 pub mod slots;
 pub mod terms;
 
-use crate::vector::ivf::Ivf;
-use crate::vector::quant::Rows;
 use crate::lexical::LexicalIndex;
 use crate::record::{Record, Status};
+use crate::vector::ivf::Ivf;
+use crate::vector::quant::Rows;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -395,7 +395,11 @@ impl MemoryIndex {
     /// Whether the index holds this record at this write or a later one.
     pub fn has_write(&self, tenant: &str, id: &str, seq: i64) -> bool {
         self.tenant(tenant).is_some_and(|index| {
-            index.read().unwrap_or_else(|p| p.into_inner()).get(id).is_some_and(|i| i.record.change_seq >= seq)
+            index
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(id)
+                .is_some_and(|i| i.record.change_seq >= seq)
         })
     }
 

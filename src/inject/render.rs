@@ -102,8 +102,11 @@ impl Templates {
             .iter()
             .map(|(name, template, contract)| {
                 let folder = PathBuf::from("(built in)").join(name);
-                let source =
-                    ReleaseSource { name: (*name).to_owned(), template: (*template).to_owned(), contract: (*contract).to_owned() };
+                let source = ReleaseSource {
+                    name: (*name).to_owned(),
+                    template: (*template).to_owned(),
+                    contract: (*contract).to_owned(),
+                };
                 ((*name).to_owned(), (source, folder.join(TEMPLATE_FILE), folder.join(CONTRACT_FILE)))
             })
             .collect();
@@ -124,7 +127,6 @@ impl Templates {
         }
         Templates::build(sources)
     }
-
 
     /// Compiles releases given as text; errors name `<release>/memory.j2`.
     pub fn from_sources(sources: Vec<ReleaseSource>) -> Result<Templates, RenderError> {
@@ -342,8 +344,19 @@ fn push_escaped(out: &mut String, text: &str) {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            '<' | '>' | '&' | '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{2028}' | '\u{2029}'
-            | '\u{ff1c}' | '\u{ff1e}' | '\u{ff06}' | '\u{fe64}' | '\u{fe65}' | '\u{fe60}' => {
+            '<'
+            | '>'
+            | '&'
+            | '\u{0}'..='\u{1f}'
+            | '\u{7f}'..='\u{9f}'
+            | '\u{2028}'
+            | '\u{2029}'
+            | '\u{ff1c}'
+            | '\u{ff1e}'
+            | '\u{ff06}'
+            | '\u{fe64}'
+            | '\u{fe65}'
+            | '\u{fe60}' => {
                 let _ = write!(out, "\\u{:04x}", u32::from(ch));
             }
             _ => out.push(ch),

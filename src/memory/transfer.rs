@@ -4,10 +4,10 @@
 //! stops there, an apply adds all new lines in one transaction or nothing at all.
 
 use super::checks::envelope::Problem;
-use crate::clock::{format_ms, now_ms};
-use crate::record::Envelope;
 use super::{MemoryError, MemoryService};
+use crate::clock::{format_ms, now_ms};
 use crate::index::IndexedRecord;
+use crate::record::Envelope;
 use crate::store::memories::{ImportMatch, ListFilter};
 use serde::Serialize;
 use serde_json::Value;
@@ -67,7 +67,11 @@ pub struct ImportProgress {
 
 impl MemoryService {
     /// Where an import stands (any replica can answer: it reads the store).
-    pub async fn import_progress(&self, tenant: &str, import_id: &str) -> Result<ImportProgress, MemoryError> {
+    pub async fn import_progress(
+        &self,
+        tenant: &str,
+        import_id: &str,
+    ) -> Result<ImportProgress, MemoryError> {
         let (added, created_at, undone_at) = self
             .store
             .import_info(tenant, import_id)

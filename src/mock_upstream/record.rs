@@ -229,7 +229,11 @@ impl FromRequest<MockState> for Recorded {
                 .get("x-api-key")
                 .and_then(|v| v.to_str().ok())
                 .or_else(|| {
-                    parts.headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "))
+                    parts
+                        .headers
+                        .get("authorization")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.strip_prefix("Bearer "))
                 })
                 .unwrap_or("");
             if !args.api_keys.iter().any(|key| key == presented) {

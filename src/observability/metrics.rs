@@ -321,8 +321,12 @@ impl Metrics {
     pub fn sync_fleet(&self, now: Option<crate::identity::fleet::FleetStats>) {
         let Some(now) = now else { return };
         let mut seen = self.fleet_seen.lock().unwrap_or_else(|p| p.into_inner());
-        self.rate_limit_checks.get_or_create(&ModeLabels { mode: "fleet" }).inc_by(now.fleet.saturating_sub(seen.fleet));
-        self.rate_limit_checks.get_or_create(&ModeLabels { mode: "local" }).inc_by(now.local.saturating_sub(seen.local));
+        self.rate_limit_checks
+            .get_or_create(&ModeLabels { mode: "fleet" })
+            .inc_by(now.fleet.saturating_sub(seen.fleet));
+        self.rate_limit_checks
+            .get_or_create(&ModeLabels { mode: "local" })
+            .inc_by(now.local.saturating_sub(seen.local));
         *seen = now;
     }
 

@@ -4,7 +4,7 @@
 
 use super::metrics::Route;
 use crate::app::AppState;
-use crate::proxy::upstream::UpstreamLatency;
+use crate::observability::UpstreamLatency;
 use axum::extract::{Request, State};
 use axum::http::HeaderValue;
 use axum::middleware::Next;

@@ -8,6 +8,12 @@ use crate::app::AppState;
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
+use std::time::Duration;
+
+/// How long the upstream took to answer with headers; attached to the answer as an extension so
+/// the observing middleware can tell upstream time from memgate's own.
+#[derive(Debug, Clone, Copy)]
+pub struct UpstreamLatency(pub Duration);
 
 /// `GET /metrics`: Prometheus (OpenMetrics text).
 pub async fn metrics_handler(State(state): State<AppState>) -> Response {

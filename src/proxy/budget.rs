@@ -73,10 +73,11 @@ impl BodyBudget {
         if want <= permit.units {
             return Ok(());
         }
-        let more = tokio::time::timeout(self.wait, self.bytes.clone().acquire_many_owned(want - permit.units))
-            .await
-            .map_err(|_| self.overloaded(format!("{} MiB of request bodies", self.total_units / 1024)))?
-            .map_err(|_| self.overloaded("bytes".into()))?;
+        let more =
+            tokio::time::timeout(self.wait, self.bytes.clone().acquire_many_owned(want - permit.units))
+                .await
+                .map_err(|_| self.overloaded(format!("{} MiB of request bodies", self.total_units / 1024)))?
+                .map_err(|_| self.overloaded("bytes".into()))?;
         match &mut permit.bytes {
             Some(held) => held.merge(more),
             None => permit.bytes = Some(more),

@@ -3,8 +3,9 @@
 //! itself, memgate's own `x-memory-*` control headers, and — outside passthrough mode — the
 //! caller's credential.
 
+use crate::identity::UpstreamCredential;
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::ExposeSecret;
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1): they describe one connection and are never forwarded.
 const HOP_BY_HOP: [&str; 9] = [
@@ -18,15 +19,6 @@ const HOP_BY_HOP: [&str; 9] = [
     "transfer-encoding",
     "upgrade",
 ];
-
-/// How the upstream learns who pays for a request.
-#[derive(Clone)]
-pub enum UpstreamCredential {
-    /// Forward whatever `x-api-key` / `authorization` the caller sent (passthrough mode).
-    Forward,
-    /// Drop the caller's credential and send memgate's own key.
-    Replace(SecretString),
-}
 
 /// Headers for the upstream request, built from the caller's.
 pub fn upstream_request_headers(incoming: &HeaderMap, credential: &UpstreamCredential) -> HeaderMap {

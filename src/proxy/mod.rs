@@ -11,6 +11,7 @@ pub mod verify;
 
 use crate::app::AppState;
 use crate::error::ApiError;
+use crate::observability::UpstreamLatency;
 use crate::recall::{self, Recalled};
 use crate::rollout::Release;
 use crate::rollout::stats::Outcome;
@@ -22,7 +23,6 @@ use axum::response::{IntoResponse, Response};
 use headers::upstream_request_headers;
 use http_body::Body as _;
 use std::time::{Duration, Instant};
-use upstream::UpstreamLatency;
 use upstream::UpstreamRequest;
 
 /// `POST /v1/messages`, streaming or not.

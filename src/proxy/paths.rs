@@ -14,7 +14,7 @@
 
 use crate::error::{ApiError, ErrorKind};
 use crate::identity::Caller;
-use crate::proxy::headers::UpstreamCredential;
+use crate::identity::UpstreamCredential;
 
 /// What a path needs in managed mode.
 #[derive(Debug, PartialEq, Eq)]
@@ -24,7 +24,8 @@ enum Needs {
 }
 
 fn needs(path: &str) -> Needs {
-    let under = |prefix: &str| path == prefix || path.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('/'));
+    let under =
+        |prefix: &str| path == prefix || path.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('/'));
     if path == "/v1/messages" || path == "/v1/messages/count_tokens" || under("/v1/models") {
         Needs::Nothing
     } else if under("/v1/messages/batches") {
@@ -39,7 +40,10 @@ fn needs(path: &str) -> Needs {
 /// Segments an upstream could resolve to another path than the one checked here.
 fn is_ambiguous(path: &str) -> bool {
     let lower = path.to_ascii_lowercase();
-    lower.contains("%2e") || lower.contains("%2f") || lower.contains("%5c") || path.contains('\\')
+    lower.contains("%2e")
+        || lower.contains("%2f")
+        || lower.contains("%5c")
+        || path.contains('\\')
         || path.split('/').skip(1).any(|segment| segment.is_empty() || segment == "." || segment == "..")
 }
 

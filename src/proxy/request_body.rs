@@ -74,7 +74,9 @@ async fn read(
         let mut stream = body.into_data_stream();
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|_| {
-                ApiError::invalid_request("the request body could not be read to its end (truncated or malformed)")
+                ApiError::invalid_request(
+                    "the request body could not be read to its end (truncated or malformed)",
+                )
             })?;
             if (buffer.len() + chunk.len()) as u64 > limit {
                 return Err(too_large());
@@ -118,9 +120,9 @@ pub fn check_messages_request(bytes: &[u8]) -> Result<(), ApiError> {
     if first != Some(b'{') {
         // Anything else that is valid JSON is the wrong shape; what is not valid JSON says so.
         return match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
-            Ok(_) => Err(ApiError::invalid_request(
-                "the request body must be a JSON object (a Messages request)",
-            )),
+            Ok(_) => {
+                Err(ApiError::invalid_request("the request body must be a JSON object (a Messages request)"))
+            }
             Err(err) => Err(ApiError::invalid_request(format!("the request body is not valid JSON: {err}"))),
         };
     }

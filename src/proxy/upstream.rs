@@ -10,16 +10,12 @@
 use super::headers::downstream_response_headers;
 use crate::config::UpstreamConfig;
 use crate::error::{ApiError, ErrorKind, StartupError};
+use crate::observability::UpstreamLatency;
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Method, Response};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use std::time::{Duration, Instant};
-
-/// How long the upstream took to answer with headers; attached to the answer as an extension so
-/// the observing middleware can tell upstream time from memgate's own.
-#[derive(Debug, Clone, Copy)]
-pub struct UpstreamLatency(pub Duration);
 
 pub struct Upstream {
     client: reqwest::Client,

@@ -228,7 +228,8 @@ fn tag_at(text: &str) -> Option<(&str, usize, bool)> {
         Some(after) => (true, after),
         None => (false, inner),
     };
-    let name_len = inner.bytes().take_while(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_').count();
+    let name_len =
+        inner.bytes().take_while(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_').count();
     if name_len == 0 {
         return None;
     }
@@ -244,7 +245,10 @@ fn tag_at(text: &str) -> Option<(&str, usize, bool)> {
 /// counted as one word (Chinese and Japanese write no spaces).
 fn word_count(text: &str) -> usize {
     let spaced = text.split_whitespace().count();
-    let cjk = text.chars().filter(|c| matches!(*c, '\u{3040}'..='\u{30ff}' | '\u{3400}'..='\u{4dbf}' | '\u{4e00}'..='\u{9fff}')).count();
+    let cjk = text
+        .chars()
+        .filter(|c| matches!(*c, '\u{3040}'..='\u{30ff}' | '\u{3400}'..='\u{4dbf}' | '\u{4e00}'..='\u{9fff}'))
+        .count();
     spaced + cjk / 2
 }
 

@@ -31,7 +31,10 @@ fn a_tool_loop_matches_the_question_that_started_it() {
     for name in ["claude_code_messages_tool_result.json", "claude_code_messages_read_result.json"] {
         let query = extract(&fixture(name), &QueryRule::default()).unwrap();
         assert!(query.text.ends_with("What is our refund policy?"), "{name}: {query:?}");
-        assert!(!query.text.contains("tool_use_error") && !query.text.contains("Refunds: 30 days"), "{query:?}");
+        assert!(
+            !query.text.contains("tool_use_error") && !query.text.contains("Refunds: 30 days"),
+            "{query:?}"
+        );
         assert_eq!(query.left_out.tool_results, 1, "{name}");
     }
 }
@@ -54,8 +57,14 @@ fn sdk_requests_are_taken_as_they_are() {
         let captured: Value = serde_json::from_slice(&fixture(name)).unwrap();
         let body = serde_json::to_vec(&captured["body"]).unwrap();
         let query = extract(&body, &QueryRule::default()).unwrap();
-        let last_user = captured["body"]["messages"].as_array().unwrap().iter().rev()
-            .find(|m| m["role"] == "user").unwrap()["content"].clone();
+        let last_user = captured["body"]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|m| m["role"] == "user")
+            .unwrap()["content"]
+            .clone();
         let expected = match last_user {
             Value::String(text) => text,
             blocks => blocks[0]["text"].as_str().unwrap().to_owned(),
@@ -69,7 +78,10 @@ fn harness_tags_go_with_their_contents_and_wrapping_tags_only_lose_themselves() 
     let text = "<system-reminder>today is Monday</system-reminder>Where is my parcel?<local-command-stdout>ok</local-command-stdout>";
     assert_eq!(text_of(&body(json!([{"role": "user", "content": text}]))), "Where is my parcel?");
     let command = "<command-name>/refund</command-name><command-message>refund is running…</command-message><command-args>order ORD-7781 arrived broken</command-args>";
-    assert_eq!(text_of(&body(json!([{"role": "user", "content": command}]))), "order ORD-7781 arrived broken");
+    assert_eq!(
+        text_of(&body(json!([{"role": "user", "content": command}]))),
+        "order ORD-7781 arrived broken"
+    );
     // Attributes, and a reminder never closed: the rest is the harness's.
     let open = "How do I reset my router? <system-reminder priority=\"high\">files changed: a.rs";
     assert_eq!(text_of(&body(json!([{"role": "user", "content": open}]))), "How do I reset my router?");
@@ -120,7 +132,8 @@ fn no_words_no_query() {
     assert!(extract(&body(json!([])), &QueryRule::default()).is_none());
     let only_harness = json!([{"role": "user", "content": "<system-reminder>x</system-reminder>"}]);
     assert!(extract(&body(only_harness), &QueryRule::default()).is_none());
-    let only_tools = json!([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "42"}]}]);
+    let only_tools =
+        json!([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "42"}]}]);
     assert!(extract(&body(only_tools), &QueryRule::default()).is_none());
     assert!(extract(b"not json", &QueryRule::default()).is_none());
 }

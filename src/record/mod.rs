@@ -143,10 +143,6 @@ pub fn content_hash(record_type: &str, scope: &[String], content: &Value) -> Str
     format!("{:016x}", crate::hash::fnv1a64(&text))
 }
 
-
-
-
-
 /// `public`, or `kind:value` with a lower-case kind (`user`, `team`, `role`, `agent`, …).
 pub fn is_valid_scope(scope: &str) -> bool {
     if scope == "public" {
@@ -161,7 +157,6 @@ pub fn is_valid_scope(scope: &str) -> bool {
         && !value.chars().any(|c| c.is_control() || c.is_whitespace());
     kind_ok && value_ok
 }
-
 
 /// One record's accesses since the last flush.
 #[derive(Debug, Clone, PartialEq, Eq)]

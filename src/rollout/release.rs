@@ -3,8 +3,8 @@
 //! `[releases.<name>]` in the config overrides or adds.
 
 use crate::config::{Config, RawQuery, RawRelease};
-use crate::funnel::{FunnelSettings, Retrieval};
 use crate::funnel::semantic::DEFAULT_PROBES;
+use crate::funnel::{FunnelSettings, Retrieval};
 use crate::inject::{Placement, Templates};
 use crate::query::QueryRule;
 use std::collections::BTreeMap;
@@ -38,11 +38,10 @@ pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<
         if !templates.contains(&name) {
             return Err(format!(
                 "release `{name}` has no templates: add a folder {name}/ with memory.j2 and contract.txt to {}",
-                config
-                    .memory
-                    .templates_dir
-                    .as_ref()
-                    .map_or_else(|| "a templates folder set as memory.templates_dir".to_owned(), |d| d.display().to_string())
+                config.memory.templates_dir.as_ref().map_or_else(
+                    || "a templates folder set as memory.templates_dir".to_owned(),
+                    |d| d.display().to_string()
+                )
             ));
         }
         let placement = match r.placement.as_deref() {

@@ -37,7 +37,11 @@ impl Store {
     /// Every embedding made by `model_id`, by (tenant, record id).
     /// Stores many records' embeddings in one transaction (a backfill's batch): one commit, not
     /// one per record. `(tenant, id, vector)`; a record deleted meanwhile keeps no embedding.
-    pub async fn put_embeddings(&self, model_id: &str, items: &[(&str, &str, &[f32])]) -> Result<(), StoreError> {
+    pub async fn put_embeddings(
+        &self,
+        model_id: &str,
+        items: &[(&str, &str, &[f32])],
+    ) -> Result<(), StoreError> {
         if items.is_empty() {
             return Ok(());
         }
@@ -66,7 +70,12 @@ impl Store {
     /// How far an import's records are embedded by `model_id`: (active records it added that are
     /// still there, of them embedded). Paused and archived records are never recalled, so they are
     /// embedded only once activated.
-    pub async fn import_embedded(&self, tenant: &str, import_id: &str, model_id: &str) -> Result<(i64, i64), StoreError> {
+    pub async fn import_embedded(
+        &self,
+        tenant: &str,
+        import_id: &str,
+        model_id: &str,
+    ) -> Result<(i64, i64), StoreError> {
         let row = sqlx::query(
             "SELECT COUNT(*) AS total, COUNT(e.memory_id) AS embedded FROM memories m \
              LEFT JOIN memory_embeddings e ON e.tenant = m.tenant AND e.memory_id = m.id AND e.model_id = $3 \

@@ -254,7 +254,11 @@ impl Store {
     /// trace is left. Returns how many records and changes went.
     /// Erases a scope's records and their history; returns the ids, how many changes went, and
     /// the sequence number of the removals.
-    pub async fn forget_scope(&self, tenant: &str, scope: &str) -> Result<(Vec<String>, u64, i64), StoreError> {
+    pub async fn forget_scope(
+        &self,
+        tenant: &str,
+        scope: &str,
+    ) -> Result<(Vec<String>, u64, i64), StoreError> {
         let (mut tx, seq) = self.begin_record_write().await?;
         let ids: Vec<String> =
             sqlx::query("SELECT memory_id FROM memory_scopes WHERE tenant = $1 AND scope = $2")
@@ -409,12 +413,10 @@ impl Store {
             .execute(&mut *tx)
             .await?
             .rows_affected();
-        sqlx::query(
-            "UPDATE sync_sequence SET value = $1 WHERE name = 'tombstones_pruned' AND value < $1",
-        )
-        .bind(highest)
-        .execute(&mut *tx)
-        .await?;
+        sqlx::query("UPDATE sync_sequence SET value = $1 WHERE name = 'tombstones_pruned' AND value < $1")
+            .bind(highest)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(pruned)
     }
@@ -501,15 +503,23 @@ impl Store {
     }
 
     /// An import's row: (records it added, when, when undone).
-    pub async fn import_info(&self, tenant: &str, import_id: &str) -> Result<Option<(i64, i64, Option<i64>)>, StoreError> {
-        let row = sqlx::query("SELECT added, created_at, undone_at FROM memory_imports WHERE tenant = $1 AND id = $2")
-            .bind(tenant)
-            .bind(import_id)
-            .fetch_optional(self.pool())
-            .await?;
+    pub async fn import_info(
+        &self,
+        tenant: &str,
+        import_id: &str,
+    ) -> Result<Option<(i64, i64, Option<i64>)>, StoreError> {
+        let row = sqlx::query(
+            "SELECT added, created_at, undone_at FROM memory_imports WHERE tenant = $1 AND id = $2",
+        )
+        .bind(tenant)
+        .bind(import_id)
+        .fetch_optional(self.pool())
+        .await?;
         match row {
             None => Ok(None),
-            Some(row) => Ok(Some((row.try_get("added")?, row.try_get("created_at")?, row.try_get("undone_at")?))),
+            Some(row) => {
+                Ok(Some((row.try_get("added")?, row.try_get("created_at")?, row.try_get("undone_at")?)))
+            }
         }
     }
 
@@ -940,6 +950,9 @@ pub struct Changes {
 }
 
 async fn sequence_value(conn: &mut sqlx::AnyConnection, name: &str) -> Result<i64, StoreError> {
-    let row = sqlx::query("SELECT value FROM sync_sequence WHERE name = $1").bind(name).fetch_one(&mut *conn).await?;
+    let row = sqlx::query("SELECT value FROM sync_sequence WHERE name = $1")
+        .bind(name)
+        .fetch_one(&mut *conn)
+        .await?;
     Ok(row.try_get(0)?)
 }

@@ -35,11 +35,16 @@ impl StoreError {
     pub fn is_unavailable(&self) -> bool {
         let StoreError::Database(err) = self else { return false };
         match err {
-            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => true,
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_) => true,
             sqlx::Error::WorkerCrashed => true,
             // PostgreSQL's "connection exception" (08…) and "operator intervention" (57P…: shutting
             // down, cannot connect now) classes.
-            sqlx::Error::Database(db) => db.code().is_some_and(|code| code.starts_with("08") || code.starts_with("57P")),
+            sqlx::Error::Database(db) => {
+                db.code().is_some_and(|code| code.starts_with("08") || code.starts_with("57P"))
+            }
             _ => false,
         }
     }
@@ -151,9 +156,10 @@ impl Store {
         &self,
     ) -> Result<(sqlx::Transaction<'static, sqlx::Any>, i64), StoreError> {
         let mut tx = self.begin_write().await?;
-        let row = sqlx::query("UPDATE sync_sequence SET value = value + 1 WHERE name = 'memories' RETURNING value")
-            .fetch_one(&mut *tx)
-            .await?;
+        let row =
+            sqlx::query("UPDATE sync_sequence SET value = value + 1 WHERE name = 'memories' RETURNING value")
+                .fetch_one(&mut *tx)
+                .await?;
         let seq: i64 = sqlx::Row::try_get(&row, 0)?;
         Ok((tx, seq))
     }
@@ -168,7 +174,10 @@ impl Store {
             .bind(crate::clock::now_ms())
             .execute(&self.pool)
             .await?;
-        let row = sqlx::query("SELECT value FROM server_secrets WHERE name = $1").bind(name).fetch_one(&self.pool).await?;
+        let row = sqlx::query("SELECT value FROM server_secrets WHERE name = $1")
+            .bind(name)
+            .fetch_one(&self.pool)
+            .await?;
         Ok(sqlx::Row::try_get(&row, 0)?)
     }
 

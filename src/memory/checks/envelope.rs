@@ -3,9 +3,9 @@
 //! and path only; the offending text is never repeated back.
 
 use crate::clock::parse_rfc3339_ms;
-use crate::record::{Envelope, OPEN_END_MS, Status, is_valid_scope};
 use crate::memory::checks::schemas::SchemaSet;
 use crate::memory::checks::{json_path, secrets};
+use crate::record::{Envelope, OPEN_END_MS, Status, is_valid_scope};
 use serde::Serialize;
 use serde_json::{Map, Value};
 

@@ -234,11 +234,13 @@ fn sensitive_key(key: &str) -> Option<SecretKind> {
 /// `github_token`, `slack-token`, `botToken`, `X.Token`: a name whose last word is `token`
 /// (`token_count` and `tokens` are not).
 fn ends_with_token_word(key: &str) -> bool {
-    let Some(stem) = key.strip_suffix("token").or_else(|| key.strip_suffix("Token")).or_else(|| key.strip_suffix("TOKEN"))
+    let Some(stem) =
+        key.strip_suffix("token").or_else(|| key.strip_suffix("Token")).or_else(|| key.strip_suffix("TOKEN"))
     else {
         return false;
     };
-    let camel = key.ends_with("Token") && stem.chars().next_back().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    let camel = key.ends_with("Token")
+        && stem.chars().next_back().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
     stem.ends_with(['_', '-', '.', ' ']) || camel
 }
 

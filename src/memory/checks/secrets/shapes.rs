@@ -251,7 +251,6 @@ pub(super) fn has_connection_string_credential(bytes: &[u8]) -> bool {
     })
 }
 
-
 /// A prefix, then at least `min` characters of `allowed`, the token standing alone (not the tail
 /// of a longer word), with letters and digits both in the body: what every vendor's random
 /// token looks like and no slug or word does.
@@ -331,8 +330,7 @@ pub(super) fn has_bearer_token(bytes: &[u8], lower: &[u8]) -> bool {
         }
         let mut body_start = start + b"bearer ".len();
         body_start += run_len(bytes, body_start, |b| b == b' ');
-        let body_len =
-            run_len(bytes, body_start, |b| b.is_ascii_alphanumeric() || b"-._~+/=".contains(&b));
+        let body_len = run_len(bytes, body_start, |b| b.is_ascii_alphanumeric() || b"-._~+/=".contains(&b));
         let body = &bytes[body_start..body_start + body_len];
         let m = mix(body);
         body_len >= 16 && m.digit && (m.upper || m.lower) && !is_placeholder(&String::from_utf8_lossy(body))

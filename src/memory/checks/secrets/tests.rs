@@ -293,7 +293,10 @@ fn short_credential_key_names() {
 
 #[test]
 fn bracketed_passwords_are_not_placeholders() {
-    assert_eq!(found(json!({"db_password": "[Xk9#pL2qR]"})), [("$.content.db_password".to_owned(), "password")]);
+    assert_eq!(
+        found(json!({"db_password": "[Xk9#pL2qR]"})),
+        [("$.content.db_password".to_owned(), "password")]
+    );
     assert_eq!(found(json!({"secret": "{S3cretPw}"})), [("$.content.secret".to_owned(), "password")]);
     assert_eq!(found(json!({"secret": "<Tr0ub4dor&3>"})), [("$.content.secret".to_owned(), "password")]);
     assert_eq!(found(json!({"secret": "${Xk9pL2}"})), [("$.content.secret".to_owned(), "password")]);
