@@ -23,16 +23,16 @@ mod common;
 
 use clap::Parser;
 use common::{BoxError, Rng, Summary, ms, noise, normalize, sentence};
-use memgate::index::{IndexedRecord, MemoryIndex, TenantIndex};
-use memgate::vector::dot;
-use memgate::vector::quant::QuantizedQuery;
+use memgate::clock::now_ms;
 use memgate::funnel::semantic::{self, DEFAULT_PROBES, EXACT_SCAN_MAX, SemanticQuery};
 use memgate::funnel::trace::{Detail, Trace};
 use memgate::funnel::{self, FunnelSettings, density, scope, temporal};
-use memgate::index::terms;
 use memgate::identity::Caller;
-use memgate::clock::now_ms;
+use memgate::index::terms;
+use memgate::index::{IndexedRecord, MemoryIndex, TenantIndex};
 use memgate::record::{OPEN_END_MS, Record, Status};
+use memgate::vector::dot;
+use memgate::vector::quant::QuantizedQuery;
 use serde_json::{Map, Value, json};
 use std::collections::HashSet;
 use std::hint::black_box;
@@ -296,7 +296,9 @@ fn run_path(
 ) -> PathRun {
     for q in warmup {
         black_box(
-            funnel::run(index, caller, &semantic_query(q, settings), settings, now, Detail::Off).packed.tokens,
+            funnel::run(index, caller, &semantic_query(q, settings), settings, now, Detail::Off)
+                .packed
+                .tokens,
         );
     }
     let mut funnel_times = Vec::with_capacity(queries.len());

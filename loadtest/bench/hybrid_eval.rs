@@ -40,6 +40,7 @@ use clap::Parser;
 use common::{
     BoxError, LocomoQuestion as Question, Summary, cached_vectors, load_locomo, record_fact as fact, rss_kb,
 };
+use memgate::clock::format_ms;
 use memgate::embed::Embedder;
 use memgate::index::IndexedRecord;
 use memgate::index::slots::SlotSet;
@@ -49,7 +50,6 @@ use memgate::lexical::{
     Analyzer, AnalyzerOptions, Bm25Params, LexicalHit, LexicalIndex, LexicalQuery, record_text,
 };
 use memgate::memory::passage_text;
-use memgate::clock::format_ms;
 use memgate::record::Record;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, HashMap};

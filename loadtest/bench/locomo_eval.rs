@@ -35,17 +35,17 @@ mod common;
 use clap::Parser;
 use common::{BoxError, Summary};
 use futures_util::StreamExt;
+use memgate::clock::{format_ms, now_ms};
 use memgate::embed::Embedder;
-use memgate::index::{IndexedRecord, MemoryIndex, TenantIndex};
-use memgate::vector::ivf::Ivf;
 use memgate::funnel::semantic::{DEFAULT_PROBES, EXACT_SCAN_MAX, SemanticQuery};
 use memgate::funnel::trace::Detail;
 use memgate::funnel::{self, FunnelSettings};
 use memgate::identity::Caller;
+use memgate::index::{IndexedRecord, MemoryIndex, TenantIndex};
 use memgate::inject::{RenderItem, Templates};
 use memgate::memory::passage_text;
-use memgate::clock::{format_ms, now_ms};
 use memgate::record::{OPEN_END_MS, Record, Status};
+use memgate::vector::ivf::Ivf;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
@@ -480,8 +480,13 @@ fn run_funnel(
     settings: &FunnelSettings,
     now: i64,
 ) -> (Vec<Record>, usize) {
-    let query =
-        SemanticQuery { text, vector: Some(vector), threshold: settings.threshold, probes: settings.probes, hybrid: None };
+    let query = SemanticQuery {
+        text,
+        vector: Some(vector),
+        threshold: settings.threshold,
+        probes: settings.probes,
+        hybrid: None,
+    };
     let out = funnel::run(index, caller, &query, settings, now, Detail::Off);
     (out.packed.injected.iter().map(|c| c.item.record.clone()).collect(), out.packed.tokens)
 }

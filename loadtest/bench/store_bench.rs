@@ -23,11 +23,11 @@ mod common;
 
 use clap::Parser;
 use common::{BoxError, Rng, Summary, TempDir, sentence};
+use memgate::clock::now_ms;
 use memgate::embed::Embedder;
 use memgate::index::IndexedRecord;
 use memgate::memory::MemoryService;
 use memgate::memory::checks::envelope::{self, Rules};
-use memgate::clock::now_ms;
 use memgate::memory::checks::schemas::SchemaSet;
 use memgate::store::Store;
 use memgate::store::memories::Created;

@@ -10,9 +10,8 @@ use std::process::Command;
 const ADMIN_TOKEN: &str = "anywhere-admin-token-0123456789";
 
 fn model_dir() -> String {
-    let dir = std::env::var("MEMGATE_MODEL_DIR").unwrap_or_else(|_| {
-        format!("{}/.assets/models/multilingual-e5-small", env!("CARGO_MANIFEST_DIR"))
-    });
+    let dir = std::env::var("MEMGATE_MODEL_DIR")
+        .unwrap_or_else(|_| format!("{}/.assets/models/multilingual-e5-small", env!("CARGO_MANIFEST_DIR")));
     std::fs::canonicalize(dir).unwrap().display().to_string()
 }
 
@@ -36,8 +35,13 @@ async fn the_binary_serves_from_any_directory_with_only_the_model_folder_configu
     let http = client();
     let record = json!({"type": "fact", "scope": ["public"], "aliases": ["ORD-4412"],
         "content": {"statement": "Order ORD-4412 ships from the Hamburg warehouse."}});
-    let created =
-        http.post(gateway.url("/admin/v1/memories")).bearer_auth(ADMIN_TOKEN).json(&record).send().await.unwrap();
+    let created = http
+        .post(gateway.url("/admin/v1/memories"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&record)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
     let answer = http
         .post(gateway.url("/v1/messages"))

@@ -26,11 +26,12 @@ async fn sigterm_drains_then_refuses_new_connections_and_lets_a_stream_in_flight
     // Draining: still answering, /readyz says 503, and every answer closes its connection so a
     // load balancer keeps no idle connection to this replica (poll: the signal is async).
     let http = client();
-    let drained = crate::support::eventually(Duration::from_millis(500), "/readyz to say draining", || async {
-        let ready = http.get(gateway.url("/readyz")).send().await.ok()?;
-        (ready.status() == 503).then_some(ready)
-    })
-    .await;
+    let drained =
+        crate::support::eventually(Duration::from_millis(500), "/readyz to say draining", || async {
+            let ready = http.get(gateway.url("/readyz")).send().await.ok()?;
+            (ready.status() == 503).then_some(ready)
+        })
+        .await;
     assert_eq!(drained.headers()["connection"], "close");
     // Then new connections are refused once the listener is closed.
     let addr = gateway.base.trim_start_matches("http://").to_owned();

@@ -2,9 +2,9 @@
 //! PostgreSQL (each test on a fresh database of its own).
 
 use crate::support::TestDb;
-use memgate::record::Status;
-use memgate::memory::{MemoryError, MemoryService};
 use memgate::memory::checks::schemas::SchemaSet;
+use memgate::memory::{MemoryError, MemoryService};
+use memgate::record::Status;
 use memgate::store::Store;
 use memgate::store::memories::{Created, ListFilter};
 use serde_json::{Value, json};
@@ -151,8 +151,7 @@ async fn status_changes_and_filters(db: TestDb) {
     assert_eq!(memories.set_status("t", "a", Status::Paused, "x").await.unwrap().revision, 2);
     memories.set_status("t", "b", Status::Archived, "x").await.unwrap();
     let only = |status| ListFilter { status: Some(status), ..ListFilter::default() };
-    let ids =
-        |records: Vec<memgate::record::Record>| records.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    let ids = |records: Vec<memgate::record::Record>| records.into_iter().map(|r| r.id).collect::<Vec<_>>();
     assert_eq!(ids(memories.list("t", &only(Status::Paused), None, 10).await.unwrap()), ["a"]);
     assert_eq!(ids(memories.list("t", &only(Status::Archived), None, 10).await.unwrap()), ["b"]);
     assert_eq!(ids(memories.list("t", &only(Status::Active), None, 10).await.unwrap()), ["c"]);
@@ -313,8 +312,7 @@ async fn import_preview_apply_undo_and_export_round_trip(db: TestDb) {
     assert_eq!(report.counts.new, 3);
     let before = memories.list("t", &ListFilter::default(), None, 100).await.unwrap();
     let after = fresh.list("t", &ListFilter::default(), None, 100).await.unwrap();
-    let envelopes =
-        |rs: &[memgate::record::Record]| rs.iter().map(|r| r.envelope_json()).collect::<Vec<_>>();
+    let envelopes = |rs: &[memgate::record::Record]| rs.iter().map(|r| r.envelope_json()).collect::<Vec<_>>();
     assert_eq!(envelopes(&before), envelopes(&after));
 }
 
@@ -450,7 +448,10 @@ async fn pruned_tombstones_send_a_replica_that_fell_behind_to_reload(db: TestDb)
     assert_eq!(store.prune_tombstones(0).await.unwrap(), 0);
     let pruned = store.prune_tombstones(memgate::clock::now_ms() + 1).await.unwrap();
     assert_eq!(pruned, 1, "the forgotten record's id is gone from the tombstones");
-    assert!(store.changed_since(0).await.unwrap().is_none(), "a cursor below the pruned tombstones must reload");
+    assert!(
+        store.changed_since(0).await.unwrap().is_none(),
+        "a cursor below the pruned tombstones must reload"
+    );
     let cursor = store.sync_cursor().await.unwrap();
     assert!(store.changed_since(cursor).await.unwrap().is_some());
     // A replica that fell behind reloads and ends up right.

@@ -109,10 +109,15 @@ async fn no_caller_ever_sees_another_tenants_or_another_scopes_records() {
                 None => BTreeSet::new(),
                 Some(index) => {
                     let index = index.read().unwrap();
-                    memgate::funnel::scope::visible(&index, &caller, memgate::funnel::trace::Detail::Full, &mut Trace::default())
-                        .into_iter()
-                        .map(|slot| index.slots[slot as usize].as_ref().unwrap().record.id.clone())
-                        .collect()
+                    memgate::funnel::scope::visible(
+                        &index,
+                        &caller,
+                        memgate::funnel::trace::Detail::Full,
+                        &mut Trace::default(),
+                    )
+                    .into_iter()
+                    .map(|slot| index.slots[slot as usize].as_ref().unwrap().record.id.clone())
+                    .collect()
                 }
             };
             let expected: BTreeSet<String> = records

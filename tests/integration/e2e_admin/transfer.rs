@@ -260,7 +260,16 @@ async fn import_previews_applies_and_undoes_exactly_what_it_added() {
 async fn an_imports_progress_ends_ready_with_every_record_embedded() {
     let admin = Admin::start();
     let lines: String = (0..40)
-        .map(|i| format!("{}\n", fact_with_id(&format!("mem-bulk-{i}"), &format!("Bulk note {i} about shelf {}", i * 7), &["public"])))
+        .map(|i| {
+            format!(
+                "{}\n",
+                fact_with_id(
+                    &format!("mem-bulk-{i}"),
+                    &format!("Bulk note {i} about shelf {}", i * 7),
+                    &["public"]
+                )
+            )
+        })
         .collect();
     let applied = admin.import(Some("acme"), &lines, false).await.expect(201, "import").clone();
     let import_id = applied["import_id"].as_str().unwrap().to_owned();
@@ -269,7 +278,8 @@ async fn an_imports_progress_ends_ready_with_every_record_embedded() {
     assert_eq!((first["added"].as_i64(), first["present"].as_i64()), (Some(40), Some(40)), "{first}");
     assert!(["embedding", "ready"].contains(&first["state"].as_str().unwrap()), "{first}");
     let ready = eventually(Duration::from_secs(60), "the import to be embedded", || async {
-        let progress = send(admin.req(Method::GET, &path, Some("acme"))).await.expect(200, "progress").clone();
+        let progress =
+            send(admin.req(Method::GET, &path, Some("acme"))).await.expect(200, "progress").clone();
         (progress["state"] == "ready").then_some(progress)
     })
     .await;

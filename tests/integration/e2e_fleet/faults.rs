@@ -65,8 +65,12 @@ async fn three_replicas_act_as_one_through_redis_and_database_outages() {
     let c = replica(&mock, &db, &redis.url(), &config, 0);
     let fleet = [&a, &b, &c];
     let pids: Vec<u32> = fleet.iter().map(|r| r.pid()).collect();
-    let (key, issued) = issue_key(&a, "default", json!({"name": "bot", "permissions": ["debug", "assert_subject"],
-        "rate_limit_per_minute": 100000}))
+    let (key, issued) = issue_key(
+        &a,
+        "default",
+        json!({"name": "bot", "permissions": ["debug", "assert_subject"],
+        "rate_limit_per_minute": 100000}),
+    )
     .await;
 
     // A write through A, a delete through B, a forget through C: each reaches the others.
@@ -74,7 +78,10 @@ async fn three_replicas_act_as_one_through_redis_and_database_outages() {
     all_inject(&fleet, &key, "Where is ORD-1001?", "ord-1", true, "A's write").await;
     assert_eq!(admin(&b, Method::DELETE, "/memories/ord-1", None).await.0, 200);
     all_inject(&fleet, &key, "Where is ORD-1001?", "ord-1", false, "B's delete").await;
-    assert_eq!(admin(&a, Method::POST, "/memories", Some(&fact("ord-2", "user:u-9", "ORD-2002"))).await.0, 201);
+    assert_eq!(
+        admin(&a, Method::POST, "/memories", Some(&fact("ord-2", "user:u-9", "ORD-2002"))).await.0,
+        201
+    );
     eventually(SECOND, "C to take in A's record for u-9", || async {
         let response = client()
             .post(c.url("/v1/messages"))
@@ -138,13 +145,20 @@ async fn three_replicas_act_as_one_through_redis_and_database_outages() {
     // Redis goes away: every request is still served; when it is back, fan-out resumes alone.
     redis.stop();
     for i in 0..30 {
-        let response = client().post(fleet[i % 3].url("/v1/messages")).header("x-api-key", &key).json(&question("hi")).send().await.unwrap();
+        let response = client()
+            .post(fleet[i % 3].url("/v1/messages"))
+            .header("x-api-key", &key)
+            .json(&question("hi"))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(response.status(), 200, "a request failed while Redis was away");
     }
     redis.resume();
     // The replicas resubscribe by themselves (they retry every second), and share query
     // embeddings through it again.
-    let mut connection = redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let mut connection =
+        redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
     let prefix = prefix_of(&config_text(&config));
     let prefix = prefix.as_str();
     eventually(Duration::from_secs(10), "all three replicas to listen on Redis again", || {
@@ -163,7 +177,8 @@ async fn three_replicas_act_as_one_through_redis_and_database_outages() {
         async move {
             let _ = injected(a, key, "Is the Hamburg warehouse open on Sundays?").await;
             let pattern = format!("{prefix}:qvec:*");
-            let shared: Vec<String> = redis::cmd("KEYS").arg(&pattern).query_async(&mut connection).await.ok()?;
+            let shared: Vec<String> =
+                redis::cmd("KEYS").arg(&pattern).query_async(&mut connection).await.ok()?;
             (!shared.is_empty()).then_some(())
         }
     })
@@ -176,19 +191,24 @@ async fn three_replicas_act_as_one_through_redis_and_database_outages() {
     // Retry-After, and nothing acknowledged before is lost.
     pg.stop();
     for (i, replica) in fleet.iter().enumerate() {
-        let response = eventually(Duration::from_secs(10), &format!("replica {i} to mark its memory stale"), || async {
-            let response = client()
-                .post(replica.url("/v1/messages"))
-                .header("x-api-key", &key)
-                .json(&question("Where is ORD-3003?"))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(response.status(), 200, "proxying stopped with the database");
-            response.headers().contains_key("x-memory-stale").then_some(response)
-        })
-        .await;
-        assert_eq!(response.headers()["x-memory-injected"], "1", "memory from the index while the database is away");
+        let response =
+            eventually(Duration::from_secs(10), &format!("replica {i} to mark its memory stale"), || async {
+                let response = client()
+                    .post(replica.url("/v1/messages"))
+                    .header("x-api-key", &key)
+                    .json(&question("Where is ORD-3003?"))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(response.status(), 200, "proxying stopped with the database");
+                response.headers().contains_key("x-memory-stale").then_some(response)
+            })
+            .await;
+        assert_eq!(
+            response.headers()["x-memory-injected"],
+            "1",
+            "memory from the index while the database is away"
+        );
     }
     let refused = client()
         .post(a.url("/admin/v1/memories"))
@@ -210,11 +230,17 @@ async fn three_replicas_act_as_one_through_redis_and_database_outages() {
     .await;
     assert_eq!(admin(&a, Method::GET, "/memories/ord-4", None).await.0, 404);
     assert_eq!(admin(&b, Method::POST, "/memories", Some(&fact("ord-5", "public", "ORD-5005"))).await.0, 201);
-    all_inject(&fleet, &key, "Where is ORD-5005?", "ord-5", true, "a write after the database came back").await;
+    all_inject(&fleet, &key, "Where is ORD-5005?", "ord-5", true, "a write after the database came back")
+        .await;
     for (i, replica) in fleet.iter().enumerate() {
         eventually(Duration::from_secs(5), &format!("replica {i}'s memory to be fresh again"), || async {
-            let response =
-                client().post(replica.url("/v1/messages")).header("x-api-key", &key).json(&question("hi")).send().await.unwrap();
+            let response = client()
+                .post(replica.url("/v1/messages"))
+                .header("x-api-key", &key)
+                .json(&question("hi"))
+                .send()
+                .await
+                .unwrap();
             (!response.headers().contains_key("x-memory-stale")).then_some(())
         })
         .await;
@@ -225,8 +251,13 @@ async fn three_replicas_act_as_one_through_redis_and_database_outages() {
     assert_eq!(admin(&c, Method::DELETE, &format!("/keys/{id}"), None).await.0, 200);
     for (i, replica) in [&a, &b].iter().enumerate() {
         eventually(SECOND, &format!("replica {i} to refuse the revoked key"), || async {
-            let response =
-                client().post(replica.url("/v1/messages")).header("x-api-key", &key).json(&question("hi")).send().await.unwrap();
+            let response = client()
+                .post(replica.url("/v1/messages"))
+                .header("x-api-key", &key)
+                .json(&question("hi"))
+                .send()
+                .await
+                .unwrap();
             (response.status() == 401).then_some(())
         })
         .await;

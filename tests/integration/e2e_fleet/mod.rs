@@ -57,7 +57,8 @@ impl PrivatePostgres {
 
     /// Starts (again) and waits until it accepts connections.
     pub fn resume(&self) {
-        let options = format!("-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off", self.port, self.data.display());
+        let options =
+            format!("-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off", self.port, self.data.display());
         run(Command::new("runuser").args(["-u", "postgres", "--"]).arg(format!("{PG_BIN}/pg_ctl")).args([
             "-D",
             self.data.to_str().unwrap(),
@@ -114,7 +115,16 @@ impl PrivateRedis {
 
     pub fn resume(&mut self) {
         let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -152,7 +162,11 @@ pub fn replica(mock: &Proc, db_url: &str, redis_url: &str, config: &str, port: u
     Proc::gateway(
         mock,
         &["--auth-mode", "managed", "--listen", &listen, "--database-url", db_url, "--config", config],
-        &[("MEMGATE_ADMIN_TOKEN", ADMIN_TOKEN), ("ANTHROPIC_API_KEY", UPSTREAM_KEY), ("MEMGATE_REDIS_URL", redis_url)],
+        &[
+            ("MEMGATE_ADMIN_TOKEN", ADMIN_TOKEN),
+            ("ANTHROPIC_API_KEY", UPSTREAM_KEY),
+            ("MEMGATE_REDIS_URL", redis_url),
+        ],
     )
 }
 
@@ -171,8 +185,14 @@ pub fn fleet_config(extra: &str) -> (TempDir, String) {
 }
 
 /// An admin call; its status and JSON.
-pub async fn admin(gateway: &Proc, method: reqwest::Method, path: &str, body: Option<&Value>) -> (u16, Value) {
-    let mut request = client().request(method, gateway.url(&format!("/admin/v1{path}"))).bearer_auth(ADMIN_TOKEN);
+pub async fn admin(
+    gateway: &Proc,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<&Value>,
+) -> (u16, Value) {
+    let mut request =
+        client().request(method, gateway.url(&format!("/admin/v1{path}"))).bearer_auth(ADMIN_TOKEN);
     if let Some(body) = body {
         request = request.json(body);
     }

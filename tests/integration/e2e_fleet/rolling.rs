@@ -26,7 +26,8 @@ impl Nginx {
     fn start(ports: &[u16]) -> Nginx {
         let dir = TempDir::new("nginx");
         let port = free_port();
-        let servers: String = ports.iter().map(|p| format!("        server 127.0.0.1:{p} max_fails=0;\n")).collect();
+        let servers: String =
+            ports.iter().map(|p| format!("        server 127.0.0.1:{p} max_fails=0;\n")).collect();
         let prefix = dir.path.display();
         let conf = format!(
             "worker_processes 1;\npid {prefix}/nginx.pid;\nerror_log {prefix}/error.log warn;\nevents {{ worker_connections 1024; }}\n\
@@ -39,7 +40,16 @@ impl Nginx {
         );
         std::fs::write(dir.path.join("nginx.conf"), conf).unwrap();
         let child = Command::new("nginx")
-            .args(["-p", &prefix.to_string(), "-c", &format!("{prefix}/nginx.conf"), "-e", &format!("{prefix}/error.log"), "-g", "daemon off;"])
+            .args([
+                "-p",
+                &prefix.to_string(),
+                "-c",
+                &format!("{prefix}/nginx.conf"),
+                "-e",
+                &format!("{prefix}/error.log"),
+                "-g",
+                "daemon off;",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -73,7 +83,8 @@ async fn a_rolling_restart_behind_nginx_fails_no_request_and_cuts_no_stream() {
     let ports = [free_port(), free_port(), free_port()];
     let mut replicas: Vec<Proc> = ports.iter().map(|p| replica(&mock, &db.url, redis, &config, *p)).collect();
     let nginx = Nginx::start(&ports);
-    let (key, _) = issue_key(&replicas[0], "default", json!({"name": "load", "rate_limit_per_minute": 1000000})).await;
+    let (key, _) =
+        issue_key(&replicas[0], "default", json!({"name": "load", "rate_limit_per_minute": 1000000})).await;
 
     // The load: four clients, each sending one request after the other through nginx, every
     // third one a stream (each ~0.5 s long), until told to stop.
@@ -93,7 +104,13 @@ async fn a_rolling_restart_behind_nginx_fails_no_request_and_cuts_no_stream() {
                 let body = json!({"model": "claude-test", "max_tokens": 16, "stream": stream,
                     "messages": [{"role": "user", "content": format!("question {worker}-{n}")}]});
                 let outcome = async {
-                    let response = http.post(&url).header("x-api-key", &key).json(&body).send().await.map_err(|e| e.to_string())?;
+                    let response = http
+                        .post(&url)
+                        .header("x-api-key", &key)
+                        .json(&body)
+                        .send()
+                        .await
+                        .map_err(|e| e.to_string())?;
                     let status = response.status();
                     if !status.is_success() {
                         return Err(format!("{status}: {}", response.text().await.unwrap_or_default()));
@@ -121,12 +138,15 @@ async fn a_rolling_restart_behind_nginx_fails_no_request_and_cuts_no_stream() {
     for i in 0..replicas.len() {
         let before = sent.load(Ordering::SeqCst);
         replicas[i].terminate();
-        let status = replicas[i].wait_exit(Duration::from_secs(30)).expect("a replica did not exit after draining");
+        let status =
+            replicas[i].wait_exit(Duration::from_secs(30)).expect("a replica did not exit after draining");
         assert!(status.success(), "{status:?}");
         replicas[i] = replica(&mock, &db.url, redis, &config, ports[i]);
-        crate::support::eventually(Duration::from_secs(30), "the load to reach the restarted replica", || async {
-            (sent.load(Ordering::SeqCst) > before + 20).then_some(())
-        })
+        crate::support::eventually(
+            Duration::from_secs(30),
+            "the load to reach the restarted replica",
+            || async { (sent.load(Ordering::SeqCst) > before + 20).then_some(()) },
+        )
         .await;
     }
     stop.store(true, Ordering::SeqCst);
@@ -134,6 +154,13 @@ async fn a_rolling_restart_behind_nginx_fails_no_request_and_cuts_no_stream() {
         worker.await.unwrap();
     }
     let failures = failures.lock().unwrap();
-    assert_eq!(failed.load(Ordering::SeqCst), 0, "{} of {} requests failed: {:?}", failures.len(), sent.load(Ordering::SeqCst), &failures[..failures.len().min(5)]);
+    assert_eq!(
+        failed.load(Ordering::SeqCst),
+        0,
+        "{} of {} requests failed: {:?}",
+        failures.len(),
+        sent.load(Ordering::SeqCst),
+        &failures[..failures.len().min(5)]
+    );
     assert!(sent.load(Ordering::SeqCst) > 60, "too little load to show anything");
 }

@@ -24,8 +24,11 @@ async fn explain_shows_the_matched_words_and_each_rankings_part_for_every_surviv
             "content": {"statement": "Custom-made sofas cannot be refunded; we repair or exchange them instead."}}))
         .await;
     memgate
-        .remember(TENANT, &json!({"type": "fact", "scope": ["public"],
-            "content": {"statement": "The coffee grinder has forty grind settings."}}))
+        .remember(
+            TENANT,
+            &json!({"type": "fact", "scope": ["public"],
+            "content": {"statement": "The coffee grinder has forty grind settings."}}),
+        )
         .await;
     // A harness-wrapped question: only the person's words are matched.
     let request = json!({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": [
@@ -34,14 +37,16 @@ async fn explain_shows_the_matched_words_and_each_rankings_part_for_every_surviv
     ]}]});
     let explained = eventually(Duration::from_secs(30), "the records to be embedded", || async {
         let answer = memgate.explain(TENANT, &request, json!({}), None).await;
-        (answer["injected"].as_array().is_some_and(|ids| ids.iter().any(|id| id == refunds.as_str()))).then_some(answer)
+        (answer["injected"].as_array().is_some_and(|ids| ids.iter().any(|id| id == refunds.as_str())))
+            .then_some(answer)
     })
     .await;
     assert_eq!(explained["query"]["text"], "Can I get a refund for my custom-made sofa?");
     assert_eq!(explained["query"]["from"], json!(["messages.0.content.1"]));
     assert_eq!(explained["query"]["left_out"]["harness_blocks"], 1);
     let ranked = explained["trace"]["ranked"].as_array().unwrap();
-    let injected: BTreeSet<&str> = explained["injected"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let injected: BTreeSet<&str> =
+        explained["injected"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     let ranked_ids: BTreeSet<&str> = ranked.iter().map(|r| r["id"].as_str().unwrap()).collect();
     assert_eq!(ranked_ids, injected, "every survivor is explained: {ranked:?}");
     let sofa = ranked.iter().find(|r| r["id"] == refunds.as_str()).unwrap();
@@ -49,7 +54,10 @@ async fn explain_shows_the_matched_words_and_each_rankings_part_for_every_surviv
     let words = &sofa["lexical"];
     assert!(words["rank"] == 1 && words["normalized"].as_f64().unwrap() > 0.0, "{sofa}");
     let fused = sofa["similarity"].as_f64().unwrap() + words["normalized"].as_f64().unwrap();
-    assert!((sofa["score"].as_f64().unwrap() - fused).abs() < 1e-4, "score = similarity + normalized BM25: {sofa}");
+    assert!(
+        (sofa["score"].as_f64().unwrap() - fused).abs() < 1e-4,
+        "score = similarity + normalized BM25: {sofa}"
+    );
 
     // A dense release ranks by meaning alone: no word part.
     let dense = memgate.explain(TENANT, &request, json!({}), Some("dense")).await;

@@ -84,6 +84,11 @@ async fn the_admin_api_and_metrics_can_leave_the_public_listener() {
     assert_eq!(metrics.status(), 200);
     assert!(metrics.text().await.unwrap().contains("memgate_requests_total"));
     // The proxy is not on the admin listener.
-    let proxied = http.post(format!("{admin_base}/v1/messages")).json(&crate::support::messages_body("m", false)).send().await.unwrap();
+    let proxied = http
+        .post(format!("{admin_base}/v1/messages"))
+        .json(&crate::support::messages_body("m", false))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(proxied.status(), 404);
 }

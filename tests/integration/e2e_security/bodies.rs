@@ -48,7 +48,8 @@ fn peak_growth_bytes(pid: u32, baseline_kib: u64) -> u64 {
 async fn large_bodies_cost_their_bytes_and_concurrent_ones_are_bounded() {
     let mock = Proc::mock(&[]);
     let gateway = managed_gateway(&mock, &[]);
-    let (key, _) = issue_key(&gateway, "default", json!({"name": "bulk", "rate_limit_per_minute": 1000})).await;
+    let (key, _) =
+        issue_key(&gateway, "default", json!({"name": "bulk", "rate_limit_per_minute": 1000})).await;
     let body = bytes::Bytes::from(padded_body());
     let http = client();
     let send = |body: bytes::Bytes| {
@@ -59,7 +60,13 @@ async fn large_bodies_cost_their_bytes_and_concurrent_ones_are_bounded() {
             .send()
     };
     // Warm up (model, pools), then measure one body alone.
-    assert_eq!(send(bytes::Bytes::from_static(br#"{"model":"m","max_tokens":1,"messages":[]}"#)).await.unwrap().status(), 200);
+    assert_eq!(
+        send(bytes::Bytes::from_static(br#"{"model":"m","max_tokens":1,"messages":[]}"#))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
     let pid = gateway.pid();
     let baseline = status_kib(pid, "VmRSS:");
     reset_peak(pid);

@@ -28,7 +28,8 @@ async fn refused_credentials_do_not_count_as_a_releases_healthy_calls() {
     let (_dir, config) = config_file("");
     let gateway = Proc::gateway(&mock, &["--config", &config], &[("MEMGATE_ADMIN_TOKEN", ADMIN_TOKEN)]);
     let http = client();
-    let body = json!({"model": "claude-test", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]});
+    let body =
+        json!({"model": "claude-test", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]});
     for i in 0..10 {
         let refused = http
             .post(gateway.url("/v1/messages"))
@@ -40,7 +41,13 @@ async fn refused_credentials_do_not_count_as_a_releases_healthy_calls() {
         assert_eq!(refused.status(), 401);
     }
     assert_eq!(calls(&gateway).await, 0, "401s counted as the release's calls");
-    let answered = http.post(gateway.url("/v1/messages")).header("x-api-key", GOOD_KEY).json(&body).send().await.unwrap();
+    let answered = http
+        .post(gateway.url("/v1/messages"))
+        .header("x-api-key", GOOD_KEY)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(answered.status(), 200);
     assert_eq!(calls(&gateway).await, 1);
 }

@@ -14,7 +14,8 @@ async fn a_tenants_key_reaches_batches_and_files_only_with_their_permission() {
     let gateway = managed_gateway(&mock, &[]);
     let (plain, _) = issue_key(&gateway, "acme", json!({"name": "support-bot"})).await;
     let (trusted, _) =
-        issue_key(&gateway, "globex", json!({"name": "batch-bot", "permissions": ["batches", "files"]})).await;
+        issue_key(&gateway, "globex", json!({"name": "batch-bot", "permissions": ["batches", "files"]}))
+            .await;
     let http = client();
     let cases = [
         (Method::GET, "/v1/messages/batches", "batches"),
@@ -28,7 +29,8 @@ async fn a_tenants_key_reaches_batches_and_files_only_with_their_permission() {
         (Method::GET, "/v1/skills", "upstream_other"),
     ];
     for (method, path, permission) in &cases {
-        let refused = http.request(method.clone(), gateway.url(path)).header("x-api-key", &plain).send().await.unwrap();
+        let refused =
+            http.request(method.clone(), gateway.url(path)).header("x-api-key", &plain).send().await.unwrap();
         let (status, error) = error_of(refused).await;
         assert_eq!((status, error["type"].as_str().unwrap()), (403, "permission_error"), "{method} {path}");
         let message = error["message"].as_str().unwrap();
@@ -37,8 +39,12 @@ async fn a_tenants_key_reaches_batches_and_files_only_with_their_permission() {
     assert!(mock.recorded().await.is_empty(), "a refused request reached the upstream");
 
     for (method, path, permission) in &cases[..8] {
-        let allowed =
-            http.request(method.clone(), gateway.url(path)).header("x-api-key", &trusted).send().await.unwrap();
+        let allowed = http
+            .request(method.clone(), gateway.url(path))
+            .header("x-api-key", &trusted)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(allowed.status(), 200, "{method} {path} with {permission}");
     }
     // Messages and the model list stay open to every key.
@@ -53,7 +59,9 @@ async fn no_path_walks_out_of_an_open_one() {
     let gateway = managed_gateway(&mock, &[]);
     let (plain, _) = issue_key(&gateway, "acme", json!({"name": "bot"})).await;
     let http = client();
-    for sneaky in ["/v1/models/../files", "/v1/models/%2e%2e/files", "/v1/models/%2E%2E%2Ffiles", "/v1/models//files"] {
+    for sneaky in
+        ["/v1/models/../files", "/v1/models/%2e%2e/files", "/v1/models/%2E%2E%2Ffiles", "/v1/models//files"]
+    {
         let response = http.get(gateway.url(sneaky)).header("x-api-key", &plain).send().await.unwrap();
         let (status, _) = error_of(response).await;
         assert!(status == 400 || status == 403, "{sneaky}: {status}");

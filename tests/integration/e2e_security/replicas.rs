@@ -118,8 +118,13 @@ async fn a_replica_with_a_slow_clock_cannot_keep_a_deleted_record_alive() {
     let (key, _) = issue_key(&a, "default", json!({"name": "bot", "permissions": ["debug"]})).await;
     let record = json!({"id": "order-7781", "type": "fact", "scope": ["public"], "key": "order:ORD-7781",
         "aliases": ["ORD-7781"], "valid_from": "2024-01-01T00:00:00Z", "content": {"statement": "Order ORD-7781 ships on Monday."}});
-    let created =
-        client().post(a.url("/admin/v1/memories")).bearer_auth(ADMIN_TOKEN).json(&record).send().await.unwrap();
+    let created = client()
+        .post(a.url("/admin/v1/memories"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&record)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(created.status(), 201);
     assert_eq!(injected(&a, &key).await, ["order-7781"]);
     eventually(Duration::from_secs(5), "replica B to take in the record", || async {
@@ -127,8 +132,12 @@ async fn a_replica_with_a_slow_clock_cannot_keep_a_deleted_record_alive() {
     })
     .await;
 
-    let deleted =
-        client().delete(b.url("/admin/v1/memories/order-7781")).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+    let deleted = client()
+        .delete(b.url("/admin/v1/memories/order-7781"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(deleted.status(), 200);
     eventually(Duration::from_secs(5), "replica A to drop the record B deleted", || async {
         injected(&a, &key).await.is_empty().then_some(())
@@ -204,7 +213,11 @@ async fn shared_query_embeddings_are_per_tenant_and_name_no_question() {
     }
     let prefix = std::fs::read_to_string(config.path.join("memgate.toml")).unwrap();
     let prefix = prefix.split("key_prefix = \"").nth(1).unwrap().split('"').next().unwrap().to_owned();
-    let mut redis = redis::Client::open("redis://127.0.0.1:6379").unwrap().get_multiplexed_async_connection().await.unwrap();
+    let mut redis = redis::Client::open("redis://127.0.0.1:6379")
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
     let keys = |redis: &redis::aio::MultiplexedConnection| {
         let mut redis = redis.clone();
         let pattern = format!("{prefix}:qvec:*");
@@ -219,7 +232,11 @@ async fn shared_query_embeddings_are_per_tenant_and_name_no_question() {
     })
     .await;
     let digest: String = Sha256::digest(question.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
-    assert!(!new[0].contains(&digest) && !new[0].contains("Norway") && !new[0].contains("acme"), "{}", new[0]);
+    assert!(
+        !new[0].contains(&digest) && !new[0].contains("Norway") && !new[0].contains("acme"),
+        "{}",
+        new[0]
+    );
 
     // Another tenant asking the same words runs its own model: nothing crosses tenants.
     let before = query_embeddings(&b, "model").await;
@@ -229,6 +246,7 @@ async fn shared_query_embeddings_are_per_tenant_and_name_no_question() {
     // The same tenant on another replica does get it from Redis.
     explain_in(&b, "acme", question).await;
     assert_eq!(query_embeddings(&b, "shared_cache").await, 1.0);
-    let all: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(&mut redis).await.unwrap();
+    let all: Vec<String> =
+        redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(&mut redis).await.unwrap();
     let _: () = redis::cmd("DEL").arg(all).query_async(&mut redis).await.unwrap();
 }

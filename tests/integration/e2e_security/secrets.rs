@@ -58,7 +58,12 @@ async fn every_listed_credential_shape_is_refused_and_none_panics() {
         assert!(problems.contains(kind), "{kind} not named in {problems}");
     }
     // The process is alive and well.
-    put_record(&gateway, "default", json!({"type": "fact", "scope": ["public"], "content": {"statement": "alive"}})).await;
+    put_record(
+        &gateway,
+        "default",
+        json!({"type": "fact", "scope": ["public"], "content": {"statement": "alive"}}),
+    )
+    .await;
 }
 
 #[tokio::test]

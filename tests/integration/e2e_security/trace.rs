@@ -15,7 +15,8 @@ async fn a_callers_trace_names_nothing_it_may_not_see() {
     let mock = Proc::mock(&[]);
     let gateway = managed_gateway(&mock, &[]);
     put_record(&gateway, "default", fact("mine-1", "user:u-1", "My parcel goes to the Berlin office.")).await;
-    put_record(&gateway, "default", fact("public-1", "public", "Support answers within one working day.")).await;
+    put_record(&gateway, "default", fact("public-1", "public", "Support answers within one working day."))
+        .await;
     for i in 0..5 {
         let id = format!("secret-of-u2-{i}");
         // Different figures, so that no write counts as a near twin of another.
@@ -23,7 +24,8 @@ async fn a_callers_trace_names_nothing_it_may_not_see() {
         put_record(&gateway, "default", fact(&id, "user:u-2", &statement)).await;
     }
     let (key, _) =
-        issue_key(&gateway, "default", json!({"name": "bot", "permissions": ["assert_subject", "debug"]})).await;
+        issue_key(&gateway, "default", json!({"name": "bot", "permissions": ["assert_subject", "debug"]}))
+            .await;
     let body = json!({"model": "claude-test", "max_tokens": 16,
         "messages": [{"role": "user", "content": "Where does my parcel go?"}]});
     let response = client()
@@ -55,7 +57,13 @@ async fn a_callers_trace_names_nothing_it_may_not_see() {
         .json()
         .await
         .unwrap();
-    let scope = explained["trace"]["layers"].as_array().unwrap().iter().find(|l| l["layer"] == "scope").unwrap().clone();
+    let scope = explained["trace"]["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["layer"] == "scope")
+        .unwrap()
+        .clone();
     assert_eq!((scope["input"].as_u64(), scope["removed_count"].as_u64()), (Some(7), Some(5)), "{scope}");
     assert!(scope.to_string().contains("secret-of-u2-0"), "{scope}");
 }
@@ -98,6 +106,7 @@ async fn a_long_trace_is_cut_to_fit_a_header() {
     assert!(header.len() <= 6 * 1024, "{} bytes", header.len());
     let trace: Value = serde_json::from_str(header).unwrap();
     assert_eq!(trace["truncated"], true, "{trace}");
-    let semantic = trace["trace"]["layers"].as_array().unwrap().iter().find(|l| l["layer"] == "semantic").unwrap();
+    let semantic =
+        trace["trace"]["layers"].as_array().unwrap().iter().find(|l| l["layer"] == "semantic").unwrap();
     assert_eq!(semantic["removed_count"], 60, "the counts stay: {semantic}");
 }
