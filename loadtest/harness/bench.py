@@ -398,7 +398,7 @@ class Bench:
             self.wait_all_embedded(proc)
             proc.key = self.gateway_key(proc)
             ingest = dict(meta["ingest"], from_cache=True, cached_at=meta["cached_at"])
-            idle = meta.get("rss_idle_mb")
+            idle = None  # not measured: the store had its records before this process started
         else:
             proc = self.start_memgate("memgate-big", "managed", db_path=db)
             idle = proc.rss_mb()

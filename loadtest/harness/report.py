@@ -228,7 +228,10 @@ def goals(full, soak):
             rows.append((f"resident memory ≤ 400 MB with 100,000 records ({m['records']:,} here)",
                          f"{m['rss_loaded_mb']:.0f} MB loaded, {m.get('rss_end_mb', 0):.0f} MB after the runs",
                          verdict(m["rss_loaded_mb"] <= 400 if m["records"] >= 100000 else None)))
-        ing = full.get("ingest", {}).get("memgate-big")
+        ingests = full.get("ingest", {})
+        ing = ingests.get("memgate-big")
+        if (ing is None or ing.get("from_cache")) and ingests.get("memgate-funnel"):
+            ing = ingests["memgate-funnel"]  # measured by this run's binary
         if ing:
             rows.append(("ingest ≥ 110 records/s until searchable",
                          f"{ing['records_per_s']} records/s ({ing['records']:,} in {ing['searchable_s']:.0f} s"
@@ -237,7 +240,7 @@ def goals(full, soak):
     if soak and soak.get("soak"):
         v = soak["soak"]
         rows.append((f"soak {v['seconds'] / 60:.0f} min at {v['rate']:.0f}/s through the funnel: no failed request, "
-                     "flat memory", v["summary"], verdict(v["pass"])))
+                     f"flat memory (memgate {soak['machine']['commit']})", v["summary"], verdict(v["pass"])))
     return rows
 
 
