@@ -16,10 +16,10 @@
 
 use std::path::{Path, PathBuf};
 
-/// The model folder's name under `models/`.
-pub use crate::embed::DEFAULT_MODEL;
-/// The runtime library's file name under `onnxruntime/`.
-pub use crate::embed::ORT_LIBRARY_FILE;
+/// The ONNX Runtime library file that scripts/fetch-assets extracts, under `onnxruntime/`.
+pub const ORT_LIBRARY_FILE: &str = "libonnxruntime.so.1.31.1";
+/// The default model's folder name under `models/`.
+pub const DEFAULT_MODEL: &str = "multilingual-e5-small";
 
 /// The assets folders to look in, in order (step 2 onward of the module comment).
 pub fn candidates() -> Vec<PathBuf> {

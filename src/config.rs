@@ -6,8 +6,9 @@
 //! whose fields are known good, or fails naming the key. `memgate.example.toml` documents every key.
 
 use crate::error::StartupError;
+use crate::fanout::RedisConfig;
 use crate::identity::jwt::JwtConfig;
-use crate::identity::{ClaimMapping, IdentityConfig};
+use crate::identity::{AuthMode, ClaimMapping, IdentityConfig};
 use secrecy::SecretString;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -239,24 +240,6 @@ pub struct ConfigFlags {
     pub database_url: Option<String>,
 }
 
-#[derive(Debug, Clone)]
-pub struct RedisConfig {
-    /// `redis://[user:password@]host:port[/db]` or `rediss://…`.
-    pub url: String,
-    /// Put in front of every Redis key and channel, so deployments can share one Redis.
-    pub key_prefix: String,
-}
-
-/// Who holds the upstream credential.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuthMode {
-    /// Callers send their own Anthropic key; memgate forwards it and shows them only `public`
-    /// records of the default tenant.
-    Passthrough,
-    /// memgate sends its configured `ANTHROPIC_API_KEY`; callers' credentials never go upstream.
-    Managed,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
     Text,
@@ -340,7 +323,7 @@ pub struct Limits {
     /// How long a client may take to send a Messages body it has started.
     pub body_read_timeout: Duration,
     /// Bytes of Messages bodies held at once, across requests (each counts twice: see
-    /// `proxy::budget`).
+    /// `body::budget`).
     pub max_inflight_body_bytes: u64,
     /// Messages requests being read, recalled and sent at once.
     pub max_inflight_requests: usize,

@@ -25,7 +25,14 @@ use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
 use tokio::sync::Notify;
 
-use crate::config::RedisConfig;
+/// `[redis]`: where replicas meet.
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    /// `redis://[user:password@]host:port[/db]` or `rediss://…`.
+    pub url: String,
+    /// Put in front of every Redis key and channel, so deployments can share one Redis.
+    pub key_prefix: String,
+}
 
 /// How long a publish may take before it is given up (the poll catches up).
 const PUBLISH_TIMEOUT: Duration = Duration::from_millis(500);

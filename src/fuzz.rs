@@ -10,11 +10,11 @@
 //! blanks after `password`) live as named tests beside their code.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::body::check_messages_request;
 use crate::inject::{Placement, inject};
 use crate::memory::checks::envelope::{self, Rules};
 use crate::memory::checks::schemas::SchemaSet;
 use crate::memory::checks::secrets;
-use crate::proxy::request_body::check_messages_request;
 use crate::query::{QueryRule, extract};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};

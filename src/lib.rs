@@ -1,10 +1,10 @@
 //! memgate: a gateway in front of the Anthropic Messages API that gives every request memory.
 //!
-//! `app` holds the route table and draws a request's path through the layers; start there.
+//! `routes` holds the route table and draws a request's path through the layers; start there.
 
 pub mod admin;
-pub mod app;
 pub mod assets;
+pub mod body;
 pub mod client_addr;
 pub mod clock;
 pub mod config;
@@ -13,7 +13,6 @@ pub mod error;
 pub mod fanout;
 pub mod funnel;
 pub mod hash;
-pub mod health;
 pub mod identity;
 pub mod index;
 pub mod inject;
@@ -26,11 +25,16 @@ pub mod query;
 pub mod recall;
 pub mod record;
 pub mod rollout;
+pub mod routes;
 pub mod server;
+pub mod slots;
+pub mod state;
 pub mod store;
+pub mod upstream;
 pub mod vector;
 
-pub use app::{AppState, build_app};
+pub use routes::build_app;
+pub use state::AppState;
 
 #[cfg(test)]
 mod fuzz;

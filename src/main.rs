@@ -169,10 +169,17 @@ async fn serve(flags: ConfigFlags) -> Result<(), String> {
 
 async fn migrate(flags: ConfigFlags) -> Result<(), String> {
     let config = load_config(&flags)?;
-    let store = memgate::store::Store::connect(&config.database_url).await.map_err(|e| e.to_string())?;
-    store.migrate().await.map_err(|e| e.to_string())?;
+    open_store(&config).await?;
     println!("migrated {}", memgate::store::redact_url(&config.database_url));
     Ok(())
+}
+
+/// The store alone, migrated: what the commands that neither embed nor serve need. They start in
+/// a moment and run where the model is not installed.
+async fn open_store(config: &Config) -> Result<memgate::store::Store, String> {
+    let store = memgate::store::Store::connect(&config.database_url).await.map_err(|e| e.to_string())?;
+    store.migrate().await.map_err(|e| e.to_string())?;
+    Ok(store)
 }
 
 async fn memory(command: MemoryCommand) -> Result<(), String> {
@@ -182,10 +189,11 @@ async fn memory(command: MemoryCommand) -> Result<(), String> {
         }
     };
     let config = load_config(config_flags)?;
-    let state = memgate::AppState::new(&config).await.map_err(|e| e.to_string())?;
-    let memories = state.memories();
     match &command {
         MemoryCommand::Import { file, dry_run, .. } => {
+            // Importing embeds the records: the one memory command that loads the model.
+            let state = memgate::AppState::new(&config).await.map_err(|e| e.to_string())?;
+            let memories = state.memories();
             let dry_run = *dry_run;
             let mut text = String::new();
             let read = if file.as_os_str() == "-" {
@@ -217,7 +225,10 @@ async fn memory(command: MemoryCommand) -> Result<(), String> {
                 record_type: record_type.clone(),
                 ..ListFilter::default()
             };
-            let lines = memories.export(&target.tenant, &filter).await.map_err(|err| err.to_string())?;
+            let store = open_store(&config).await?;
+            let lines = memgate::memory::transfer::export(&store, &target.tenant, &filter)
+                .await
+                .map_err(|err| err.to_string())?;
             print!("{lines}");
             Ok(())
         }
@@ -286,7 +297,7 @@ async fn wait_until_embedded(
 async fn key(command: KeyCommand) -> Result<(), String> {
     let KeyCommand::Create { name, scopes, permissions, rate_limit_per_minute, target } = command;
     let config = load_config(&target.config)?;
-    let state = memgate::AppState::new(&config).await.map_err(|e| e.to_string())?;
+    let keys = memgate::identity::keys::GatewayKeys::new(open_store(&config).await?);
     let new = memgate::identity::keys::NewKey {
         tenant: target.tenant,
         name,
@@ -294,7 +305,7 @@ async fn key(command: KeyCommand) -> Result<(), String> {
         permissions,
         rate_limit_per_minute,
     };
-    let (record, secret) = state.identity().keys().issue(&new).await.map_err(|e| e.to_string())?;
+    let (record, secret) = keys.issue(&new).await.map_err(|e| e.to_string())?;
     let answer = serde_json::json!({
         "id": record.id,
         "tenant": record.tenant,

@@ -7,10 +7,11 @@
 //! process exits; if some are still running after `shutdown.grace_ms`, they are cut and the
 //! process exits anyway.
 
-use crate::app::{AppState, build_admin_app, build_app, build_public_app};
 use crate::config::Config;
 use crate::error::StartupError;
 use crate::fanout::Topic;
+use crate::routes::{build_admin_app, build_app, build_public_app};
+use crate::state::AppState;
 use axum::serve::ListenerExt;
 use std::net::SocketAddr;
 use tokio::net::TcpListener;

@@ -5,12 +5,12 @@
 //! "release": "v1"}`; the tenant is the admin request's (`X-Memory-Tenant`).
 
 use super::{AdminContext, json_body};
-use crate::app::AppState;
 use crate::error::ApiError;
 use crate::funnel::trace::Detail;
 use crate::identity::{Caller, is_valid_subject};
-use crate::recall::{Wish, recall};
+use crate::recall::Wish;
 use crate::record::is_valid_scope;
+use crate::state::AppState;
 use axum::Json;
 use axum::extract::{Request, State};
 use bytes::Bytes;
@@ -74,20 +74,21 @@ pub async fn explain(
         None => state.rollout().active(),
     };
     let body = serde_json::to_vec(&input.request).map_err(ApiError::internal)?;
-    crate::proxy::request_body::check_messages_request(&body)?;
-    let recalled = recall(
-        &state,
-        &caller,
-        &release,
-        Bytes::from(body),
-        &Wish {
-            off: false,
-            trace: Detail::Full,
-            budget: Some(std::time::Duration::from_secs(10)),
-            shadow: true,
-        },
-    )
-    .await?;
+    crate::body::check_messages_request(&body)?;
+    let recalled = state
+        .recaller()
+        .recall(
+            &caller,
+            &release,
+            Bytes::from(body),
+            &Wish {
+                off: false,
+                trace: Detail::Full,
+                budget: Some(std::time::Duration::from_secs(10)),
+                shadow: true,
+            },
+        )
+        .await?;
     let request: Value = serde_json::from_slice(&recalled.body).map_err(ApiError::internal)?;
     Ok(Json(json!({
         "release": release.name,

@@ -1,11 +1,11 @@
 //! `/admin/v1/keys`: issue (the secret is shown once), list (never the secret) and revoke.
 
 use super::{AdminContext, json_body};
-use crate::app::AppState;
 use crate::clock::format_ms;
 use crate::error::ApiError;
 use crate::fanout::Topic;
 use crate::identity::keys::{KeyError, NewKey};
+use crate::state::AppState;
 use crate::store::StoreError;
 use crate::store::keys::KeyRecord;
 use axum::Json;

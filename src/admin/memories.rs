@@ -2,10 +2,10 @@
 //! and forget.
 
 use super::{AdminContext, json_body};
-use crate::app::AppState;
 use crate::clock::format_ms;
 use crate::error::ApiError;
 use crate::record::Status;
+use crate::state::AppState;
 use crate::store::memories::{Created, ListFilter};
 use axum::Json;
 use axum::extract::{Path, Query, Request, State};

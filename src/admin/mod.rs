@@ -8,10 +8,10 @@ pub mod memories;
 pub mod releases;
 pub mod transfer;
 
-use crate::app::AppState;
 use crate::error::{ApiError, ErrorKind};
 use crate::identity::DEFAULT_TENANT;
 use crate::memory::MemoryError;
+use crate::state::AppState;
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::HeaderMap;
 use axum::http::request::Parts;
@@ -105,13 +105,9 @@ pub async fn json_body(
     headers: &HeaderMap,
     body: axum::body::Body,
 ) -> Result<Value, ApiError> {
-    let bytes = crate::proxy::request_body::read_limited(
-        headers,
-        body,
-        MAX_ADMIN_BODY_BYTES,
-        state.limits().body_read_timeout,
-    )
-    .await?;
+    let bytes =
+        crate::body::read_limited(headers, body, MAX_ADMIN_BODY_BYTES, state.limits().body_read_timeout)
+            .await?;
     serde_json::from_slice(&bytes)
         .map_err(|err| ApiError::invalid_request(format!("the body is not valid JSON: {err}")))
 }

@@ -1,9 +1,9 @@
 //! `/admin/v1/releases…`: the releases and their rollout, promotion, rollback, stats and history.
 
 use super::{AdminContext, json_body};
-use crate::app::AppState;
 use crate::clock::format_ms;
 use crate::error::ApiError;
+use crate::state::AppState;
 use axum::Json;
 use axum::extract::{Path, Request, State};
 use serde_json::{Value, json};

@@ -54,10 +54,7 @@ use self::batcher::{Job, Kind, Queue};
 use self::cache::QueryCache;
 use self::centering::{Centres, Role};
 
-/// The ONNX Runtime library file that scripts/fetch-assets extracts.
-pub const ORT_LIBRARY_FILE: &str = "libonnxruntime.so.1.31.1";
-/// The default model's folder name under `<assets>/models/`.
-pub const DEFAULT_MODEL: &str = "multilingual-e5-small";
+pub use crate::assets::{DEFAULT_MODEL, ORT_LIBRARY_FILE};
 
 /// How to build an [`Embedder`].
 #[derive(Debug, Clone, PartialEq, Eq)]

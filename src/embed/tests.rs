@@ -347,7 +347,7 @@ fn tokenizer_corpus() -> Vec<String> {
         serde_json::from_str(include_str!("../../tests/data/support_records.json")).unwrap();
     for record in records.as_array().unwrap() {
         let mut text = String::new();
-        crate::memory::collect_text(&record["content"], &mut text);
+        crate::record::collect_text(&record["content"], &mut text);
         texts.push(text);
     }
     texts.extend(PASSAGES.iter().chain(QUERIES.iter()).map(|(_, _, t)| (*t).to_owned()));
@@ -505,7 +505,7 @@ pub(super) fn support_records() -> Vec<(String, String)> {
                 text.push_str(alias.as_str().unwrap());
                 text.push('\n');
             }
-            crate::memory::collect_text(&r["content"], &mut text);
+            crate::record::collect_text(&r["content"], &mut text);
             (r["id"].as_str().unwrap().to_owned(), text)
         })
         .collect()

@@ -11,7 +11,7 @@
 use super::trace::{Detail, LayerLog, Trace};
 use crate::identity::Caller;
 use crate::index::TenantIndex;
-use crate::index::slots::SlotSet;
+use crate::slots::SlotSet;
 
 /// Slots of the tenant's records this caller may see.
 pub fn visible(index: &TenantIndex, caller: &Caller, detail: Detail, trace: &mut Trace) -> SlotSet {

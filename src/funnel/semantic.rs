@@ -16,11 +16,11 @@
 //! part, which `explain` shows.
 
 use super::trace::{LayerLog, Trace};
-use crate::index::slots::SlotSet;
 use crate::index::terms::query_phrases;
 use crate::index::{TenantIndex, VectorKind};
 use crate::lexical::LexicalQuery;
 use crate::lexical::fusion::{self, Fusion, Gate};
+use crate::slots::SlotSet;
 use crate::vector::dot;
 use crate::vector::quant::QuantizedQuery;
 

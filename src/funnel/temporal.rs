@@ -4,9 +4,9 @@
 
 use super::trace::{LayerLog, Trace};
 use crate::clock::format_ms;
-use crate::index::slots::SlotSet;
 use crate::index::{SlotMeta, TenantIndex};
 use crate::record::Status;
+use crate::slots::SlotSet;
 
 pub fn current(
     index: &TenantIndex,

@@ -10,42 +10,11 @@ use crate::identity::Caller;
 use crate::index::{IndexedRecord, TenantIndex};
 use crate::record::{OPEN_END_MS, Record, Status};
 use crate::vector::dot;
+use crate::vector::testing::{Rng, normalized};
 use std::sync::Arc;
 
 const NOW: i64 = 1_800_000_000_000;
 const DAY: i64 = 86_400_000;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    /// Roughly normal (sum of uniforms).
-    fn gauss(&mut self) -> f32 {
-        (0..4).map(|_| (self.next() % 10_000) as f32 / 10_000.0).sum::<f32>() - 2.0
-    }
-}
-
-/// A deterministic pseudo-random unit vector (xorshift), for the ivf and quant unit tests.
-pub(crate) fn unit(seed: u64, dims: usize) -> Vec<f32> {
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    normalized((0..dims).map(|_| (rng.next() % 2000) as f32 / 1000.0 - 1.0).collect())
-}
-
-fn normalized(mut v: Vec<f32>) -> Vec<f32> {
-    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    v.iter_mut().for_each(|x| *x /= norm);
-    v
-}
 
 /// Vectors like e5's: a shared direction, a topic centre, noise; scores spread around 0.5–0.95.
 struct Vectors {
@@ -128,7 +97,7 @@ fn similar(hits: &[Hit]) -> Vec<(u32, u32)> {
     hits.iter().filter(|h| !h.exact).map(|h| (h.slot, h.similarity.to_bits())).collect()
 }
 
-fn everything_visible(index: &TenantIndex) -> (crate::index::slots::SlotSet, Vec<u32>) {
+fn everything_visible(index: &TenantIndex) -> (crate::slots::SlotSet, Vec<u32>) {
     let visible = scope::visible(index, &caller(&["public"]), Detail::Full, &mut Trace::default());
     let list = visible.iter().collect();
     (visible, list)

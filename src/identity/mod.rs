@@ -19,7 +19,6 @@ pub mod keys;
 pub mod rate_limit;
 pub mod token_cache;
 
-use crate::config::AuthMode;
 use crate::error::{ApiError, ErrorKind};
 use crate::record::is_valid_scope;
 use crate::store::Store;
@@ -32,6 +31,16 @@ use secrecy::SecretString;
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
 use std::net::IpAddr;
+
+/// Who holds the upstream credential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthMode {
+    /// Callers send their own Anthropic key; memgate forwards it and shows them only `public`
+    /// records of the default tenant.
+    Passthrough,
+    /// memgate sends its configured `ANTHROPIC_API_KEY`; callers' credentials never go upstream.
+    Managed,
+}
 
 pub const DEFAULT_TENANT: &str = "default";
 pub const SUBJECT_HEADER: &str = "x-memory-subject";

@@ -12,7 +12,6 @@
 //! in slot order. The records themselves are touched only for the few hits, and for the ids and
 //! reasons of a detailed trace.
 
-pub mod slots;
 pub mod terms;
 
 use crate::lexical::LexicalIndex;

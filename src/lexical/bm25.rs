@@ -18,7 +18,7 @@
 //! Sizes and times at 10,000 and 100,000 records: docs/hybrid-retrieval.md.
 
 use super::analyzer::Analyzer;
-use crate::index::slots::SlotSet;
+use crate::slots::SlotSet;
 use std::cell::RefCell;
 use std::collections::HashMap;
 

@@ -58,6 +58,6 @@ pub fn record_text(record: &Record) -> String {
         text.push_str(alias);
         text.push('\n');
     }
-    crate::memory::collect_text(&record.content, &mut text);
+    crate::record::collect_text(&record.content, &mut text);
     text
 }

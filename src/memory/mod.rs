@@ -12,6 +12,7 @@ use crate::embed::Embedder;
 use crate::fanout::{Fanout, Topic};
 use crate::index::{IndexedRecord, MemoryIndex};
 use crate::memory::checks::schemas::SchemaSet;
+use crate::record::collect_text;
 use crate::record::{Envelope, Record, Status};
 use crate::store::memories::{Change, Created, ListFilter};
 use crate::store::{Store, StoreError};
@@ -537,21 +538,4 @@ fn text_of(record_type: &str, key: Option<&str>, aliases: &[String], content: &V
     }
     collect_text(content, &mut text);
     text
-}
-
-/// Every string and number of a JSON value, one per line, in document order.
-pub fn collect_text(value: &Value, out: &mut String) {
-    match value {
-        Value::String(s) => {
-            out.push_str(s);
-            out.push('\n');
-        }
-        Value::Number(n) => {
-            out.push_str(&n.to_string());
-            out.push('\n');
-        }
-        Value::Array(items) => items.iter().for_each(|v| collect_text(v, out)),
-        Value::Object(map) => map.values().for_each(|v| collect_text(v, out)),
-        _ => {}
-    }
 }

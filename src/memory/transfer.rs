@@ -8,6 +8,7 @@ use super::{MemoryError, MemoryService};
 use crate::clock::{format_ms, now_ms};
 use crate::index::IndexedRecord;
 use crate::record::Envelope;
+use crate::store::Store;
 use crate::store::memories::{ImportMatch, ListFilter};
 use serde::Serialize;
 use serde_json::Value;
@@ -209,18 +210,25 @@ impl MemoryService {
 
     /// Every matching record of the tenant as JSON Lines, in id order.
     pub async fn export(&self, tenant: &str, filter: &ListFilter) -> Result<String, MemoryError> {
-        let mut out = String::new();
-        let mut cursor: Option<String> = None;
-        loop {
-            let page = self.list(tenant, filter, cursor.as_deref(), 500).await?;
-            for record in &page {
-                out.push_str(&record.envelope_json().to_string());
-                out.push('\n');
-            }
-            match page.last() {
-                Some(last) if page.len() == 500 => cursor = Some(last.id.clone()),
-                _ => return Ok(out),
-            }
+        export(self.store(), tenant, filter).await
+    }
+}
+
+/// Every matching record of the tenant as JSON Lines, in id order. Reads the store only (no
+/// index, no model), so `memgate memory export` runs without loading the embedder.
+pub async fn export(store: &Store, tenant: &str, filter: &ListFilter) -> Result<String, MemoryError> {
+    let mut out = String::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page =
+            store.list_memories(tenant, filter, cursor.as_deref(), 500).await.map_err(MemoryError::Store)?;
+        for record in &page {
+            out.push_str(&record.envelope_json().to_string());
+            out.push('\n');
+        }
+        match page.last() {
+            Some(last) if page.len() == 500 => cursor = Some(last.id.clone()),
+            _ => return Ok(out),
         }
     }
 }

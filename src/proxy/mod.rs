@@ -2,28 +2,24 @@
 //! checked (they are where memory will be injected); every other `/v1/*` path and method streams
 //! through untouched. Either way the upstream's answer comes back as it is.
 
-pub mod budget;
-pub mod headers;
 pub mod paths;
-pub mod request_body;
-pub mod upstream;
 pub mod verify;
 
-use crate::app::AppState;
 use crate::error::ApiError;
 use crate::observability::UpstreamLatency;
 use crate::recall::{self, Recalled};
 use crate::rollout::Release;
 use crate::rollout::stats::Outcome;
+use crate::state::AppState;
+use crate::upstream::UpstreamRequest;
+use crate::upstream::headers::upstream_request_headers;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use headers::upstream_request_headers;
 use http_body::Body as _;
 use std::time::{Duration, Instant};
-use upstream::UpstreamRequest;
 
 /// `POST /v1/messages`, streaming or not.
 pub async fn messages(State(state): State<AppState>, request: Request) -> Result<Response, ApiError> {
@@ -57,7 +53,7 @@ async fn forward_messages_request(state: &AppState, request: Request) -> Result<
     let mut caller = state.identity().authenticate(&parts.headers, client).await?;
     let limits = state.limits();
     // Held until the request has left for the upstream: see `budget`.
-    let (bytes, budget_permit) = request_body::read_budgeted(
+    let (bytes, budget_permit) = crate::body::read_budgeted(
         &parts.headers,
         body,
         limits.max_body_bytes,
@@ -65,7 +61,7 @@ async fn forward_messages_request(state: &AppState, request: Request) -> Result<
         state.body_budget(),
     )
     .await?;
-    request_body::check_messages_request(&bytes)?;
+    crate::body::check_messages_request(&bytes)?;
     let mut wish = recall::wish(&parts.headers, &caller)?;
     // Passthrough: no memory work for a key the upstream has not accepted (`verify`), and no
     // check of the key at all while no record could be recalled for it anyway (recall then
@@ -81,11 +77,11 @@ async fn forward_messages_request(state: &AppState, request: Request) -> Result<
     // Memory turned off for this request: there is nothing to compare a candidate with.
     let shadows = if wish.off { Vec::new() } else { state.rollout().shadows_for(&release) };
     let original = (!shadows.is_empty()).then(|| bytes.clone());
-    let recalled = recall::recall(state, &caller, &release, bytes, &wish).await?;
+    let recalled = state.recaller().recall(&caller, &release, bytes, &wish).await?;
     // A degraded active run injected nothing for want of time or an embedder: comparing a
     // candidate with it would count a difference the candidate did not make.
     if let (Some(original), false) = (original, recalled.status == recall::MemoryStatus::Degraded) {
-        crate::rollout::shadow::spawn(state, &caller, &recalled, shadows, original);
+        recall::shadow::spawn(state.recaller(), state.rollout(), &caller, &recalled, shadows, original);
     }
     let headers = upstream_request_headers(&parts.headers, &caller.upstream_credential);
     // Without injection the caller's bytes go up as they came: no re-serialization, so field

@@ -10,10 +10,10 @@
 //! client's address before it got here (`auth.preauth_rate_limit_per_minute`), so made-up keys
 //! buy at most one cheap upstream call each, and never an embedding run.
 
-use super::headers::upstream_request_headers;
-use super::upstream::UpstreamRequest;
-use crate::app::AppState;
 use crate::identity::Caller;
+use crate::state::AppState;
+use crate::upstream::UpstreamRequest;
+use crate::upstream::headers::upstream_request_headers;
 use axum::http::{HeaderMap, Method};
 use std::time::Duration;
 

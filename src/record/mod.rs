@@ -192,3 +192,20 @@ mod tests {
         assert_ne!(content_hash("fact", &scope, &a), content_hash("task", &scope, &a));
     }
 }
+
+/// Every string and number of a JSON value, one per line, in document order.
+pub fn collect_text(value: &Value, out: &mut String) {
+    match value {
+        Value::String(s) => {
+            out.push_str(s);
+            out.push('\n');
+        }
+        Value::Number(n) => {
+            out.push_str(&n.to_string());
+            out.push('\n');
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_text(v, out)),
+        Value::Object(map) => map.values().for_each(|v| collect_text(v, out)),
+        _ => {}
+    }
+}

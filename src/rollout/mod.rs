@@ -11,7 +11,6 @@
 //! sees a change within a second — and lets each canary's guard roll it back or promote it.
 
 pub mod release;
-pub mod shadow;
 pub mod state;
 pub mod stats;
 

@@ -878,7 +878,7 @@ fn search_text(record: &Record) -> String {
         text.push_str(alias);
         text.push('\n');
     }
-    crate::memory::collect_text(&record.content, &mut text);
+    crate::record::collect_text(&record.content, &mut text);
     text.to_lowercase()
 }
 

@@ -205,7 +205,7 @@ fn nearest(centroids: &[f32], bias: &[f32], dims: usize, v: &[f32]) -> usize {
 mod tests {
     use super::*;
 
-    use crate::funnel::tests::unit;
+    use crate::vector::testing::unit;
 
     /// `Ivf::search` followed by the f32 re-scoring the semantic layer does.
     fn search_exact(

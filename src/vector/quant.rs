@@ -193,7 +193,7 @@ mod tests {
     use super::*;
     use crate::vector::dot;
 
-    use crate::funnel::tests::unit;
+    use crate::vector::testing::unit;
 
     #[test]
     fn the_bound_holds_and_is_tight_enough_to_rule_out_most_records() {

@@ -5,8 +5,8 @@
 
 use crate::support::TestDb;
 use axum::http::{HeaderMap, HeaderValue};
-use memgate::config::AuthMode;
 use memgate::funnel::trace::Trace;
+use memgate::identity::AuthMode;
 use memgate::identity::jwt::JwtConfig;
 use memgate::identity::keys::NewKey;
 use memgate::identity::{Authenticator, ClaimMapping, IdentityConfig};

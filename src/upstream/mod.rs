@@ -7,7 +7,8 @@
 //! drops that body, which drops the upstream response, which closes the upstream connection
 //! (HTTP/1) or resets the stream (HTTP/2), so the upstream stops generating for nobody.
 
-use super::headers::downstream_response_headers;
+pub mod headers;
+
 use crate::config::UpstreamConfig;
 use crate::error::{ApiError, ErrorKind, StartupError};
 use crate::observability::UpstreamLatency;
@@ -15,6 +16,7 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Method, Response};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
+use headers::downstream_response_headers;
 use std::time::{Duration, Instant};
 
 pub struct Upstream {

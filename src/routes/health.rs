@@ -1,9 +1,11 @@
-//! `/healthz` (the process is alive) and `/readyz` (send it traffic).
+//! `/healthz` (the process is alive), `/readyz` (send it traffic) and `/metrics`.
 
-use crate::app::AppState;
+use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 pub async fn healthz() -> Json<Value> {
@@ -23,5 +25,17 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) 
             Json(json!({"status": "ready", "store": "unreachable", "memory_stale_secs": age.as_secs()})),
         ),
         None => (StatusCode::OK, Json(json!({"status": "ready", "store": "ok"}))),
+    }
+}
+
+/// `GET /metrics`: Prometheus (OpenMetrics text).
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    state.metrics().sync_embedding(state.memories().embedder().stats());
+    state.metrics().sync_fleet(state.identity().fleet_stats());
+    state.metrics().set_index_age(state.memories().index_age());
+    match state.metrics().render() {
+        Ok(text) => ([(CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
+            .into_response(),
+        Err(err) => crate::error::ApiError::internal(format!("rendering metrics: {err}")).into_response(),
     }
 }

@@ -1,19 +1,9 @@
-//! The application: shared state and the route table.
-//!
-//! A request's path through memgate, outermost first:
-//! 1. `observability::middleware::observe` — request id, metrics, one log line.
-//! 2. routing — `/v1/messages` and `count_tokens` to the checked proxy, other `/v1/*` to the
-//!    streaming passthrough, health and metrics, a 404 in Anthropic's shape for the rest.
-//! 3. `identity` — who is calling and which credential goes upstream.
-//! 4. `proxy::request_body` — size limit, read deadline, JSON and shape checks (Messages only).
-//! 5. `proxy::upstream` — pooled client, timeouts; the answer relayed chunk by chunk.
-//!
-//! `/admin/v1/…` goes through `admin::require_admin` (bearer token) to handlers that call
-//! `memory::MemoryService`, which checks records (`memory::envelope`, `records::schemas`,
-//! `records::secrets`) and writes them through `store`.
+//! The shared state every handler works with: built once at start (store, model, releases,
+//! upstream client), cheap to clone into each request. Routes live apart, in `routes`.
 
+use crate::body::budget::BodyBudget;
 use crate::client_addr::ClientAddrs;
-use crate::config::{Config, Limits, MemoryConfig};
+use crate::config::{Config, Limits};
 use crate::embed::Embedder;
 use crate::embed::shared::SharedVectors;
 use crate::error::StartupError;
@@ -25,15 +15,12 @@ use crate::inject::{DEFAULT_RELEASE, Templates};
 use crate::memory::MemoryService;
 use crate::memory::checks::schemas::SchemaSet;
 use crate::observability::metrics::Metrics;
-use crate::proxy::budget::BodyBudget;
-use crate::proxy::upstream::Upstream;
+use crate::recall::Recaller;
 use crate::rollout::Rollout;
 use crate::rollout::release::load_releases;
 use crate::store::Store;
-use crate::{admin, health, observability, proxy};
-use axum::Router;
-use axum::extract::{ConnectInfo, DefaultBodyLimit};
-use axum::routing::{any, get, post};
+use crate::upstream::Upstream;
+use axum::extract::ConnectInfo;
 use secrecy::SecretString;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -49,25 +36,22 @@ struct Inner {
     /// Change fan-out between replicas (a no-op without Redis).
     fanout: Fanout,
     limits: Limits,
-    /// Messages bodies in flight, by count and bytes (`proxy::budget`).
+    /// Messages bodies in flight, by count and bytes (`body::budget`).
     body_budget: BodyBudget,
     client_addrs: ClientAddrs,
     /// Failed admin authentications per client address.
     admin_strikes: Strikes,
     /// An index older than this is stale (its store unreachable): answers say so.
     stale_after: std::time::Duration,
-    /// Shadow runs in flight (`proxy::shadow`).
-    shadow_slots: Arc<tokio::sync::Semaphore>,
     identity: Authenticator,
     upstream: Upstream,
     metrics: Arc<Metrics>,
     draining: AtomicBool,
-    memories: MemoryService,
+    /// The memory step of a request: records, model, templates (`recall`).
+    recaller: Recaller,
     admin_token: Option<SecretString>,
     max_import_bytes: u64,
-    templates: Templates,
-    memory_config: MemoryConfig,
-    rollout: Rollout,
+    rollout: Arc<Rollout>,
 }
 
 impl AppState {
@@ -145,10 +129,8 @@ impl AppState {
             .with_fanout(fanout.clone());
         let inner = Inner {
             fanout,
-            rollout,
-            templates,
-            memory_config: config.memory.clone(),
-            memories,
+            rollout: Arc::new(rollout),
+            recaller: Recaller::new(memories, templates, metrics.clone(), config.memory.clone()),
             admin_token: config.admin.token.clone(),
             max_import_bytes: config.admin.max_import_bytes,
             limits: config.limits.clone(),
@@ -160,7 +142,6 @@ impl AppState {
             client_addrs: config.client_addrs.clone(),
             admin_strikes: Strikes::new(config.admin.rate_limit_per_minute),
             stale_after: (config.poll_interval * 3).max(std::time::Duration::from_secs(3)),
-            shadow_slots: Arc::new(tokio::sync::Semaphore::new(crate::rollout::shadow::MAX_RUNNING)),
             identity,
             upstream: Upstream::new(&config.upstream)?,
             metrics,
@@ -193,10 +174,6 @@ impl AppState {
         (age > self.inner.stale_after).then_some(age)
     }
 
-    pub fn shadow_slots(&self) -> &Arc<tokio::sync::Semaphore> {
-        &self.inner.shadow_slots
-    }
-
     pub fn admin_strikes(&self) -> &Strikes {
         &self.inner.admin_strikes
     }
@@ -213,31 +190,27 @@ impl AppState {
         &self.inner.metrics
     }
 
+    pub fn recaller(&self) -> &Recaller {
+        &self.inner.recaller
+    }
+
     pub fn memories(&self) -> &MemoryService {
-        &self.inner.memories
+        self.inner.recaller.memories()
     }
 
     pub fn store(&self) -> &Store {
-        self.inner.memories.store()
+        self.memories().store()
     }
 
     pub fn index(&self) -> &MemoryIndex {
-        self.inner.memories.index()
+        self.memories().index()
     }
 
     pub fn embedder(&self) -> &Embedder {
-        self.inner.memories.embedder()
+        self.memories().embedder()
     }
 
-    pub fn templates(&self) -> &Templates {
-        &self.inner.templates
-    }
-
-    pub fn memory_config(&self) -> &MemoryConfig {
-        &self.inner.memory_config
-    }
-
-    pub fn rollout(&self) -> &Rollout {
+    pub fn rollout(&self) -> &Arc<Rollout> {
         &self.inner.rollout
     }
 
@@ -257,69 +230,4 @@ impl AppState {
     pub fn is_draining(&self) -> bool {
         self.inner.draining.load(Ordering::SeqCst)
     }
-}
-
-/// The route table: path → handler, nothing else. Everything on one listener.
-pub fn build_app(state: AppState) -> Router {
-    finish(public_routes().merge(operator_routes(&state)), state)
-}
-
-/// The public listener when `/admin` and `/metrics` have a listener of their own
-/// (`admin.listen`): the proxy and health only.
-pub fn build_public_app(state: AppState) -> Router {
-    finish(public_routes(), state)
-}
-
-/// The operators' listener (`admin.listen`): the admin API, metrics and health.
-pub fn build_admin_app(state: AppState) -> Router {
-    let health = Router::new().route("/healthz", get(health::healthz)).route("/readyz", get(health::readyz));
-    finish(operator_routes(&state).merge(health), state)
-}
-
-fn public_routes() -> Router<AppState> {
-    Router::new()
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/v1/messages", post(proxy::messages).fallback(proxy::passthrough))
-        .route("/v1/messages/count_tokens", post(proxy::count_tokens).fallback(proxy::passthrough))
-        .route("/v1/{*rest}", any(proxy::passthrough))
-}
-
-fn operator_routes(state: &AppState) -> Router<AppState> {
-    use admin::{memories, transfer};
-    let admin = Router::new()
-        .route("/memories", post(memories::create).get(memories::list))
-        .route("/memories/forget", post(memories::forget))
-        .route("/memories/{id}", get(memories::get).patch(memories::update).delete(memories::delete))
-        .route("/memories/{id}/history", get(memories::history))
-        .route("/memories/{id}/pause", post(memories::pause))
-        .route("/memories/{id}/archive", post(memories::archive))
-        .route("/memories/{id}/activate", post(memories::activate))
-        .route("/export", get(transfer::export))
-        .route("/import", post(transfer::import))
-        .route("/imports/{id}", get(transfer::progress))
-        .route("/imports/{id}/undo", post(transfer::undo))
-        .route("/keys", post(admin::keys::create).get(admin::keys::list))
-        .route("/explain", post(admin::explain::explain))
-        .route("/releases", get(admin::releases::list))
-        .route("/releases/{name}", get(admin::releases::get).patch(admin::releases::patch))
-        .route("/releases/{name}/promote", post(admin::releases::promote))
-        .route("/releases/{name}/rollback", post(admin::releases::rollback))
-        .route("/releases/{name}/stats", get(admin::releases::stats))
-        .route("/releases/{name}/history", get(admin::releases::history))
-        .route("/keys/{id}", axum::routing::delete(admin::keys::revoke))
-        .fallback(proxy::not_found)
-        .method_not_allowed_fallback(proxy::method_not_allowed)
-        .layer(axum::middleware::from_fn_with_state(state.clone(), admin::require_admin));
-    Router::new().nest("/admin/v1", admin).route("/metrics", get(observability::metrics_handler))
-}
-
-fn finish(routes: Router<AppState>, state: AppState) -> Router {
-    routes
-        .fallback(proxy::not_found)
-        .method_not_allowed_fallback(proxy::method_not_allowed)
-        // Body limits are enforced by the handlers, which answer in Anthropic's error shape.
-        .layer(DefaultBodyLimit::disable())
-        .layer(axum::middleware::from_fn_with_state(state.clone(), observability::middleware::observe))
-        .with_state(state)
 }

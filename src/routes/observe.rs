@@ -2,9 +2,9 @@
 //! answer), counts it, times memgate's own share against the upstream's, and logs one line —
 //! method, path, status, timings; never a body, a query string or a credential.
 
-use super::metrics::Route;
-use crate::app::AppState;
 use crate::observability::UpstreamLatency;
+use crate::observability::metrics::Route;
+use crate::state::AppState;
 use axum::extract::{Request, State};
 use axum::http::HeaderValue;
 use axum::middleware::Next;

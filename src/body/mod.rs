@@ -8,10 +8,12 @@
 //! small numbers once cost ~0.5–1 GB as a `Value` (32 bytes per element). What a body may hold
 //! in memory at all, across concurrent requests, is bounded by `budget::BodyBudget`.
 
-use super::budget::{BodyBudget, BudgetPermit};
+pub mod budget;
+
 use crate::error::{ApiError, ErrorKind};
 use axum::body::Body;
 use axum::http::HeaderMap;
+use budget::{BodyBudget, BudgetPermit};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use serde::Deserialize;

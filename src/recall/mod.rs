@@ -1,0 +1,329 @@
+//! Recall: the memory step of a Messages request, between reading the body and sending it
+//! upstream. It finds the person's words (`query`: the last user turn without harness text),
+//! embeds them, runs the funnel on the caller's tenant index, renders the release's block and
+//! places it where the prompt cache stays intact.
+//!
+//! Fail-open: the whole step has a time budget (`memory.funnel_timeout_ms`). When it overruns, or
+//! the embedder, a template or placement fails, the request goes upstream as the client sent it,
+//! marked `X-Memory-Status: degraded` and counted; with `memory.fail_closed` it fails instead.
+
+use crate::clock::{format_ms, now_ms};
+use crate::config::MemoryConfig;
+use crate::error::{ApiError, ErrorKind};
+use crate::funnel::Retrieval;
+use crate::funnel::semantic::{Hybrid, SemanticQuery};
+use crate::funnel::trace::{Detail, Trace};
+use crate::identity::Caller;
+use crate::inject::Templates;
+use crate::inject::{RenderItem, inject};
+use crate::memory::MemoryService;
+use crate::observability::metrics::Metrics;
+use crate::query::Query;
+use crate::rollout::Release;
+use axum::http::HeaderMap;
+use bytes::Bytes;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Instant;
+
+pub mod shadow;
+
+/// What recall works with: the records and their index, the embedder (both in `memories`), the
+/// releases' templates, the metrics and the memory settings. Shared by the proxy, `explain` and
+/// shadow runs; cheap to clone.
+#[derive(Clone)]
+pub struct Recaller {
+    inner: Arc<Parts>,
+}
+
+struct Parts {
+    memories: MemoryService,
+    templates: Templates,
+    metrics: Arc<Metrics>,
+    config: MemoryConfig,
+    /// Shadow runs in flight (`shadow`).
+    shadow_slots: Arc<tokio::sync::Semaphore>,
+}
+
+/// `X-Memory-Status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryStatus {
+    Ok,
+    Skipped,
+    Degraded,
+}
+
+impl MemoryStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemoryStatus::Ok => "ok",
+            MemoryStatus::Skipped => "skipped",
+            MemoryStatus::Degraded => "degraded",
+        }
+    }
+}
+
+/// What recall did to one request.
+pub struct Recalled {
+    /// The body to send upstream: the client's own, or with the block injected.
+    pub body: Bytes,
+    pub status: MemoryStatus,
+    pub injected_ids: Vec<String>,
+    pub stub_ids: Vec<String>,
+    pub tokens: usize,
+    pub block: Option<String>,
+    pub placed_in: Option<&'static str>,
+    pub trace: Option<Trace>,
+    /// The person's words memory was matched against, and where they came from (with a trace).
+    pub query: Option<Query>,
+    /// Why it degraded, for logs and metrics.
+    pub degraded_reason: Option<&'static str>,
+}
+
+impl Recalled {
+    fn untouched(body: Bytes, status: MemoryStatus, reason: Option<&'static str>) -> Recalled {
+        Recalled {
+            body,
+            status,
+            injected_ids: Vec::new(),
+            stub_ids: Vec::new(),
+            tokens: 0,
+            block: None,
+            placed_in: None,
+            trace: None,
+            query: None,
+            degraded_reason: reason,
+        }
+    }
+
+    /// A compact trace for the `X-Memory-Trace` header.
+    pub fn trace_json(&self) -> Value {
+        json!({"query": self.query, "injected": self.injected_ids, "stubs": self.stub_ids, "tokens": self.tokens,
+            "trace": self.trace})
+    }
+
+    /// The trace as a header value of at most `max` bytes: the removal lists go first when it is
+    /// too long (the counts stay), then the layers, marked `"truncated": true`.
+    pub fn trace_header(&self, max: usize) -> String {
+        let full = self.trace_json().to_string();
+        if full.len() <= max {
+            return full;
+        }
+        let mut trace = self.trace.clone().unwrap_or_default();
+        for layer in &mut trace.layers {
+            layer.removed.clear();
+        }
+        let counts = json!({"query": self.query, "injected": self.injected_ids, "stubs": self.stub_ids,
+            "tokens": self.tokens, "trace": trace, "truncated": true})
+        .to_string();
+        if counts.len() <= max {
+            return counts;
+        }
+        json!({"injected": self.injected_ids.len(), "stubs": self.stub_ids.len(), "tokens": self.tokens,
+            "truncated": true})
+        .to_string()
+    }
+}
+
+/// What the request asked of memory.
+pub struct Wish {
+    pub off: bool,
+    /// What the trace may tell: `Visible` for the caller's own `X-Memory-Debug`, `Full` for an
+    /// admin's `explain`.
+    pub trace: Detail,
+    /// Overrides `memory.funnel_timeout_ms`: diagnostics (`explain`) and shadow runs, which
+    /// nobody waits on, take the time they need.
+    pub budget: Option<std::time::Duration>,
+    /// A shadow or explain run: nothing of it is sent, so it counts in no injection or latency
+    /// metric.
+    pub shadow: bool,
+}
+
+/// Reads `X-Memory-Mode` (`off` skips memory, `read` is the default) and `X-Memory-Debug: 1`
+/// (callers with the debug permission only).
+pub fn wish(headers: &HeaderMap, caller: &Caller) -> Result<Wish, ApiError> {
+    let off = match headers.get("x-memory-mode").map(|v| v.to_str().unwrap_or("")) {
+        None | Some("read") => false,
+        Some("off") => true,
+        Some(_) => return Err(ApiError::invalid_request("X-Memory-Mode must be `off` or `read`")),
+    };
+    let debug = match headers.get("x-memory-debug").map(|v| v.to_str().unwrap_or("")) {
+        None | Some("0") => false,
+        Some("1") if caller.permissions.debug => true,
+        Some("1") => {
+            return Err(ApiError::new(
+                ErrorKind::Permission,
+                "X-Memory-Debug needs a caller with the debug permission",
+            ));
+        }
+        Some(_) => return Err(ApiError::invalid_request("X-Memory-Debug must be 1 or 0")),
+    };
+    let trace = if debug { Detail::Visible } else { Detail::Off };
+    Ok(Wish { off, trace, budget: None, shadow: false })
+}
+
+impl Recaller {
+    pub fn new(
+        memories: MemoryService,
+        templates: Templates,
+        metrics: Arc<Metrics>,
+        config: MemoryConfig,
+    ) -> Recaller {
+        let shadow_slots = Arc::new(tokio::sync::Semaphore::new(shadow::MAX_RUNNING));
+        Recaller { inner: Arc::new(Parts { memories, templates, metrics, config, shadow_slots }) }
+    }
+
+    pub fn memories(&self) -> &MemoryService {
+        &self.inner.memories
+    }
+
+    pub fn templates(&self) -> &Templates {
+        &self.inner.templates
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    pub fn config(&self) -> &MemoryConfig {
+        &self.inner.config
+    }
+
+    /// Runs recall for one request within the time budget.
+    pub async fn recall(
+        &self,
+        caller: &Caller,
+        release: &Release,
+        body: Bytes,
+        wish: &Wish,
+    ) -> Result<Recalled, ApiError> {
+        if wish.off {
+            return Ok(Recalled::untouched(body, MemoryStatus::Skipped, None));
+        }
+        let budget = wish.budget.unwrap_or(self.config().funnel_timeout);
+        let started = Instant::now();
+        let attempt = tokio::time::timeout(budget, self.run(caller, release, &body, wish)).await;
+        if !wish.shadow {
+            self.metrics().record_funnel(&release.name, started.elapsed());
+        }
+        let reason = match attempt {
+            Ok(Ok(recalled)) => return Ok(recalled),
+            Ok(Err(reason)) => reason,
+            Err(_) => "timeout",
+        };
+        if !wish.shadow {
+            self.metrics().record_degraded(&release.name, reason);
+        }
+        tracing::warn!(reason, release = %release.name, "memory degraded; the request goes on without it");
+        if self.config().fail_closed {
+            return Err(ApiError::new(
+                ErrorKind::Overloaded,
+                format!("memory is unavailable ({reason}) and this gateway is set to fail closed"),
+            ));
+        }
+        Ok(Recalled::untouched(body, MemoryStatus::Degraded, Some(reason)))
+    }
+
+    async fn run(
+        &self,
+        caller: &Caller,
+        release: &Release,
+        body: &Bytes,
+        wish: &Wish,
+    ) -> Result<Recalled, &'static str> {
+        let detailed = wish.trace.is_on();
+        let Some(matched) = crate::query::extract(body, &release.query) else {
+            return Ok(Recalled::untouched(body.clone(), MemoryStatus::Ok, None));
+        };
+        let query = matched.text.clone();
+        // Nothing this caller could see: no model run (a trace, when asked for, still shows the
+        // layers).
+        if !detailed && !self.memories().index().has_visible(&caller.tenant, &caller.scopes) {
+            return Ok(Recalled::untouched(body.clone(), MemoryStatus::Ok, None));
+        }
+        let Some(tenant) = self.memories().index().tenant(&caller.tenant) else {
+            return Ok(Recalled::untouched(body.clone(), MemoryStatus::Ok, None));
+        };
+        let vector =
+            self.memories().embedder().embed_query_for(&caller.tenant, &query).await.map_err(|err| {
+                tracing::warn!(error = %err, "query embedding failed");
+                "embedder"
+            })?;
+        // The query's words, for hybrid releases: analyzed before the tenant's lock is taken.
+        let lexical = matches!(release.funnel.retrieval, Retrieval::Hybrid { .. })
+            .then(|| crate::lexical::LexicalQuery::new(crate::lexical::analyzer(), &query));
+        let (items, stub_items, tokens, trace) = {
+            let index = tenant.read().unwrap_or_else(|p| p.into_inner());
+            let semantic = SemanticQuery {
+                hybrid: match (release.funnel.retrieval, lexical.as_ref()) {
+                    (Retrieval::Hybrid { lexical_weight, min_lexical }, Some(query)) => {
+                        Some(Hybrid { query, lexical_weight, min_lexical })
+                    }
+                    _ => None,
+                },
+                text: &query,
+                vector: Some(&vector),
+                threshold: release.funnel.threshold,
+                probes: release.funnel.probes,
+            };
+            let output = crate::funnel::run(&index, caller, &semantic, &release.funnel, now_ms(), wish.trace);
+            (output.packed.injected, output.packed.stubs, output.packed.tokens, output.trace)
+        };
+        if items.is_empty() && stub_items.is_empty() && !release.empty_block {
+            let mut recalled = Recalled::untouched(body.clone(), MemoryStatus::Ok, None);
+            recalled.trace = detailed.then_some(trace);
+            recalled.query = detailed.then_some(matched);
+            return Ok(recalled);
+        }
+        let render_items: Vec<RenderItem> = items
+            .iter()
+            .map(|c| render_item(&c.item.record, None))
+            .chain(stub_items.iter().map(|c| render_item(&c.item.record, Some(stub_summary(&c.item.record)))))
+            .collect();
+        let block = self.templates().render(&release.name, &render_items).map_err(|err| {
+            tracing::error!(error = %err, release = %release.name, "template failed");
+            "template"
+        })?;
+        let injected = inject(body, &block, release.placement).map_err(|err| {
+            tracing::warn!(error = %err, "placement failed");
+            "placement"
+        })?;
+        if !wish.shadow {
+            self.metrics().record_injection(&release.name, items.len(), tokens);
+        }
+        Ok(Recalled {
+            body: Bytes::from(injected.body),
+            status: MemoryStatus::Ok,
+            injected_ids: items.iter().map(|c| c.item.record.id.clone()).collect(),
+            stub_ids: stub_items.iter().map(|c| c.item.record.id.clone()).collect(),
+            tokens,
+            block: Some(block),
+            placed_in: Some(injected.placed_in),
+            trace: detailed.then_some(trace),
+            query: detailed.then_some(matched),
+            degraded_reason: None,
+        })
+    }
+}
+
+fn render_item(record: &crate::record::Record, stub: Option<String>) -> RenderItem {
+    RenderItem {
+        id: record.id.clone(),
+        record_type: record.record_type.clone(),
+        priority: record.priority,
+        updated_at: format_ms(record.updated_at_ms),
+        content: record.content.clone(),
+        stub,
+    }
+}
+
+/// One line saying what a record that did not fit is about: its type, key and first words.
+fn stub_summary(record: &crate::record::Record) -> String {
+    let mut text = String::new();
+    crate::record::collect_text(&record.content, &mut text);
+    let words: String = text.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(80).collect();
+    match &record.key {
+        Some(key) => format!("{} {key}: {words}", record.record_type),
+        None => format!("{}: {words}", record.record_type),
+    }
+}

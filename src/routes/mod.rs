@@ -1,0 +1,93 @@
+//! The route table, and the layers every request passes.
+//!
+//! Modules form layers, each using only those below it (`scripts/check-layers` proves it):
+//! `routes` → handlers (`proxy`, `admin`, `routes::health`) → `state` → the domain (`recall`,
+//! `rollout`, `memory`, `identity`, `funnel`, `inject`, `upstream`, `body`, …) → `store`.
+//!
+//! A request's path through memgate, outermost first:
+//! 1. `observe::observe` — request id, metrics, one log line.
+//! 2. routing — `/v1/messages` and `count_tokens` to the checked proxy, other `/v1/*` to the
+//!    streaming passthrough, health and metrics, a 404 in Anthropic's shape for the rest.
+//! 3. `identity` — who is calling and which credential goes upstream.
+//! 4. `body` — size limit, read deadline, JSON and shape checks (Messages only).
+//! 5. `recall` — the memory block for this caller and release, placed in the body.
+//! 6. `upstream` — pooled client, timeouts; the answer relayed chunk by chunk.
+//!
+//! `/admin/v1/…` goes through `admin::require_admin` (bearer token) to handlers that call
+//! `memory::MemoryService`, which checks records (`memory::checks`) and writes them through
+//! `store`.
+
+use crate::admin;
+use crate::proxy;
+use crate::state::AppState;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{any, get, post};
+
+pub mod health;
+pub mod observe;
+
+/// The route table: path → handler, nothing else. Everything on one listener.
+pub fn build_app(state: AppState) -> Router {
+    finish(public_routes().merge(operator_routes(&state)), state)
+}
+
+/// The public listener when `/admin` and `/metrics` have a listener of their own
+/// (`admin.listen`): the proxy and health only.
+pub fn build_public_app(state: AppState) -> Router {
+    finish(public_routes(), state)
+}
+
+/// The operators' listener (`admin.listen`): the admin API, metrics and health.
+pub fn build_admin_app(state: AppState) -> Router {
+    let health = Router::new().route("/healthz", get(health::healthz)).route("/readyz", get(health::readyz));
+    finish(operator_routes(&state).merge(health), state)
+}
+
+fn public_routes() -> Router<AppState> {
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/v1/messages", post(proxy::messages).fallback(proxy::passthrough))
+        .route("/v1/messages/count_tokens", post(proxy::count_tokens).fallback(proxy::passthrough))
+        .route("/v1/{*rest}", any(proxy::passthrough))
+}
+
+fn operator_routes(state: &AppState) -> Router<AppState> {
+    use admin::{memories, transfer};
+    let admin = Router::new()
+        .route("/memories", post(memories::create).get(memories::list))
+        .route("/memories/forget", post(memories::forget))
+        .route("/memories/{id}", get(memories::get).patch(memories::update).delete(memories::delete))
+        .route("/memories/{id}/history", get(memories::history))
+        .route("/memories/{id}/pause", post(memories::pause))
+        .route("/memories/{id}/archive", post(memories::archive))
+        .route("/memories/{id}/activate", post(memories::activate))
+        .route("/export", get(transfer::export))
+        .route("/import", post(transfer::import))
+        .route("/imports/{id}", get(transfer::progress))
+        .route("/imports/{id}/undo", post(transfer::undo))
+        .route("/keys", post(admin::keys::create).get(admin::keys::list))
+        .route("/explain", post(admin::explain::explain))
+        .route("/releases", get(admin::releases::list))
+        .route("/releases/{name}", get(admin::releases::get).patch(admin::releases::patch))
+        .route("/releases/{name}/promote", post(admin::releases::promote))
+        .route("/releases/{name}/rollback", post(admin::releases::rollback))
+        .route("/releases/{name}/stats", get(admin::releases::stats))
+        .route("/releases/{name}/history", get(admin::releases::history))
+        .route("/keys/{id}", axum::routing::delete(admin::keys::revoke))
+        .fallback(proxy::not_found)
+        .method_not_allowed_fallback(proxy::method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), admin::require_admin));
+    Router::new().nest("/admin/v1", admin).route("/metrics", get(health::metrics))
+}
+
+fn finish(routes: Router<AppState>, state: AppState) -> Router {
+    routes
+        .fallback(proxy::not_found)
+        .method_not_allowed_fallback(proxy::method_not_allowed)
+        // Body limits are enforced by the handlers, which answer in Anthropic's error shape.
+        .layer(DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn_with_state(state.clone(), observe::observe))
+        .with_state(state)
+}
