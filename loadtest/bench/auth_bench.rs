@@ -20,7 +20,7 @@ use clap::Parser;
 use common::{BoxError, Summary, TempDir};
 use http::{HeaderMap, HeaderValue};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use memgate::config::AuthMode;
+use memgate::identity::AuthMode;
 use memgate::identity::jwt::JwtConfig;
 use memgate::identity::keys::NewKey;
 use memgate::identity::{Authenticator, ClaimMapping, IdentityConfig};

@@ -43,7 +43,7 @@ use common::{
 use memgate::clock::format_ms;
 use memgate::embed::Embedder;
 use memgate::index::IndexedRecord;
-use memgate::index::slots::SlotSet;
+use memgate::slots::SlotSet;
 use memgate::inject::{RenderItem, Templates};
 use memgate::lexical::fusion::{self, FusedHit, Fusion, Gate};
 use memgate::lexical::{
