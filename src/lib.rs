@@ -30,6 +30,7 @@ pub mod server;
 pub mod slots;
 pub mod state;
 pub mod store;
+pub mod triggers;
 pub mod upstream;
 pub mod vector;
 

@@ -7,6 +7,7 @@
 pub mod embeddings;
 pub mod keys;
 pub mod memories;
+pub mod outbox;
 pub mod releases;
 
 use sqlx::any::{AnyPoolOptions, install_default_drivers};

@@ -1,0 +1,427 @@
+//! Triggers: memory that acts. A record whose content carries `trigger_conditions` and `actions`
+//! (an `internal_sop` such as "customer complaint escalation") is injected as usual and, when a
+//! request meets one of its conditions, starts business work through signed webhooks — after
+//! the answer, never delaying it. docs/triggers.md is the operator's and record writer's guide.
+//!
+//! The path of one firing, in order, with what each step adds:
+//!
+//! 1. write time — `check_conditions` (called by the memory service beside the schema check)
+//!    parses conditions and actions, so a bad regex or an action naming a URL is a 422 by path;
+//! 2. recall — for the records that survived the scope and temporal layers (a caller can only
+//!    fire what it may see), `Triggers::evaluate` matches each record's compiled conditions
+//!    (`conditions`, cached per record revision) against the person's words and the client's
+//!    values (`TriggerInput`), giving the `Fired` records and the condition that matched;
+//! 3. the same step — `Triggers::decide` turns each fired record's actions into `Decision`s with
+//!    an idempotency id (`actions::event_id`) and a body rendered from the endpoint's template
+//!    (`body`), and `Triggers::enqueue` writes them to the outbox (`crate::store::outbox`) on a
+//!    background task, so the answer does not wait for the database;
+//! 4. delivery — the worker (`delivery::Delivery`), one per replica, claims due actions under a
+//!    lease, POSTs them signed as Standard Webhooks (`signing`) to addresses checked by `safety`,
+//!    and records delivered, retrying (backoff with jitter, `Retry-After`) or dead.
+
+pub mod actions;
+pub mod body;
+pub mod conditions;
+pub mod config;
+pub mod delivery;
+pub mod metrics;
+pub mod safety;
+pub mod signing;
+pub mod text;
+
+pub use actions::{ActionSpec, Decision, event_id};
+pub use conditions::{ConditionProblem, Conditions, Matched, TriggerInput, parse_values};
+pub use config::{EndpointConfig, TriggersConfig, TriggersConfigError};
+pub use delivery::Delivery;
+pub use metrics::TriggerMetrics;
+
+use crate::clock::{format_ms, now_ms};
+use crate::record::Record;
+use crate::store::outbox::NewOutboxAction;
+use crate::store::{Store, StoreError};
+use body::{ActionView, BodyContext, BodyTemplates, RecordView};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// A record's triggers, compiled: its conditions and its actions.
+#[derive(Debug, Clone)]
+pub struct RecordTriggers {
+    pub conditions: Conditions,
+    pub actions: Vec<ActionSpec>,
+}
+
+impl RecordTriggers {
+    /// The triggers in a record's `content`: `None` when it has neither `trigger_conditions` nor
+    /// `actions`; every problem (by path under `$.content`) when they are wrong or one is missing.
+    pub fn from_content(content: &Value) -> Result<Option<RecordTriggers>, Vec<ConditionProblem>> {
+        let conditions = content.get("trigger_conditions");
+        let actions = content.get("actions");
+        let (conditions, actions) = match (conditions, actions) {
+            (None, None) => return Ok(None),
+            (Some(_), None) => {
+                return Err(vec![ConditionProblem::new(
+                    "$.content.actions",
+                    "trigger_conditions need actions: what should happen when one matches",
+                )]);
+            }
+            (None, Some(_)) => {
+                return Err(vec![ConditionProblem::new(
+                    "$.content.trigger_conditions",
+                    "actions need trigger_conditions: when they should happen",
+                )]);
+            }
+            (Some(c), Some(a)) => (c, a),
+        };
+        let conditions = Conditions::parse(conditions, "$.content.trigger_conditions");
+        let actions = actions::parse_actions(actions, "$.content.actions");
+        match (conditions, actions) {
+            (Ok(conditions), Ok(actions)) => Ok(Some(RecordTriggers { conditions, actions })),
+            (conditions, actions) => {
+                let mut problems = conditions.err().unwrap_or_default();
+                problems.extend(actions.err().unwrap_or_default());
+                Err(problems)
+            }
+        }
+    }
+}
+
+/// What is wrong with the triggers in a record's `content` (empty when nothing is, or it has
+/// none). For the memory service's write checks: each problem is `{path, kind, message}` with
+/// `kind = "invalid_trigger"`, paths under `$.content`.
+pub fn check_conditions(content: &Value) -> Vec<ConditionProblem> {
+    RecordTriggers::from_content(content).err().unwrap_or_default()
+}
+
+/// A record whose condition matched a request.
+#[derive(Debug, Clone, Serialize)]
+pub struct Fired {
+    pub record_id: String,
+    pub record_revision: i64,
+    pub record_type: String,
+    #[serde(skip)]
+    pub schema_version: String,
+    #[serde(skip)]
+    pub key: Option<String>,
+    #[serde(skip)]
+    pub content: Value,
+    pub matched: Matched,
+    pub actions: Vec<ActionSpec>,
+}
+
+/// One action of a fired record as `explain` shows it: what would be sent where, without
+/// sending. `configured` is false when no endpoint has the action's service name.
+#[derive(Debug, Clone, Serialize)]
+pub struct WouldFire {
+    pub record_id: String,
+    pub matched: Matched,
+    pub action_index: usize,
+    pub service: String,
+    pub method: String,
+    pub configured: bool,
+}
+
+/// Compiled triggers by (tenant, record id): the revision they were compiled from, and the
+/// result (`None` for a record without triggers or whose triggers do not parse).
+type Cache = HashMap<(String, String), (i64, Option<Arc<RecordTriggers>>)>;
+
+/// Records compiled at most; past it the cache starts over (it refills from the records at hand).
+const CACHE_ENTRIES: usize = 10_000;
+
+/// Inserting decisions: tries and the first wait (doubling), for a database that blinks.
+const ENQUEUE_TRIES: u32 = 5;
+const ENQUEUE_FIRST_WAIT_MS: u64 = 200;
+
+/// The triggers service: evaluation, decisions, the outbox's writer, and its delivery worker.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct Triggers {
+    config: Arc<TriggersConfig>,
+    bodies: Arc<BodyTemplates>,
+    store: Store,
+    metrics: TriggerMetrics,
+    wake: Arc<Notify>,
+    tasks: TaskTracker,
+    cache: Arc<Mutex<Cache>>,
+}
+
+impl Triggers {
+    /// Validates `config` and compiles its body templates. `tasks` is the server's tracker: the
+    /// background inserts of `enqueue` and the worker run on it, and shutdown waits for them.
+    pub fn new(
+        config: TriggersConfig,
+        store: Store,
+        tasks: TaskTracker,
+        metrics: TriggerMetrics,
+    ) -> Result<Triggers, Vec<TriggersConfigError>> {
+        config.validate()?;
+        let bodies = BodyTemplates::new(&config)
+            .map_err(|message| vec![TriggersConfigError { key: "triggers.endpoints".into(), message }])?;
+        Ok(Triggers {
+            config: Arc::new(config),
+            bodies: Arc::new(bodies),
+            store,
+            metrics,
+            wake: Arc::new(Notify::new()),
+            tasks,
+            cache: Arc::new(Mutex::new(HashMap::new())),
+        })
+    }
+
+    pub fn config(&self) -> &TriggersConfig {
+        &self.config
+    }
+
+    pub fn metrics(&self) -> &TriggerMetrics {
+        &self.metrics
+    }
+
+    /// The records among `records` whose conditions `input` meets, in the order given, each with
+    /// the first condition that matched. Pure and quick (no I/O; conditions compiled once per
+    /// record revision). `records` must be what the caller may see and what is valid now: the
+    /// survivors of the scope and temporal layers.
+    pub fn evaluate<'r>(
+        &self,
+        input: &TriggerInput<'_>,
+        records: impl IntoIterator<Item = &'r Record>,
+    ) -> Vec<Fired> {
+        if !self.config.enabled {
+            return Vec::new();
+        }
+        let mut fired = Vec::new();
+        for record in records {
+            if record.content.get("trigger_conditions").is_none() {
+                continue;
+            }
+            let Some(triggers) = self.compiled(record) else { continue };
+            if let Some(matched) = triggers.conditions.evaluate(input) {
+                fired.push(Fired {
+                    record_id: record.id.clone(),
+                    record_revision: record.revision,
+                    record_type: record.record_type.clone(),
+                    schema_version: record.schema_version.clone(),
+                    key: record.key.clone(),
+                    content: record.content.clone(),
+                    matched,
+                    actions: triggers.actions.clone(),
+                });
+            }
+        }
+        fired
+    }
+
+    fn compiled(&self, record: &Record) -> Option<Arc<RecordTriggers>> {
+        let key = (record.tenant.clone(), record.id.clone());
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((revision, compiled)) = cache.get(&key)
+            && *revision == record.revision
+        {
+            return compiled.clone();
+        }
+        let compiled = match RecordTriggers::from_content(&record.content) {
+            Ok(compiled) => compiled.map(Arc::new),
+            Err(problems) => {
+                // Written before triggers were checked at write time, or by an older version.
+                tracing::warn!(tenant = %record.tenant, id = %record.id, problems = problems.len(), "a record's triggers do not parse; it never fires");
+                None
+            }
+        };
+        if cache.len() >= CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(key, (record.revision, compiled.clone()));
+        compiled
+    }
+
+    /// What `fired` would do, for `explain`: nothing is decided or sent.
+    pub fn would_fire(&self, fired: &[Fired]) -> Vec<WouldFire> {
+        fired
+            .iter()
+            .flat_map(|f| {
+                f.actions.iter().enumerate().map(|(i, action)| WouldFire {
+                    record_id: f.record_id.clone(),
+                    matched: f.matched.clone(),
+                    action_index: i,
+                    service: action.service.clone(),
+                    method: action.method.clone(),
+                    configured: self.config.endpoints.contains_key(&action.service),
+                })
+            })
+            .collect()
+    }
+
+    /// The decisions of one request: one per action of each fired record, bodies rendered. An
+    /// action whose endpoint is not configured, or whose body does not render, is still decided:
+    /// it goes into the outbox dead, with the reason, for an operator to see and replay.
+    pub fn decide(
+        &self,
+        tenant: &str,
+        request_id: &str,
+        subject: Option<&str>,
+        input: &TriggerInput<'_>,
+        fired: &[Fired],
+    ) -> Vec<Decision> {
+        let decided_at = format_ms(now_ms());
+        let mut decisions = Vec::new();
+        for f in fired {
+            for (index, action) in f.actions.iter().enumerate() {
+                let id = event_id(tenant, request_id, &f.record_id, index);
+                let endpoint = self.config.endpoints.get(&action.service);
+                let context = BodyContext {
+                    event_id: id.clone(),
+                    decided_at: decided_at.clone(),
+                    tenant: tenant.to_owned(),
+                    request_id: request_id.to_owned(),
+                    subject: subject.map(str::to_owned),
+                    record: RecordView {
+                        id: f.record_id.clone(),
+                        record_type: f.record_type.clone(),
+                        schema_version: f.schema_version.clone(),
+                        revision: f.record_revision,
+                        key: f.key.clone(),
+                        content: f.content.clone(),
+                    },
+                    action: ActionView {
+                        index,
+                        service: action.service.clone(),
+                        method: action.method.clone(),
+                        params: action.params.clone(),
+                    },
+                    matched: f.matched.clone(),
+                    conversation: Some(input.text.chars().take(text::MAX_INPUT_CHARS).collect()),
+                }
+                .for_endpoint(endpoint.is_some_and(|e| e.include_conversation));
+                let (body, undeliverable) = match (endpoint, self.bodies.render(&action.service, &context)) {
+                    (Some(_), Ok(body)) => (body, None),
+                    (None, Ok(body)) => (
+                        body,
+                        Some(format!(
+                            "no endpoint named `{}` is configured ([triggers.endpoints.{}]); configure it and replay",
+                            action.service, action.service
+                        )),
+                    ),
+                    (_, Err(error)) => (String::from("{}"), Some(error)),
+                };
+                let mut matched = f.matched.clone();
+                if !endpoint.is_some_and(|e| e.include_conversation) {
+                    matched.excerpt = None;
+                }
+                decisions.push(Decision {
+                    id,
+                    tenant: tenant.to_owned(),
+                    request_id: request_id.to_owned(),
+                    record_id: f.record_id.clone(),
+                    record_revision: f.record_revision,
+                    action_index: index,
+                    endpoint: action.service.clone(),
+                    method: action.method.clone(),
+                    params: action.params.clone(),
+                    matched_condition: matched,
+                    subject: subject.map(str::to_owned),
+                    body,
+                    undeliverable,
+                });
+            }
+        }
+        decisions
+    }
+
+    /// Writes `decisions` to the outbox on a background task of the server's tracker and wakes
+    /// the worker; returns at once. A database that fails is tried again a few times (about six
+    /// seconds in all) before the decisions are given up, with an error in the log.
+    pub fn enqueue(&self, decisions: Vec<Decision>) {
+        if decisions.is_empty() {
+            return;
+        }
+        let this = self.clone();
+        self.tasks.spawn(async move {
+            let mut wait = ENQUEUE_FIRST_WAIT_MS;
+            for attempt in 1..=ENQUEUE_TRIES {
+                match this.enqueue_now(&decisions).await {
+                    Ok(_) => return,
+                    Err(err) if attempt < ENQUEUE_TRIES => {
+                        tracing::warn!(error = %err, attempt, "writing trigger actions failed; trying again");
+                        tokio::time::sleep(Duration::from_millis(wait)).await;
+                        wait *= 2;
+                    }
+                    Err(err) => {
+                        let ids: Vec<&str> = decisions.iter().map(|d| d.id.as_str()).collect();
+                        tracing::error!(error = %err, ?ids, "trigger actions were decided but could not be written; they are lost");
+                    }
+                }
+            }
+        });
+    }
+
+    /// Writes `decisions` to the outbox now (idempotent: a decision already there is left as it
+    /// is) and wakes the worker. Returns how many were new.
+    pub async fn enqueue_now(&self, decisions: &[Decision]) -> Result<u64, StoreError> {
+        let rows: Vec<NewOutboxAction> = decisions.iter().map(Decision::to_outbox).collect();
+        let added = self.store.outbox_insert(&rows, now_ms()).await?;
+        self.metrics.queued.inc_by(added);
+        self.wake.notify_one();
+        Ok(added)
+    }
+
+    /// Wakes this replica's worker (after a replay, say).
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// The delivery worker of this replica (see `Delivery::spawn`).
+    pub fn delivery(&self) -> Arc<Delivery> {
+        Arc::new(Delivery::new(
+            self.store.clone(),
+            Arc::clone(&self.config),
+            self.metrics.clone(),
+            Arc::clone(&self.wake),
+        ))
+    }
+
+    /// Starts the delivery worker on the server's tracker, unless triggers are off or no endpoint
+    /// is configured (then nothing could be delivered; dead actions wait for a replay).
+    pub fn spawn_worker(&self, stop: CancellationToken) -> Option<tokio::task::JoinHandle<()>> {
+        if !self.config.enabled || self.config.endpoints.is_empty() {
+            return None;
+        }
+        Some(self.delivery().spawn(&self.tasks, stop))
+    }
+}
+
+impl Decision {
+    fn to_outbox(&self) -> NewOutboxAction {
+        NewOutboxAction {
+            id: self.id.clone(),
+            tenant: self.tenant.clone(),
+            request_id: self.request_id.clone(),
+            record_id: self.record_id.clone(),
+            record_revision: self.record_revision,
+            action_index: i64::try_from(self.action_index).unwrap_or(i64::MAX),
+            endpoint: self.endpoint.clone(),
+            method: self.method.clone(),
+            subject: self.subject.clone(),
+            matched: serde_json::to_value(&self.matched_condition).unwrap_or(Value::Null),
+            body: self.body.clone(),
+            dead_reason: self.undeliverable.clone(),
+        }
+    }
+}
+
+/// A request id for triggers that stays the same when a client retries the same turn (SDKs
+/// retry 429s, 5xxs and timeouts with a new HTTP request): tenant, subject, the index of the last
+/// user message and the person's words. Passing it as `decide`'s `request_id` makes a retried
+/// request decide the same ids, which the outbox keeps once.
+pub fn turn_id(tenant: &str, subject: Option<&str>, turn_index: usize, words: &str) -> String {
+    let subject = subject.unwrap_or("");
+    let id = event_id(tenant, subject, words, turn_index);
+    format!("turn_{}", id.trim_start_matches("evt_"))
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;
