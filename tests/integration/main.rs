@@ -14,6 +14,8 @@ mod e2e_replicas;
 mod e2e_rollout;
 mod e2e_security;
 mod e2e_shutdown;
+mod outbox;
 mod router;
 mod store;
+mod triggers;
 mod visibility;

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Checks memgate's webhook deliveries with the Standard Webhooks specification's own verifier
+# (the `standardwebhooks` package from PyPI), end to end over HTTP:
+#
+#   bash tests/webhooks/run.sh [pytest args...]
+#
+# Needs python3 (with venv/pip) and cargo. It creates or reuses a virtualenv at
+# <repo>/.venv-webhooks, installs tests/webhooks/requirements.txt into it when that file changed,
+# builds the integration-test binary (unless MEMGATE_INTEGRATION_BIN names one), and runs pytest:
+# the Python test starts a receiver that verifies every delivery with the library, and runs the
+# ignored Rust test `triggers::external_receiver`, whose delivery worker sends to it. Exits with
+# pytest's code.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$repo"
+
+venv="$repo/.venv-webhooks"
+requirements="$repo/tests/webhooks/requirements.txt"
+stamp="$venv/.requirements.sha256"
+
+if [[ ! -x "$venv/bin/python" ]]; then
+    echo "tests/webhooks: creating virtualenv $venv" >&2
+    python3 -m venv "$venv"
+    # Keep git status clean without touching the repository's .gitignore.
+    printf '*\n' >"$venv/.gitignore"
+fi
+
+want="$("$venv/bin/python" -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$requirements")"
+have="$(cat "$stamp" 2>/dev/null || true)"
+if [[ "$want" != "$have" ]]; then
+    echo "tests/webhooks: installing $requirements" >&2
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements"
+    printf '%s\n' "$want" >"$stamp"
+fi
+
+if [[ -z "${MEMGATE_INTEGRATION_BIN:-}" ]]; then
+    # The path of the integration-test executable, from cargo's own report of what it built.
+    MEMGATE_INTEGRATION_BIN="$(cargo test --quiet --no-run --test integration --message-format=json-render-diagnostics \
+        | "$venv/bin/python" -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        message = json.loads(line)
+    except ValueError:
+        continue
+    if message.get("reason") == "compiler-artifact" and message.get("target", {}).get("name") == "integration" and message.get("executable"):
+        print(message["executable"])
+')"
+    if [[ -z "$MEMGATE_INTEGRATION_BIN" ]]; then
+        echo "tests/webhooks: could not build the integration tests (cargo test --no-run --test integration)" >&2
+        exit 1
+    fi
+    export MEMGATE_INTEGRATION_BIN
+fi
+
+set +e
+"$venv/bin/python" -m pytest tests/webhooks -q -p no:cacheprovider "$@"
+status=$?
+set -e
+exit "$status"
