@@ -2,6 +2,10 @@
 //! what a request gets back. `ApiError` maps through one table (`ErrorKind::status_and_type`) to an
 //! HTTP status and Anthropic's error type, so SDKs raise the same exception class they would for
 //! Anthropic itself. Internal details go to the log, never into a client's answer.
+//!
+//! Every answer also carries a stable `error.code` (`Code`): the case in a word, for programs to
+//! branch on while the message stays free to improve. docs/admin-api.md lists them; a test keeps
+//! that list and `Code::ALL` equal.
 
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -93,11 +97,183 @@ impl ErrorKind {
     }
 }
 
+/// The stable `error.code` of an answer. The general codes (one per `ErrorKind`) cover any case
+/// without a code of its own; a code, once published, keeps its name and meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    InvalidRequest,
+    /// The body is not JSON, or not the JSON object the endpoint takes.
+    InvalidJson,
+    /// A memgate header (`X-Memory-*`, `If-Match`) has a value it does not take.
+    InvalidHeader,
+    /// `X-Memory-Version` (or `explain`'s `release`) names no release, or a retired one.
+    UnknownRelease,
+    /// A `/v1/*` path with empty, `.` or `..` segments or encoded separators.
+    AmbiguousPath,
+    /// A method the route does not take (status 405).
+    MethodNotAllowed,
+    AuthenticationFailed,
+    /// The admin API's bearer token is missing or wrong.
+    AdminTokenInvalid,
+    PermissionDenied,
+    /// A managed caller without the permission a `/v1/*` path needs (`batches`, `files`, …).
+    PathNotAllowed,
+    NotFound,
+    /// No such route.
+    NoRoute,
+    /// The admin API is off (no admin token configured).
+    AdminApiOff,
+    Conflict,
+    /// `If-Match` names an older revision than the record's.
+    RevisionConflict,
+    /// A create names an id the tenant already has.
+    IdTaken,
+    /// A create names a topic key the tenant already has.
+    TopicTaken,
+    Unprocessable,
+    /// A record was refused; `error.problems` lists every problem with its JSON path.
+    ValidationFailed,
+    /// An import has invalid lines; nothing was imported (`error.report`).
+    ImportInvalid,
+    RequestTooLarge,
+    /// The client did not send its body in time.
+    BodyTimeout,
+    RateLimited,
+    /// Too many failed authentications from one address.
+    TooManyFailures,
+    Internal,
+    UpstreamUnreachable,
+    UpstreamTimeout,
+    /// Too many request bodies in flight; the SDKs retry.
+    Overloaded,
+    /// Memory failed and the gateway is set to fail closed (`memory.fail_closed`).
+    MemoryUnavailable,
+    /// The database is unreachable; nothing was changed.
+    StoreUnavailable,
+}
+
+impl Code {
+    /// Every code, in the order docs/admin-api.md lists them.
+    pub const ALL: [Code; 30] = [
+        Code::InvalidRequest,
+        Code::InvalidJson,
+        Code::InvalidHeader,
+        Code::UnknownRelease,
+        Code::AmbiguousPath,
+        Code::MethodNotAllowed,
+        Code::AuthenticationFailed,
+        Code::AdminTokenInvalid,
+        Code::PermissionDenied,
+        Code::PathNotAllowed,
+        Code::NotFound,
+        Code::NoRoute,
+        Code::AdminApiOff,
+        Code::Conflict,
+        Code::RevisionConflict,
+        Code::IdTaken,
+        Code::TopicTaken,
+        Code::Unprocessable,
+        Code::ValidationFailed,
+        Code::ImportInvalid,
+        Code::RequestTooLarge,
+        Code::BodyTimeout,
+        Code::RateLimited,
+        Code::TooManyFailures,
+        Code::Internal,
+        Code::UpstreamUnreachable,
+        Code::UpstreamTimeout,
+        Code::Overloaded,
+        Code::MemoryUnavailable,
+        Code::StoreUnavailable,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::InvalidRequest => "invalid_request",
+            Code::InvalidJson => "invalid_json",
+            Code::InvalidHeader => "invalid_header",
+            Code::UnknownRelease => "unknown_release",
+            Code::AmbiguousPath => "ambiguous_path",
+            Code::MethodNotAllowed => "method_not_allowed",
+            Code::AuthenticationFailed => "authentication_failed",
+            Code::AdminTokenInvalid => "admin_token_invalid",
+            Code::PermissionDenied => "permission_denied",
+            Code::PathNotAllowed => "path_not_allowed",
+            Code::NotFound => "not_found",
+            Code::NoRoute => "no_route",
+            Code::AdminApiOff => "admin_api_off",
+            Code::Conflict => "conflict",
+            Code::RevisionConflict => "revision_conflict",
+            Code::IdTaken => "id_taken",
+            Code::TopicTaken => "topic_taken",
+            Code::Unprocessable => "unprocessable",
+            Code::ValidationFailed => "validation_failed",
+            Code::ImportInvalid => "import_invalid",
+            Code::RequestTooLarge => "request_too_large",
+            Code::BodyTimeout => "body_timeout",
+            Code::RateLimited => "rate_limited",
+            Code::TooManyFailures => "too_many_failures",
+            Code::Internal => "internal",
+            Code::UpstreamUnreachable => "upstream_unreachable",
+            Code::UpstreamTimeout => "upstream_timeout",
+            Code::Overloaded => "overloaded",
+            Code::MemoryUnavailable => "memory_unavailable",
+            Code::StoreUnavailable => "store_unavailable",
+        }
+    }
+
+    /// The kind, hence the status and Anthropic type, every answer with this code has.
+    pub fn kind(self) -> ErrorKind {
+        match self {
+            Code::InvalidRequest
+            | Code::InvalidJson
+            | Code::InvalidHeader
+            | Code::UnknownRelease
+            | Code::AmbiguousPath
+            | Code::MethodNotAllowed => ErrorKind::InvalidRequest,
+            Code::AuthenticationFailed | Code::AdminTokenInvalid => ErrorKind::Authentication,
+            Code::PermissionDenied | Code::PathNotAllowed => ErrorKind::Permission,
+            Code::NotFound | Code::NoRoute | Code::AdminApiOff => ErrorKind::NotFound,
+            Code::Conflict | Code::RevisionConflict | Code::IdTaken | Code::TopicTaken => ErrorKind::Conflict,
+            Code::Unprocessable | Code::ValidationFailed | Code::ImportInvalid => ErrorKind::Unprocessable,
+            Code::RequestTooLarge => ErrorKind::RequestTooLarge,
+            Code::BodyTimeout => ErrorKind::RequestTimeout,
+            Code::RateLimited | Code::TooManyFailures => ErrorKind::RateLimited,
+            Code::Internal => ErrorKind::Internal,
+            Code::UpstreamUnreachable => ErrorKind::UpstreamUnreachable,
+            Code::UpstreamTimeout => ErrorKind::UpstreamTimeout,
+            Code::Overloaded | Code::MemoryUnavailable => ErrorKind::Overloaded,
+            Code::StoreUnavailable => ErrorKind::Unavailable,
+        }
+    }
+
+    /// The general code of a kind, for answers without a code of their own.
+    fn general(kind: ErrorKind) -> Code {
+        match kind {
+            ErrorKind::InvalidRequest => Code::InvalidRequest,
+            ErrorKind::Authentication => Code::AuthenticationFailed,
+            ErrorKind::Permission => Code::PermissionDenied,
+            ErrorKind::NotFound => Code::NotFound,
+            ErrorKind::Conflict => Code::Conflict,
+            ErrorKind::Unprocessable => Code::Unprocessable,
+            ErrorKind::RequestTooLarge => Code::RequestTooLarge,
+            ErrorKind::RequestTimeout => Code::BodyTimeout,
+            ErrorKind::RateLimited => Code::RateLimited,
+            ErrorKind::Internal => Code::Internal,
+            ErrorKind::UpstreamUnreachable => Code::UpstreamUnreachable,
+            ErrorKind::UpstreamTimeout => Code::UpstreamTimeout,
+            ErrorKind::Overloaded => Code::Overloaded,
+            ErrorKind::Unavailable => Code::StoreUnavailable,
+        }
+    }
+}
+
 /// An error answered to a client, in Anthropic's shape:
-/// `{"type":"error","error":{"type":…,"message":…}}`.
+/// `{"type":"error","error":{"type":…,"message":…,"code":…}}`.
 #[derive(Debug, Clone)]
 pub struct ApiError {
     kind: ErrorKind,
+    code: Code,
     message: String,
     retry_after_secs: Option<u64>,
     /// Extra fields of the `error` object, e.g. `problems` of a refused record.
@@ -105,8 +281,20 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    /// An error with its kind's general code.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        ApiError { kind, message: message.into(), retry_after_secs: None, details: None }
+        ApiError {
+            kind,
+            code: Code::general(kind),
+            message: message.into(),
+            retry_after_secs: None,
+            details: None,
+        }
+    }
+
+    /// An error with a code of its own (its kind follows from the code).
+    pub fn coded(code: Code, message: impl Into<String>) -> Self {
+        ApiError { code, ..Self::new(code.kind(), message) }
     }
 
     pub fn invalid_request(message: impl Into<String>) -> Self {
@@ -138,6 +326,10 @@ impl ApiError {
         self.kind
     }
 
+    pub fn code(&self) -> Code {
+        self.code
+    }
+
     pub fn message(&self) -> &str {
         &self.message
     }
@@ -157,6 +349,7 @@ impl IntoResponse for ApiError {
         let mut error = serde_json::Map::new();
         error.insert("type".into(), error_type.into());
         error.insert("message".into(), self.message.into());
+        error.insert("code".into(), self.code.as_str().into());
         for (name, value) in self.details.into_iter().flatten() {
             error.entry(name).or_insert(value);
         }
@@ -197,6 +390,43 @@ mod tests {
         ];
         for (kind, status, error_type) in expected {
             assert_eq!(kind.status_and_type(), (StatusCode::from_u16(status).unwrap(), error_type));
+        }
+    }
+
+    /// docs/admin-api.md's table of codes lists exactly `Code::ALL`, each with its status.
+    #[test]
+    fn the_documented_codes_are_the_codes() {
+        let doc = include_str!("../docs/admin-api.md");
+        let table = doc.split("## Error codes").nth(1).expect("docs/admin-api.md has `## Error codes`");
+        let documented: Vec<(String, u16)> = table
+            .lines()
+            .filter_map(|line| {
+                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+                let code = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+                Some((code.to_owned(), cells.get(2)?.parse().ok()?))
+            })
+            .collect();
+        let expected: Vec<(String, u16)> = Code::ALL
+            .iter()
+            .map(|code| {
+                let status = match code {
+                    Code::MethodNotAllowed => 405,
+                    _ => code.kind().status_and_type().0.as_u16(),
+                };
+                (code.as_str().to_owned(), status)
+            })
+            .collect();
+        assert_eq!(documented, expected);
+    }
+
+    #[test]
+    fn every_answer_carries_its_code() {
+        let answer = ApiError::coded(Code::RevisionConflict, "stale").into_response();
+        assert_eq!(answer.status(), StatusCode::CONFLICT);
+        let general = ApiError::invalid_request("bad");
+        assert_eq!(general.code(), Code::InvalidRequest);
+        for code in Code::ALL {
+            assert_eq!(ApiError::coded(code, "x").kind(), code.kind());
         }
     }
 

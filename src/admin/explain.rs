@@ -4,15 +4,15 @@
 //! Body: `{"request": <Messages body>, "caller": {"scopes": [...], "subject": "u-789"},
 //! "release": "v1"}`; the tenant is the admin request's (`X-Memory-Tenant`).
 
-use super::{AdminContext, json_body};
-use crate::error::ApiError;
+use super::{AdminContext, AdminJson};
+use crate::error::{ApiError, Code};
 use crate::funnel::trace::Detail;
 use crate::identity::{Caller, is_valid_subject};
 use crate::recall::Wish;
 use crate::record::is_valid_scope;
 use crate::state::AppState;
 use axum::Json;
-use axum::extract::{Request, State};
+use axum::extract::State;
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -38,10 +38,8 @@ struct ExplainCaller {
 pub async fn explain(
     State(state): State<AppState>,
     ctx: AdminContext,
-    request: Request,
+    AdminJson(input): AdminJson,
 ) -> Result<Json<Value>, ApiError> {
-    let (parts, body) = request.into_parts();
-    let input = json_body(&state, &parts.headers, body).await?;
     let input: ExplainBody = serde_json::from_value(input).map_err(|err| {
         ApiError::invalid_request(format!(
             "explain takes {{\"request\": <a Messages body>, \"caller\": {{\"scopes\": [...], \"subject\": ...}}, \"release\": ...}}: {err}"
@@ -70,7 +68,7 @@ pub async fn explain(
         Some(name) => state
             .rollout()
             .release(name)
-            .ok_or_else(|| ApiError::invalid_request(format!("unknown release `{name}`")))?,
+            .ok_or_else(|| ApiError::coded(Code::UnknownRelease, format!("unknown release `{name}`")))?,
         None => state.rollout().active(),
     };
     let body = serde_json::to_vec(&input.request).map_err(ApiError::internal)?;

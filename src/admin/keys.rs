@@ -1,6 +1,6 @@
 //! `/admin/v1/keys`: issue (the secret is shown once), list (never the secret) and revoke.
 
-use super::{AdminContext, json_body};
+use super::{AdminContext, AdminJson};
 use crate::clock::format_ms;
 use crate::error::ApiError;
 use crate::fanout::Topic;
@@ -9,7 +9,7 @@ use crate::state::AppState;
 use crate::store::StoreError;
 use crate::store::keys::KeyRecord;
 use axum::Json;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -28,10 +28,8 @@ struct CreateKey {
 pub async fn create(
     State(state): State<AppState>,
     ctx: AdminContext,
-    request: Request,
+    AdminJson(input): AdminJson,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let (parts, body) = request.into_parts();
-    let input = json_body(&state, &parts.headers, body).await?;
     let input: CreateKey = serde_json::from_value(input).map_err(|err| {
         ApiError::invalid_request(format!(
             "a key is {{\"name\", \"scopes\": [], \"permissions\": [], \"rate_limit_per_minute\"}}: {err}"

@@ -1,15 +1,15 @@
 //! `/admin/v1/memories…`: create, read, update, delete, list and search, history, status changes
 //! and forget.
 
-use super::{AdminContext, json_body};
+use super::{AdminContext, AdminJson};
 use crate::clock::format_ms;
-use crate::error::ApiError;
+use crate::error::{ApiError, Code};
 use crate::record::Status;
 use crate::state::AppState;
 use crate::store::memories::{Created, ListFilter};
 use axum::Json;
 use axum::extract::{Path, Query, Request, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -17,10 +17,8 @@ use serde_json::{Value, json};
 pub async fn create(
     State(state): State<AppState>,
     ctx: AdminContext,
-    request: Request,
+    AdminJson(input): AdminJson,
 ) -> Result<Response, ApiError> {
-    let (parts, body) = request.into_parts();
-    let input = json_body(&state, &parts.headers, body).await?;
     let created = state.memories().create(&ctx.tenant, &input, &ctx.actor).await?;
     let (status, record, flag) = match &created {
         Created::New(record) => (StatusCode::CREATED, record, None),
@@ -50,10 +48,10 @@ pub async fn update(
     State(state): State<AppState>,
     ctx: AdminContext,
     Path(id): Path<String>,
-    request: Request,
+    headers: HeaderMap,
+    AdminJson(patch): AdminJson,
 ) -> Result<Json<Value>, ApiError> {
-    let (parts, body) = request.into_parts();
-    let if_match = match parts.headers.get("if-match") {
+    let if_match = match headers.get("if-match") {
         None => None,
         Some(value) => Some(
             value
@@ -62,11 +60,13 @@ pub async fn update(
                 .map(|v| v.trim().trim_start_matches("W/").trim_matches('"'))
                 .and_then(|v| v.parse::<i64>().ok())
                 .ok_or_else(|| {
-                    ApiError::invalid_request("If-Match must be a record revision, e.g. `If-Match: 3`")
+                    ApiError::coded(
+                        Code::InvalidHeader,
+                        "If-Match must be a record revision, e.g. `If-Match: 3`",
+                    )
                 })?,
         ),
     };
-    let patch = json_body(&state, &parts.headers, body).await?;
     let record = state.memories().update(&ctx.tenant, &id, &patch, if_match, &ctx.actor).await?;
     Ok(Json(record.to_json()))
 }
@@ -193,10 +193,8 @@ pub async fn list(
 pub async fn forget(
     State(state): State<AppState>,
     ctx: AdminContext,
-    request: Request,
+    AdminJson(input): AdminJson,
 ) -> Result<Json<Value>, ApiError> {
-    let (parts, body) = request.into_parts();
-    let input = json_body(&state, &parts.headers, body).await?;
     let scope = input
         .get("scope")
         .and_then(Value::as_str)

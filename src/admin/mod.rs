@@ -8,11 +8,11 @@ pub mod memories;
 pub mod releases;
 pub mod transfer;
 
-use crate::error::{ApiError, ErrorKind};
+use crate::error::{ApiError, Code};
 use crate::identity::DEFAULT_TENANT;
 use crate::memory::MemoryError;
 use crate::state::AppState;
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::HeaderMap;
 use axum::http::request::Parts;
 use axum::middleware::Next;
@@ -30,8 +30,11 @@ const MAX_ADMIN_BODY_BYTES: u64 = 1024 * 1024;
 /// never counted at all.
 pub async fn require_admin(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let Some(token) = state.admin_token() else {
-        return ApiError::not_found("the admin API is off; set MEMGATE_ADMIN_TOKEN to turn it on")
-            .into_response();
+        return ApiError::coded(
+            Code::AdminApiOff,
+            "the admin API is off; set MEMGATE_ADMIN_TOKEN to turn it on",
+        )
+        .into_response();
     };
     let (parts, body) = request.into_parts();
     let client = state.client_addr(&parts).map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
@@ -49,8 +52,8 @@ pub async fn require_admin(State(state): State<AppState>, request: Request, next
         if let Err(wait) = state.admin_strikes().fail(&client) {
             return too_many_failures(wait).into_response();
         }
-        return ApiError::new(
-            ErrorKind::Authentication,
+        return ApiError::coded(
+            Code::AdminTokenInvalid,
             "the admin API needs `Authorization: Bearer <MEMGATE_ADMIN_TOKEN>`",
         )
         .into_response();
@@ -59,8 +62,8 @@ pub async fn require_admin(State(state): State<AppState>, request: Request, next
 }
 
 fn too_many_failures(wait: u64) -> ApiError {
-    ApiError::new(
-        ErrorKind::RateLimited,
+    ApiError::coded(
+        Code::TooManyFailures,
         format!("too many failed admin authentications from this address; retry in {wait} s"),
     )
     .with_retry_after(wait)
@@ -93,9 +96,10 @@ fn header_token(headers: &HeaderMap, name: &str) -> Result<Option<String>, ApiEr
     if ok {
         Ok(Some(text.to_owned()))
     } else {
-        Err(ApiError::invalid_request(format!(
-            "{name} must be 1 to 64 characters of A-Z, a-z, 0-9, '.', '_', ':' or '-'"
-        )))
+        Err(ApiError::coded(
+            Code::InvalidHeader,
+            format!("{name} must be 1 to 64 characters of A-Z, a-z, 0-9, '.', '_', ':' or '-'"),
+        ))
     }
 }
 
@@ -109,7 +113,19 @@ pub async fn json_body(
         crate::body::read_limited(headers, body, MAX_ADMIN_BODY_BYTES, state.limits().body_read_timeout)
             .await?;
     serde_json::from_slice(&bytes)
-        .map_err(|err| ApiError::invalid_request(format!("the body is not valid JSON: {err}")))
+        .map_err(|err| ApiError::coded(Code::InvalidJson, format!("the body is not valid JSON: {err}")))
+}
+
+/// A handler's JSON body, read by `json_body`'s rules (size, deadline, errors in the API's shape).
+pub struct AdminJson(pub Value);
+
+impl FromRequest<AppState> for AdminJson {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let (parts, body) = request.into_parts();
+        json_body(state, &parts.headers, body).await.map(AdminJson)
+    }
 }
 
 impl From<MemoryError> for ApiError {
@@ -121,13 +137,13 @@ impl From<MemoryError> for ApiError {
                     .map(|p| format!("{} ({})", p.path, p.kind))
                     .collect::<Vec<_>>()
                     .join(", ");
-                ApiError::new(ErrorKind::Unprocessable, format!("the record was refused: {summary}"))
+                ApiError::coded(Code::ValidationFailed, format!("the record was refused: {summary}"))
                     .with_detail("problems", json!(problems))
             }
             MemoryError::NotFound(_) => ApiError::not_found(err.to_string()),
-            MemoryError::Conflict { .. } | MemoryError::IdTaken(_) | MemoryError::TopicTaken => {
-                ApiError::new(ErrorKind::Conflict, err.to_string())
-            }
+            MemoryError::Conflict { .. } => ApiError::coded(Code::RevisionConflict, err.to_string()),
+            MemoryError::IdTaken(_) => ApiError::coded(Code::IdTaken, err.to_string()),
+            MemoryError::TopicTaken => ApiError::coded(Code::TopicTaken, err.to_string()),
             MemoryError::Store(inner) => ApiError::from(inner),
         }
     }

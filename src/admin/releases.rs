@@ -1,6 +1,6 @@
 //! `/admin/v1/releases…`: the releases and their rollout, promotion, rollback, stats and history.
 
-use super::{AdminContext, json_body};
+use super::{AdminContext, AdminJson, json_body};
 use crate::clock::format_ms;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -26,10 +26,8 @@ pub async fn patch(
     State(state): State<AppState>,
     ctx: AdminContext,
     Path(name): Path<String>,
-    request: Request,
+    AdminJson(input): AdminJson,
 ) -> Result<Json<Value>, ApiError> {
-    let (parts, body) = request.into_parts();
-    let input = json_body(&state, &parts.headers, body).await?;
     let rollout = state.rollout().patch(&name, &input, &ctx.actor).await?;
     Ok(Json(json!({"name": name, "rollout": rollout})))
 }

@@ -3,7 +3,7 @@
 
 use super::AdminContext;
 use super::memories::{ListQuery, parse_query};
-use crate::error::{ApiError, ErrorKind};
+use crate::error::{ApiError, Code};
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::{Path, Request, State};
@@ -49,8 +49,8 @@ pub async fn import(
         (false, true) => StatusCode::CREATED,
         (false, false) => {
             let invalid = report.counts.invalid;
-            return Err(ApiError::new(
-                ErrorKind::Unprocessable,
+            return Err(ApiError::coded(
+                Code::ImportInvalid,
                 format!("{invalid} line(s) are invalid; nothing was imported. Fix them (see `report`) and import again"),
             )
             .with_detail("report", json!(report)));

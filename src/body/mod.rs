@@ -10,7 +10,7 @@
 
 pub mod budget;
 
-use crate::error::{ApiError, ErrorKind};
+use crate::error::{ApiError, Code, ErrorKind};
 use axum::body::Body;
 use axum::http::HeaderMap;
 use budget::{BodyBudget, BudgetPermit};
@@ -111,25 +111,32 @@ pub fn check_messages_request(bytes: &[u8]) -> Result<(), ApiError> {
         messages: Option<&'a RawValue>,
     }
     if let Err(err) = std::str::from_utf8(bytes) {
-        return Err(ApiError::invalid_request(format!("the request body is not valid JSON: {err}")));
+        return Err(ApiError::coded(Code::InvalidJson, format!("the request body is not valid JSON: {err}")));
     }
     if nesting_depth(bytes) > MAX_DEPTH {
-        return Err(ApiError::invalid_request(format!(
-            "the request body is not valid JSON: recursion limit exceeded (nesting deeper than {MAX_DEPTH} levels)"
-        )));
+        return Err(ApiError::coded(
+            Code::InvalidJson,
+            format!(
+                "the request body is not valid JSON: recursion limit exceeded (nesting deeper than {MAX_DEPTH} levels)"
+            ),
+        ));
     }
     let first = bytes.iter().copied().find(|b| !b.is_ascii_whitespace());
     if first != Some(b'{') {
         // Anything else that is valid JSON is the wrong shape; what is not valid JSON says so.
         return match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
-            Ok(_) => {
-                Err(ApiError::invalid_request("the request body must be a JSON object (a Messages request)"))
+            Ok(_) => Err(ApiError::coded(
+                Code::InvalidJson,
+                "the request body must be a JSON object (a Messages request)",
+            )),
+            Err(err) => {
+                Err(ApiError::coded(Code::InvalidJson, format!("the request body is not valid JSON: {err}")))
             }
-            Err(err) => Err(ApiError::invalid_request(format!("the request body is not valid JSON: {err}"))),
         };
     }
-    let shape: Shape = serde_json::from_slice(bytes)
-        .map_err(|err| ApiError::invalid_request(format!("the request body is not valid JSON: {err}")))?;
+    let shape: Shape = serde_json::from_slice(bytes).map_err(|err| {
+        ApiError::coded(Code::InvalidJson, format!("the request body is not valid JSON: {err}"))
+    })?;
     match shape.model.map(RawValue::get) {
         Some(raw) if raw.starts_with('"') => {}
         Some(_) => return Err(ApiError::invalid_request("model: must be a string")),

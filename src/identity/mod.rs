@@ -19,7 +19,7 @@ pub mod keys;
 pub mod rate_limit;
 pub mod token_cache;
 
-use crate::error::{ApiError, ErrorKind};
+use crate::error::{ApiError, Code, ErrorKind};
 use crate::record::is_valid_scope;
 use crate::store::Store;
 use accepted::{AcceptedKeys, KeyDigest};
@@ -257,7 +257,8 @@ impl Authenticator {
                 ));
             }
             let subject = value.to_str().ok().filter(|s| is_valid_subject(s)).ok_or_else(|| {
-                ApiError::invalid_request(
+                ApiError::coded(
+                    Code::InvalidHeader,
                     "X-Memory-Subject must be 1 to 128 printable characters without spaces or commas",
                 )
             })?;
@@ -441,8 +442,8 @@ impl Authenticator {
 }
 
 fn too_many_failures(wait: u64) -> ApiError {
-    ApiError::new(
-        ErrorKind::RateLimited,
+    ApiError::coded(
+        Code::TooManyFailures,
         format!("too many failed authentications from this address; retry in {wait} s"),
     )
     .with_retry_after(wait)

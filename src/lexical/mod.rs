@@ -45,19 +45,7 @@ pub fn analyzer() -> &'static Analyzer {
     ANALYZER.get_or_init(Analyzer::default)
 }
 
-/// The text a record is found by words through: its key, its aliases, and every string and
-/// number of its content (as `memory::passage_text`, without the type name: a type shared by
-/// thousands of records is no evidence for any of them).
+/// The text a record is found by words through (`Record::words`).
 pub fn record_text(record: &Record) -> String {
-    let mut text = String::new();
-    if let Some(key) = &record.key {
-        text.push_str(key);
-        text.push('\n');
-    }
-    for alias in &record.aliases {
-        text.push_str(alias);
-        text.push('\n');
-    }
-    crate::record::collect_text(&record.content, &mut text);
-    text
+    record.words()
 }

@@ -5,7 +5,7 @@
 pub mod paths;
 pub mod verify;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, Code};
 use crate::observability::UpstreamLatency;
 use crate::recall::{self, Recalled};
 use crate::rollout::Release;
@@ -171,18 +171,23 @@ fn upstream_request(
 
 /// For anything outside `/v1` and the operational endpoints.
 pub async fn not_found(request: Request<Body>) -> ApiError {
-    ApiError::not_found(format!(
-        "memgate has no route {} {}; the Anthropic API lives under /v1/",
-        request.method(),
-        request.uri().path()
-    ))
+    ApiError::coded(
+        Code::NoRoute,
+        format!(
+            "memgate has no route {} {}; the Anthropic API lives under /v1/",
+            request.method(),
+            request.uri().path()
+        ),
+    )
 }
 
 /// A known path with a method it does not take.
 pub async fn method_not_allowed(request: Request<Body>) -> Response {
-    let mut response =
-        ApiError::invalid_request(format!("{} is not allowed on {}", request.method(), request.uri().path()))
-            .into_response();
+    let mut response = ApiError::coded(
+        Code::MethodNotAllowed,
+        format!("{} is not allowed on {}", request.method(), request.uri().path()),
+    )
+    .into_response();
     *response.status_mut() = axum::http::StatusCode::METHOD_NOT_ALLOWED;
     response
 }

@@ -12,7 +12,7 @@
 //! (`/v1/models/../files`, percent-encoded dots or slashes, empty segments) is refused
 //! outright, so no prefix here can be walked out of.
 
-use crate::error::{ApiError, ErrorKind};
+use crate::error::{ApiError, Code};
 use crate::identity::Caller;
 use crate::identity::UpstreamCredential;
 
@@ -53,9 +53,12 @@ pub fn check_upstream_path(caller: &Caller, path: &str) -> Result<(), ApiError> 
         return Ok(());
     }
     if is_ambiguous(path) {
-        return Err(ApiError::invalid_request(format!(
-            "the path {path} has empty, `.` or `..` segments or encoded separators; send it in its plain form"
-        )));
+        return Err(ApiError::coded(
+            Code::AmbiguousPath,
+            format!(
+                "the path {path} has empty, `.` or `..` segments or encoded separators; send it in its plain form"
+            ),
+        ));
     }
     let Needs::Permission(name, what) = needs(path) else { return Ok(()) };
     let granted = match name {
@@ -66,8 +69,8 @@ pub fn check_upstream_path(caller: &Caller, path: &str) -> Result<(), ApiError> 
     if granted {
         return Ok(());
     }
-    Err(ApiError::new(
-        ErrorKind::Permission,
+    Err(ApiError::coded(
+        Code::PathNotAllowed,
         format!(
             "{what} ({path}) would use this gateway's shared upstream workspace, which every tenant's \
              requests share; the caller needs the `{name}` permission"
@@ -103,7 +106,7 @@ mod tests {
             ("/v1/messages/other", "upstream_other"),
         ] {
             let err = check_upstream_path(&nobody, path).unwrap_err();
-            assert_eq!(err.kind(), ErrorKind::Permission, "{path}");
+            assert_eq!(err.code(), Code::PathNotAllowed, "{path}");
             assert!(err.message().contains(permission), "{path}: {}", err.message());
             assert!(check_upstream_path(&managed(&[permission]), path).is_ok(), "{path} with {permission}");
         }
@@ -122,7 +125,7 @@ mod tests {
             "/v1/models\\..\\files",
         ] {
             let err = check_upstream_path(&nobody, sneaky).unwrap_err();
-            assert_eq!(err.kind(), ErrorKind::InvalidRequest, "{sneaky}");
+            assert_eq!(err.code(), Code::AmbiguousPath, "{sneaky}");
         }
     }
 

@@ -9,7 +9,7 @@
 
 use crate::clock::{format_ms, now_ms};
 use crate::config::MemoryConfig;
-use crate::error::{ApiError, ErrorKind};
+use crate::error::{ApiError, Code, ErrorKind};
 use crate::funnel::Retrieval;
 use crate::funnel::semantic::{Hybrid, SemanticQuery};
 use crate::funnel::trace::{Detail, Trace};
@@ -145,7 +145,7 @@ pub fn wish(headers: &HeaderMap, caller: &Caller) -> Result<Wish, ApiError> {
     let off = match headers.get("x-memory-mode").map(|v| v.to_str().unwrap_or("")) {
         None | Some("read") => false,
         Some("off") => true,
-        Some(_) => return Err(ApiError::invalid_request("X-Memory-Mode must be `off` or `read`")),
+        Some(_) => return Err(ApiError::coded(Code::InvalidHeader, "X-Memory-Mode must be `off` or `read`")),
     };
     let debug = match headers.get("x-memory-debug").map(|v| v.to_str().unwrap_or("")) {
         None | Some("0") => false,
@@ -156,7 +156,7 @@ pub fn wish(headers: &HeaderMap, caller: &Caller) -> Result<Wish, ApiError> {
                 "X-Memory-Debug needs a caller with the debug permission",
             ));
         }
-        Some(_) => return Err(ApiError::invalid_request("X-Memory-Debug must be 1 or 0")),
+        Some(_) => return Err(ApiError::coded(Code::InvalidHeader, "X-Memory-Debug must be 1 or 0")),
     };
     let trace = if debug { Detail::Visible } else { Detail::Off };
     Ok(Wish { off, trace, budget: None, shadow: false })
@@ -216,8 +216,8 @@ impl Recaller {
         }
         tracing::warn!(reason, release = %release.name, "memory degraded; the request goes on without it");
         if self.config().fail_closed {
-            return Err(ApiError::new(
-                ErrorKind::Overloaded,
+            return Err(ApiError::coded(
+                Code::MemoryUnavailable,
                 format!("memory is unavailable ({reason}) and this gateway is set to fail closed"),
             ));
         }

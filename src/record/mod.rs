@@ -193,6 +193,22 @@ mod tests {
     }
 }
 
+impl Record {
+    /// The text a record is found by words through: its key, its aliases, and every string and
+    /// number of its content, one per line; not the type name (a type shared by thousands of
+    /// records is no evidence for any of them). The lexical index and the store's `q` search
+    /// both read it.
+    pub fn words(&self) -> String {
+        let mut text = String::new();
+        for word in self.key.iter().chain(&self.aliases) {
+            text.push_str(word);
+            text.push('\n');
+        }
+        collect_text(&self.content, &mut text);
+        text
+    }
+}
+
 /// Every string and number of a JSON value, one per line, in document order.
 pub fn collect_text(value: &Value, out: &mut String) {
     match value {

@@ -16,7 +16,7 @@ pub mod stats;
 
 use crate::client_addr::Cidr;
 use crate::clock::now_ms;
-use crate::error::{ApiError, ErrorKind};
+use crate::error::{ApiError, Code, ErrorKind};
 use crate::fanout::{Fanout, Topic};
 use crate::identity::Caller;
 use crate::observability::metrics::Metrics;
@@ -115,11 +115,14 @@ impl Rollout {
             let usable = table.states.get(name).is_none_or(|s| s.stage != Stage::Retired);
             return match table.releases.get(name) {
                 Some(release) if usable => Ok(release.clone()),
-                Some(_) => Err(ApiError::invalid_request(format!("release `{name}` is retired"))),
-                None => Err(ApiError::invalid_request(format!(
-                    "unknown release `{name}` in X-Memory-Version; known: {}",
-                    table.releases.keys().cloned().collect::<Vec<_>>().join(", ")
-                ))),
+                Some(_) => Err(ApiError::coded(Code::UnknownRelease, format!("release `{name}` is retired"))),
+                None => Err(ApiError::coded(
+                    Code::UnknownRelease,
+                    format!(
+                        "unknown release `{name}` in X-Memory-Version; known: {}",
+                        table.releases.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                )),
             };
         }
         for (release, state, cidrs) in &table.canaries {
@@ -203,15 +206,25 @@ impl Rollout {
         self.store.rollout_history(name).await
     }
 
-    /// Applies a partial state (`stage`, `canary_percent`, `allow`, `guard`,
-    /// `shadow_sample_percent`) to one release.
-    pub async fn patch(&self, name: &str, patch: &Value, actor: &str) -> Result<RolloutState, RolloutError> {
-        let _writing = self.writing.lock().await;
+    /// Starts a change to release `name`: one change at a time on this replica, on the newest
+    /// stored state. The guard ends the change when dropped.
+    async fn begin_change(
+        &self,
+        name: &str,
+    ) -> Result<(tokio::sync::MutexGuard<'_, ()>, arc_swap::Guard<Arc<Table>>), RolloutError> {
+        let writing = self.writing.lock().await;
         self.refresh().await?;
         let table = self.table.load();
         if !table.releases.contains_key(name) {
             return Err(RolloutError::Unknown(name.to_owned()));
         }
+        Ok((writing, table))
+    }
+
+    /// Applies a partial state (`stage`, `canary_percent`, `allow`, `guard`,
+    /// `shadow_sample_percent`) to one release.
+    pub async fn patch(&self, name: &str, patch: &Value, actor: &str) -> Result<RolloutState, RolloutError> {
+        let (_writing, table) = self.begin_change(name).await?;
         let before = table.states.get(name).cloned().unwrap_or_default();
         let Value::Object(fields) = patch else {
             return Err(RolloutError::Invalid("the body must be a JSON object of rollout fields".into()));
@@ -246,12 +259,7 @@ impl Rollout {
 
     /// Makes `name` the active release; the previous active one becomes available.
     pub async fn promote(&self, name: &str, actor: &str, reason: &str) -> Result<(), RolloutError> {
-        let _writing = self.writing.lock().await;
-        self.refresh().await?;
-        let table = self.table.load();
-        if !table.releases.contains_key(name) {
-            return Err(RolloutError::Unknown(name.to_owned()));
-        }
+        let (_writing, table) = self.begin_change(name).await?;
         let previous = table.active.name.clone();
         if previous == name {
             return Ok(());
@@ -284,12 +292,7 @@ impl Rollout {
 
     /// Withdraws a canary (or shadow): it serves nobody until changed again.
     pub async fn rollback(&self, name: &str, actor: &str, reason: &str) -> Result<(), RolloutError> {
-        let _writing = self.writing.lock().await;
-        self.refresh().await?;
-        let table = self.table.load();
-        if !table.releases.contains_key(name) {
-            return Err(RolloutError::Unknown(name.to_owned()));
-        }
+        let (_writing, table) = self.begin_change(name).await?;
         let before = table.states.get(name).cloned().unwrap_or_default();
         if before.stage == Stage::Active || table.active.name == name {
             return Err(RolloutError::Invalid(

@@ -8,6 +8,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
 impl Store {
+    /// Stores one record's embedding (`put_embeddings` of one).
     pub async fn put_embedding(
         &self,
         tenant: &str,
@@ -15,26 +16,9 @@ impl Store {
         model_id: &str,
         vector: &[f32],
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        sqlx::query("DELETE FROM memory_embeddings WHERE tenant = $1 AND memory_id = $2")
-            .bind(tenant)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(
-            "INSERT INTO memory_embeddings (tenant, memory_id, model_id, vector) VALUES ($1, $2, $3, $4)",
-        )
-        .bind(tenant)
-        .bind(id)
-        .bind(model_id)
-        .bind(encode(vector))
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        self.put_embeddings(model_id, &[(tenant, id, vector)]).await
     }
 
-    /// Every embedding made by `model_id`, by (tenant, record id).
     /// Stores many records' embeddings in one transaction (a backfill's batch): one commit, not
     /// one per record. `(tenant, id, vector)`; a record deleted meanwhile keeps no embedding.
     pub async fn put_embeddings(
@@ -89,6 +73,7 @@ impl Store {
         Ok((row.try_get("total")?, row.try_get("embedded")?))
     }
 
+    /// Every embedding made by `model_id`, by (tenant, record id).
     pub async fn embeddings_of_model(
         &self,
         model_id: &str,

@@ -683,38 +683,47 @@ async fn insert(
     record: &Record,
     import_id: Option<&str>,
 ) -> Result<(), StoreError> {
-    sqlx::query(
+    let query = sqlx::query(
         "INSERT INTO memories (tenant, id, record_type, schema_version, scope_json, valid_from, valid_until, \
          priority, topic_key, aliases_json, content_json, metadata_json, content_hash, revision, status, \
          created_at, updated_at, last_accessed_at, access_count, import_id, search_text, change_seq) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
-    )
-    .bind(&record.tenant)
-    .bind(&record.id)
-    .bind(&record.record_type)
-    .bind(&record.schema_version)
-    .bind(json_text(&record.scope))
-    .bind(record.valid_from_ms)
-    .bind(record.valid_until_ms)
-    .bind(i64::from(record.priority))
-    .bind(record.key.clone())
-    .bind(json_text(&record.aliases))
-    .bind(record.content.to_string())
-    .bind(Value::Object(record.metadata.clone()).to_string())
-    .bind(content_hash(&record.record_type, &record.scope, &record.content))
-    .bind(record.revision)
-    .bind(record.status.as_str())
-    .bind(record.created_at_ms)
-    .bind(record.updated_at_ms)
-    .bind(record.last_accessed_at_ms)
-    .bind(record.access_count)
-    .bind(import_id.map(str::to_owned))
-    .bind(search_text(record))
-    .bind(record.change_seq)
-    .execute(&mut **tx)
-    .await
-    .map_err(super::topic_conflict)?;
+    );
+    bind_record_columns(query.bind(&record.tenant).bind(&record.id), record)
+        .bind(record.created_at_ms)
+        .bind(record.updated_at_ms)
+        .bind(record.last_accessed_at_ms)
+        .bind(record.access_count)
+        .bind(import_id.map(str::to_owned))
+        .bind(search_text(record))
+        .bind(record.change_seq)
+        .execute(&mut **tx)
+        .await
+        .map_err(super::topic_conflict)?;
     insert_scopes(tx, record).await
+}
+
+/// Binds the columns an insert and an update both write, in their order in both statements:
+/// record_type, schema_version, scope_json, valid_from, valid_until, priority, topic_key,
+/// aliases_json, content_json, metadata_json, content_hash, revision, status.
+fn bind_record_columns<'q>(
+    query: sqlx::query::Query<'q, Any, sqlx::any::AnyArguments>,
+    record: &'q Record,
+) -> sqlx::query::Query<'q, Any, sqlx::any::AnyArguments> {
+    query
+        .bind(&record.record_type)
+        .bind(&record.schema_version)
+        .bind(json_text(&record.scope))
+        .bind(record.valid_from_ms)
+        .bind(record.valid_until_ms)
+        .bind(i64::from(record.priority))
+        .bind(record.key.clone())
+        .bind(json_text(&record.aliases))
+        .bind(record.content.to_string())
+        .bind(Value::Object(record.metadata.clone()).to_string())
+        .bind(content_hash(&record.record_type, &record.scope, &record.content))
+        .bind(record.revision)
+        .bind(record.status.as_str())
 }
 
 async fn insert_scopes(tx: &mut Transaction<'_, Any>, record: &Record) -> Result<(), StoreError> {
@@ -738,34 +747,20 @@ async fn write_update(
     actor: &str,
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    let updated = sqlx::query(
+    let query = sqlx::query(
         "UPDATE memories SET record_type = $3, schema_version = $4, scope_json = $5, valid_from = $6, \
          valid_until = $7, priority = $8, topic_key = $9, aliases_json = $10, content_json = $11, \
          metadata_json = $12, content_hash = $13, revision = $14, status = $15, updated_at = $16, \
          search_text = $17, change_seq = $19 WHERE tenant = $1 AND id = $2 AND revision = $18",
-    )
-    .bind(&current.tenant)
-    .bind(&current.id)
-    .bind(&next.record_type)
-    .bind(&next.schema_version)
-    .bind(json_text(&next.scope))
-    .bind(next.valid_from_ms)
-    .bind(next.valid_until_ms)
-    .bind(i64::from(next.priority))
-    .bind(next.key.clone())
-    .bind(json_text(&next.aliases))
-    .bind(next.content.to_string())
-    .bind(Value::Object(next.metadata.clone()).to_string())
-    .bind(content_hash(&next.record_type, &next.scope, &next.content))
-    .bind(next.revision)
-    .bind(next.status.as_str())
-    .bind(next.updated_at_ms)
-    .bind(search_text(next))
-    .bind(current.revision)
-    .bind(next.change_seq)
-    .execute(&mut **tx)
-    .await
-    .map_err(super::topic_conflict)?;
+    );
+    let updated = bind_record_columns(query.bind(&current.tenant).bind(&current.id), next)
+        .bind(next.updated_at_ms)
+        .bind(search_text(next))
+        .bind(current.revision)
+        .bind(next.change_seq)
+        .execute(&mut **tx)
+        .await
+        .map_err(super::topic_conflict)?;
     if updated.rows_affected() == 0 {
         // Someone else wrote between our read and this update.
         return Err(StoreError::RevisionConflict {
@@ -868,18 +863,9 @@ fn json_text(items: &[String]) -> String {
     Value::from(items.to_vec()).to_string()
 }
 
+/// What `q` searches (lowercased; LIKE is case-sensitive on both backends).
 fn search_text(record: &Record) -> String {
-    let mut text = String::new();
-    if let Some(key) = &record.key {
-        text.push_str(key);
-        text.push('\n');
-    }
-    for alias in &record.aliases {
-        text.push_str(alias);
-        text.push('\n');
-    }
-    crate::record::collect_text(&record.content, &mut text);
-    text.to_lowercase()
+    record.words().to_lowercase()
 }
 
 fn escape_like(text: &str) -> String {

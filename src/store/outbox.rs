@@ -148,6 +148,19 @@ const CLAIM_POSTGRES: &str = "UPDATE trigger_outbox \
     RETURNING ";
 
 impl Store {
+    /// A transaction for a write whose loss in a database crash costs only a repeat: a claim (the
+    /// lease vanishes, the action is claimed again) or a delivery's outcome (the action is sent
+    /// again; receivers dedupe by `webhook-id`). On PostgreSQL it commits without waiting for the
+    /// WAL flush (`synchronous_commit = off`, this transaction only), which keeps the outbox's
+    /// bookkeeping from queueing behind fsyncs. Decisions themselves are inserted durably.
+    async fn relaxed(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
+        let mut tx = self.begin_write().await?;
+        if self.backend() == Backend::Postgres {
+            sqlx::query("SET LOCAL synchronous_commit = off").execute(&mut *tx).await?;
+        }
+        Ok(tx)
+    }
+
     /// Inserts decided actions in one transaction; a decision already there (same id) is left as
     /// it is. Returns how many were new.
     pub async fn outbox_insert(&self, actions: &[NewOutboxAction], now_ms: i64) -> Result<u64, StoreError> {
@@ -201,13 +214,14 @@ impl Store {
             Backend::Postgres => CLAIM_POSTGRES,
         };
         let sql = format!("{head}{COLUMNS}");
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let query = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(now_ms + lease_ms)
             .bind(owner)
             .bind(now_ms)
-            .bind(i64::from(limit.clamp(1, 1000)))
-            .fetch_all(self.pool())
-            .await?;
+            .bind(i64::from(limit.clamp(1, 1000)));
+        let mut tx = self.relaxed().await?;
+        let rows = query.fetch_all(&mut *tx).await?;
+        tx.commit().await?;
         let mut claimed = rows.iter().map(action_from_row).collect::<Result<Vec<_>, _>>()?;
         claimed.sort_by(|a, b| (a.next_at_ms, &a.id).cmp(&(b.next_at_ms, &b.id)));
         Ok(claimed)
@@ -235,7 +249,7 @@ impl Store {
         status: u16,
         response: &str,
     ) -> Result<bool, StoreError> {
-        let result = sqlx::query(
+        let query = sqlx::query(
             "UPDATE trigger_outbox SET state = 'delivered', delivered_at = $3, updated_at = $3, \
              last_status = $4, last_error = NULL, last_response = $5, locked_until = NULL, lease_owner = NULL \
              WHERE id = $1 AND lease_owner = $2",
@@ -244,9 +258,10 @@ impl Store {
         .bind(owner)
         .bind(now_ms)
         .bind(i64::from(status))
-        .bind(excerpt(response))
-        .execute(self.pool())
-        .await?;
+        .bind(excerpt(response));
+        let mut tx = self.relaxed().await?;
+        let result = query.execute(&mut *tx).await?;
+        tx.commit().await?;
         Ok(result.rows_affected() == 1)
     }
 
@@ -260,7 +275,7 @@ impl Store {
         status: Option<u16>,
         error: &str,
     ) -> Result<bool, StoreError> {
-        let result = sqlx::query(
+        let query = sqlx::query(
             "UPDATE trigger_outbox SET state = 'retrying', next_at = $4, updated_at = $3, last_status = $5, \
              last_error = $6, locked_until = NULL, lease_owner = NULL \
              WHERE id = $1 AND lease_owner = $2",
@@ -270,9 +285,10 @@ impl Store {
         .bind(now_ms)
         .bind(next_at_ms)
         .bind(status.map(i64::from))
-        .bind(excerpt(error))
-        .execute(self.pool())
-        .await?;
+        .bind(excerpt(error));
+        let mut tx = self.relaxed().await?;
+        let result = query.execute(&mut *tx).await?;
+        tx.commit().await?;
         Ok(result.rows_affected() == 1)
     }
 
@@ -285,7 +301,7 @@ impl Store {
         status: Option<u16>,
         error: &str,
     ) -> Result<bool, StoreError> {
-        let result = sqlx::query(
+        let query = sqlx::query(
             "UPDATE trigger_outbox SET state = 'dead', updated_at = $3, last_status = $4, last_error = $5, \
              locked_until = NULL, lease_owner = NULL \
              WHERE id = $1 AND lease_owner = $2",
@@ -294,9 +310,10 @@ impl Store {
         .bind(owner)
         .bind(now_ms)
         .bind(status.map(i64::from))
-        .bind(excerpt(error))
-        .execute(self.pool())
-        .await?;
+        .bind(excerpt(error));
+        let mut tx = self.relaxed().await?;
+        let result = query.execute(&mut *tx).await?;
+        tx.commit().await?;
         Ok(result.rows_affected() == 1)
     }
 

@@ -122,13 +122,14 @@ pub struct Decision {
     pub matched_condition: Matched,
     /// The end user the request was about (`X-Memory-Subject`, a JWT's subject), if known.
     pub subject: Option<String>,
-    /// The webhook body, rendered from the endpoint's template.
-    #[serde(skip)]
-    pub body: String,
-    /// Why it cannot be delivered as decided (no such endpoint, the body did not render): it is
-    /// written to the outbox dead, with this reason.
+    /// Why it cannot be delivered as decided (no such endpoint): it is written to the outbox
+    /// dead, with this reason.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub undeliverable: Option<String>,
+    /// What the body is rendered from (when the decision is written, off the request's path).
+    /// Without the person's words unless the endpoint opted in.
+    #[serde(skip)]
+    pub body: Box<super::body::BodyContext>,
 }
 
 /// The idempotency id of action `action_index` of record `record_id` fired by request

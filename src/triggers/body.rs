@@ -30,7 +30,7 @@ pub const DEFAULT_TEMPLATE: &str = concat!(
 const DEFAULT_NAME: &str = "default";
 
 /// The variables of a body template.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BodyContext {
     pub event_id: String,
     /// RFC 3339.
@@ -44,7 +44,7 @@ pub struct BodyContext {
     pub conversation: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RecordView {
     pub id: String,
     #[serde(rename = "type")]
@@ -55,7 +55,7 @@ pub struct RecordView {
     pub content: Value,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ActionView {
     pub index: usize,
     pub service: String,

@@ -12,9 +12,9 @@
 //!    (`conditions`, cached per record revision) against the person's words and the client's
 //!    values (`TriggerInput`), giving the `Fired` records and the condition that matched;
 //! 3. the same step — `Triggers::decide` turns each fired record's actions into `Decision`s with
-//!    an idempotency id (`actions::event_id`) and a body rendered from the endpoint's template
-//!    (`body`), and `Triggers::enqueue` writes them to the outbox (`crate::store::outbox`) on a
-//!    background task, so the answer does not wait for the database;
+//!    an idempotency id (`actions::event_id`), and `Triggers::enqueue` renders their bodies from
+//!    the endpoints' templates (`body`) and writes them to the outbox (`crate::store::outbox`) on
+//!    a background task, so the answer waits for neither;
 //! 4. delivery — the worker (`delivery::Delivery`), one per replica, claims due actions under a
 //!    lease, POSTs them signed as Standard Webhooks (`signing`) to addresses checked by `safety`,
 //!    and records delivered, retrying (backoff with jitter, `Retry-After`) or dead.
@@ -255,9 +255,10 @@ impl Triggers {
             .collect()
     }
 
-    /// The decisions of one request: one per action of each fired record, bodies rendered. An
-    /// action whose endpoint is not configured, or whose body does not render, is still decided:
-    /// it goes into the outbox dead, with the reason, for an operator to see and replay.
+    /// The decisions of one request: one per action of each fired record. Quick: the bodies are
+    /// rendered later, off the request's path, when the decisions are written. An action whose
+    /// endpoint is not configured is still decided: it goes into the outbox dead, with the reason,
+    /// for an operator to see and replay (so is one whose body does not render).
     pub fn decide(
         &self,
         tenant: &str,
@@ -272,6 +273,7 @@ impl Triggers {
             for (index, action) in f.actions.iter().enumerate() {
                 let id = event_id(tenant, request_id, &f.record_id, index);
                 let endpoint = self.config.endpoints.get(&action.service);
+                let include_conversation = endpoint.is_some_and(|e| e.include_conversation);
                 let context = BodyContext {
                     event_id: id.clone(),
                     decided_at: decided_at.clone(),
@@ -293,24 +295,16 @@ impl Triggers {
                         params: action.params.clone(),
                     },
                     matched: f.matched.clone(),
-                    conversation: Some(input.text.chars().take(text::MAX_INPUT_CHARS).collect()),
+                    conversation: include_conversation
+                        .then(|| input.text.chars().take(text::MAX_INPUT_CHARS).collect()),
                 }
-                .for_endpoint(endpoint.is_some_and(|e| e.include_conversation));
-                let (body, undeliverable) = match (endpoint, self.bodies.render(&action.service, &context)) {
-                    (Some(_), Ok(body)) => (body, None),
-                    (None, Ok(body)) => (
-                        body,
-                        Some(format!(
-                            "no endpoint named `{}` is configured ([triggers.endpoints.{}]); configure it and replay",
-                            action.service, action.service
-                        )),
-                    ),
-                    (_, Err(error)) => (String::from("{}"), Some(error)),
-                };
-                let mut matched = f.matched.clone();
-                if !endpoint.is_some_and(|e| e.include_conversation) {
-                    matched.excerpt = None;
-                }
+                .for_endpoint(include_conversation);
+                let undeliverable = endpoint.is_none().then(|| {
+                    format!(
+                        "no endpoint named `{}` is configured ([triggers.endpoints.{}]); configure it and replay",
+                        action.service, action.service
+                    )
+                });
                 decisions.push(Decision {
                     id,
                     tenant: tenant.to_owned(),
@@ -321,14 +315,42 @@ impl Triggers {
                     endpoint: action.service.clone(),
                     method: action.method.clone(),
                     params: action.params.clone(),
-                    matched_condition: matched,
+                    matched_condition: context.matched.clone(),
                     subject: subject.map(str::to_owned),
-                    body,
                     undeliverable,
+                    body: Box::new(context),
                 });
             }
         }
         decisions
+    }
+
+    /// The webhook body of `decision`, rendered from its endpoint's template (the default one for
+    /// an endpoint that is not configured).
+    pub fn render_body(&self, decision: &Decision) -> Result<String, String> {
+        self.bodies.render(&decision.endpoint, &decision.body)
+    }
+
+    /// The outbox row of `decision`: its body rendered, or dead with the reason it cannot be.
+    fn outbox_row(&self, decision: &Decision) -> NewOutboxAction {
+        let (body, dead_reason) = match self.render_body(decision) {
+            Ok(body) => (body, decision.undeliverable.clone()),
+            Err(error) => (String::from("{}"), Some(error)),
+        };
+        NewOutboxAction {
+            id: decision.id.clone(),
+            tenant: decision.tenant.clone(),
+            request_id: decision.request_id.clone(),
+            record_id: decision.record_id.clone(),
+            record_revision: decision.record_revision,
+            action_index: i64::try_from(decision.action_index).unwrap_or(i64::MAX),
+            endpoint: decision.endpoint.clone(),
+            method: decision.method.clone(),
+            subject: decision.subject.clone(),
+            matched: serde_json::to_value(&decision.matched_condition).unwrap_or(Value::Null),
+            body,
+            dead_reason,
+        }
     }
 
     /// Writes `decisions` to the outbox on a background task of the server's tracker and wakes
@@ -361,7 +383,7 @@ impl Triggers {
     /// Writes `decisions` to the outbox now (idempotent: a decision already there is left as it
     /// is) and wakes the worker. Returns how many were new.
     pub async fn enqueue_now(&self, decisions: &[Decision]) -> Result<u64, StoreError> {
-        let rows: Vec<NewOutboxAction> = decisions.iter().map(Decision::to_outbox).collect();
+        let rows: Vec<NewOutboxAction> = decisions.iter().map(|d| self.outbox_row(d)).collect();
         let added = self.store.outbox_insert(&rows, now_ms()).await?;
         self.metrics.queued.inc_by(added);
         self.wake.notify_one();
@@ -390,25 +412,6 @@ impl Triggers {
             return None;
         }
         Some(self.delivery().spawn(&self.tasks, stop))
-    }
-}
-
-impl Decision {
-    fn to_outbox(&self) -> NewOutboxAction {
-        NewOutboxAction {
-            id: self.id.clone(),
-            tenant: self.tenant.clone(),
-            request_id: self.request_id.clone(),
-            record_id: self.record_id.clone(),
-            record_revision: self.record_revision,
-            action_index: i64::try_from(self.action_index).unwrap_or(i64::MAX),
-            endpoint: self.endpoint.clone(),
-            method: self.method.clone(),
-            subject: self.subject.clone(),
-            matched: serde_json::to_value(&self.matched_condition).unwrap_or(Value::Null),
-            body: self.body.clone(),
-            dead_reason: self.undeliverable.clone(),
-        }
     }
 }
 

@@ -108,12 +108,18 @@ async fn fires_on_a_threat_not_on_a_question_and_decides_once_per_action() {
     assert_eq!(decisions.len(), 2);
     assert_eq!(decisions[0].id, event_id("t", "req-1", "sop-escalation", 0));
     assert_eq!(decisions[0].undeliverable, None);
-    let body: Value = serde_json::from_str(&decisions[0].body).unwrap();
+    let body: Value = serde_json::from_str(&triggers.render_body(&decisions[0]).unwrap()).unwrap();
     assert_eq!(body["data"]["subject"], "u-789");
     assert_eq!(body["data"]["params"]["priority"], "urgent");
     assert_eq!(body["data"]["conversation"], "I'm going to talk to my lawyer", "ticketing opted in");
     assert!(decisions[1].undeliverable.as_deref().unwrap().contains("ops_chat"));
-    assert!(!decisions[1].body.contains("talk to my lawyer"), "no opt-in, no words");
+    assert!(
+        !triggers.render_body(&decisions[1]).unwrap().contains("talk to my lawyer"),
+        "no opt-in, no words"
+    );
+    assert_eq!(decisions[1].body.conversation, None);
+    assert_eq!(decisions[1].matched_condition.excerpt, None);
+    assert_eq!(decisions[0].matched_condition.excerpt.as_deref(), Some("lawyer"));
 
     assert_eq!(triggers.enqueue_now(&decisions).await.unwrap(), 2);
     // The same request deciding again (a retried turn, a second replica) adds nothing.

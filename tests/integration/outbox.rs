@@ -122,7 +122,7 @@ async fn concurrent_claimers_never_get_the_same_action(db: TestDb) {
 async fn an_expired_lease_makes_the_action_due_again(db: TestDb) {
     let store = store(&db).await;
     let decided = action("t", "req-1", 0);
-    store.outbox_insert(&[decided.clone()], T0).await.unwrap();
+    store.outbox_insert(std::slice::from_ref(&decided), T0).await.unwrap();
     // A replica claims it, then dies before it can say how the delivery went.
     let claimed = store.outbox_claim("dead-replica", T0, 1_000, 10).await.unwrap();
     assert_eq!(claimed.len(), 1);
@@ -145,7 +145,7 @@ async fn an_expired_lease_makes_the_action_due_again(db: TestDb) {
 async fn failures_are_scheduled_and_only_the_lease_owner_marks(db: TestDb) {
     let store = store(&db).await;
     let decided = action("t", "req-1", 0);
-    store.outbox_insert(&[decided.clone()], T0).await.unwrap();
+    store.outbox_insert(std::slice::from_ref(&decided), T0).await.unwrap();
     store.outbox_claim("w1", T0, LEASE, 10).await.unwrap();
     assert!(
         !store.outbox_mark_retry(&decided.id, "intruder", T0 + 10, T0 + 5_000, Some(500), "x").await.unwrap()
@@ -186,7 +186,7 @@ async fn failures_are_scheduled_and_only_the_lease_owner_marks(db: TestDb) {
 async fn dead_actions_wait_for_a_replay(db: TestDb) {
     let store = store(&db).await;
     let decided = action("t", "req-1", 0);
-    store.outbox_insert(&[decided.clone()], T0).await.unwrap();
+    store.outbox_insert(std::slice::from_ref(&decided), T0).await.unwrap();
     store.outbox_claim("w", T0, LEASE, 10).await.unwrap();
     assert!(store.outbox_mark_dead(&decided.id, "w", T0 + 1, Some(410), "410 Gone").await.unwrap());
     let dead = store.outbox_get("t", &decided.id).await.unwrap();

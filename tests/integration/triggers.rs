@@ -265,7 +265,7 @@ async fn retries_after_500_and_429_with_retry_after_then_delivers_signed() {
     stop.cancel();
     worker.await.unwrap();
 
-    let seen = receiver.seen.lock().unwrap();
+    let seen = std::mem::take(&mut *receiver.seen.lock().unwrap());
     assert_eq!(seen.len(), 3, "500, then 429, then 200");
     let gap = seen[2].at - seen[1].at;
     assert!(gap >= Duration::from_millis(990), "Retry-After: 1 honoured (waited {gap:?})");
@@ -291,7 +291,6 @@ async fn retries_after_500_and_429_with_retry_after_then_delivers_signed() {
     assert!(body["data"].get("conversation").is_none(), "no opt-in: the words stay out");
     assert!(body["data"]["matched"].get("excerpt").is_none());
     assert_eq!(seen[0].body, seen[2].body, "every attempt sends the same bytes");
-    drop(seen);
 
     let row = store.outbox_get("t", &id).await.unwrap();
     assert_eq!((row.attempts, row.last_status), (3, Some(200)));
@@ -480,4 +479,136 @@ async fn external_receiver() {
     worker.await.unwrap();
     let row = store.outbox_get("t", &id).await.unwrap();
     println!("delivered {id} after {} attempts", row.attempts);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measurements for docs/triggers.md ("Cost"): run with
+//   cargo test --release --test integration -- --ignored --nocapture --test-threads 1 triggers::measure
+
+fn percentile(values: &[f64], p: f64) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// 50 visible records, 5 of them with triggers (50 keywords, a regex, entities, comparisons, the
+/// seed SOP): what evaluating them and deciding adds to a request, firing and not.
+#[tokio::test]
+#[ignore = "a measurement; see docs/triggers.md"]
+async fn measure_evaluate_and_decide() {
+    let db = TestDb::sqlite();
+    let store = open(&db).await;
+    let triggers = triggers(config("http://127.0.0.1:9/hook", true), &store);
+    let mut records: Vec<Record> = (0..45)
+        .map(|i| {
+            let mut r = sop_record("t");
+            r.id = format!("note-{i}");
+            r.content = json!({"title": format!("note {i}"), "steps": "x".repeat(500)});
+            r
+        })
+        .collect();
+    let keywords: Vec<String> = (0..50).map(|i| format!("keyword{i}")).collect();
+    let act = json!([{"service": "ticketing", "method": "create_ticket"}]);
+    for (i, conditions) in [
+        json!([{"keywords": keywords}, "mentions refund or chargeback"]),
+        json!([{"regex": "(cancel|terminate).{0,40}(contract|subscription)"}]),
+        json!([{"entity": "email"}, {"entity": "phone"}]),
+        json!(["satisfaction_score < 2"]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut r = sop_record("t");
+        r.id = format!("sop-{i}");
+        r.content = json!({"title": "t", "steps": "s", "trigger_conditions": conditions, "actions": act});
+        records.push(r);
+    }
+    records.push(sop_record("t"));
+    let firing = format!(
+        "{} I'm going to talk to my lawyer about ORD-2024-0615, 我要找律师",
+        "My router keeps dropping the 5 GHz network every evening and support has not helped. ".repeat(3)
+    );
+    let values = BTreeMap::new();
+    let (mut fire, mut quiet) = (Vec::new(), Vec::new());
+    for i in 0..5000 {
+        let started = Instant::now();
+        let input = TriggerInput::new(&firing, &values);
+        let fired = triggers.evaluate(&input, records.iter());
+        let decisions = triggers.decide("t", &format!("req-{i}"), Some("u-789"), &input, &fired);
+        fire.push(started.elapsed().as_secs_f64() * 1e6);
+        assert_eq!(decisions.len(), 2);
+        let started = Instant::now();
+        let input = TriggerInput::new("what is your refund policy for routers bought last month?", &values);
+        let fired = triggers.evaluate(&input, records.iter());
+        quiet.push(started.elapsed().as_secs_f64() * 1e6);
+        assert_eq!(fired.len(), 1, "`refund` fires the keyword SOP");
+    }
+    println!(
+        "evaluate 50 records + decide (the seed SOP fires, 2 actions): p50 {:.0} µs, p99 {:.0} µs",
+        percentile(&fire, 0.5),
+        percentile(&fire, 0.99)
+    );
+    println!(
+        "evaluate 50 records, a short question: p50 {:.0} µs, p99 {:.0} µs",
+        percentile(&quiet, 0.5),
+        percentile(&quiet, 0.99)
+    );
+}
+
+/// Decisions at 100 per second through `enqueue` to a local receiver: the time from the enqueue
+/// call to the receiver's arrival, after the first 100 (connection pools grown and warm).
+async fn measure_delivery(db: TestDb, label: &str) {
+    let store = open(&db).await;
+    let (receiver, url) = Receiver::start(&[]).await;
+    let tasks = TaskTracker::new();
+    let mut config = config(&url, true);
+    config.poll_interval_ms = 1_000;
+    let triggers = Triggers::new(config, store.clone(), tasks.clone(), TriggerMetrics::default()).unwrap();
+    let stop = CancellationToken::new();
+    let worker = triggers.delivery().spawn(&tasks, stop.clone());
+    let record = sop_record("t");
+    let values = BTreeMap::new();
+    let mut sent = Vec::new();
+    let mut enqueue_us = Vec::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    for i in 0..400 {
+        tick.tick().await;
+        let input = TriggerInput::new("I'm going to talk to my lawyer", &values);
+        let fired = triggers.evaluate(&input, [&record]);
+        let mut decisions = triggers.decide("t", &format!("req-{i}"), None, &input, &fired);
+        decisions.truncate(1);
+        let id = decisions[0].id.clone();
+        let started = Instant::now();
+        triggers.enqueue(decisions);
+        enqueue_us.push(started.elapsed().as_secs_f64() * 1e6);
+        sent.push((id, started));
+    }
+    let r = &receiver;
+    eventually(Duration::from_secs(60), "400 deliveries", || async move { (r.count() >= 400).then_some(()) })
+        .await;
+    stop.cancel();
+    worker.await.unwrap();
+    let arrived: HashMap<String, Instant> =
+        receiver.seen.lock().unwrap().iter().map(|s| (header(&s.headers, "webhook-id"), s.at)).collect();
+    let latency: Vec<f64> =
+        sent[100..].iter().map(|(id, at)| (arrived[id] - *at).as_secs_f64() * 1e3).collect();
+    println!(
+        "{label}: enqueue call p99 {:.0} µs; decision to receiver at 100/s: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        percentile(&enqueue_us, 0.99),
+        percentile(&latency, 0.5),
+        percentile(&latency, 0.99),
+        percentile(&latency, 1.0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement; see docs/triggers.md"]
+async fn measure_delivery_sqlite() {
+    measure_delivery(TestDb::sqlite(), "SQLite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement; see docs/triggers.md"]
+async fn measure_delivery_postgres() {
+    measure_delivery(TestDb::postgres().await, "PostgreSQL").await;
 }

@@ -50,6 +50,7 @@ async fn create_read_update_delete_supersede_and_exact_repeat() {
     // Same id, other content: the id is taken.
     let taken = admin.create(None, &with(profile.clone(), "key", json!("customer:other"))).await;
     taken.assert_error(409, "invalid_request_error", "an id that exists");
+    taken.assert_code("id_taken", "an id that exists");
 
     // Same key and scope (in another order), no id: supersedes in place.
     let mut newer = profile.clone();
@@ -87,6 +88,7 @@ async fn create_read_update_delete_supersede_and_exact_repeat() {
     assert!(parse_time(&patched["updated_at"]) >= parse_time(&current.json["updated_at"]));
     let stale = admin.patch(None, id, Some(2), &json!({"priority": 1})).await;
     stale.assert_error(409, "invalid_request_error", "stale If-Match");
+    stale.assert_code("revision_conflict", "stale If-Match");
     assert_eq!(admin.get(None, id).await.expect(200, "get"), &patched);
     let quoted = send(
         admin

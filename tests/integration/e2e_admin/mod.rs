@@ -190,6 +190,11 @@ impl Answer {
         assert!(!message.is_empty(), "{what}: no message in {}", self.text);
     }
 
+    /// The stable `error.code` programs branch on (docs/admin-api.md).
+    fn assert_code(&self, code: &str, what: &str) {
+        assert_eq!(self.json["error"]["code"], code, "{what}: {}", self.text);
+    }
+
     fn problems(&self) -> Vec<(String, String, String)> {
         problems_of(&self.json["error"]["problems"])
     }
@@ -197,6 +202,7 @@ impl Answer {
     /// A 422 that names (path, kind) among its problems.
     fn assert_problem(&self, path: &str, kind: &str, what: &str) {
         self.assert_error(422, "invalid_request_error", what);
+        self.assert_code("validation_failed", what);
         assert!(
             self.problems().iter().any(|(p, k, _)| p == path && k == kind),
             "{what}: no problem ({path}, {kind}) in {}",

@@ -33,6 +33,7 @@ async fn a_tenants_key_reaches_batches_and_files_only_with_their_permission() {
             http.request(method.clone(), gateway.url(path)).header("x-api-key", &plain).send().await.unwrap();
         let (status, error) = error_of(refused).await;
         assert_eq!((status, error["type"].as_str().unwrap()), (403, "permission_error"), "{method} {path}");
+        assert_eq!(error["code"], "path_not_allowed", "{method} {path}");
         let message = error["message"].as_str().unwrap();
         assert!(message.contains(permission) && message.contains("shared upstream workspace"), "{message}");
     }

@@ -604,55 +604,7 @@ fn public_keys_certificates_and_mentions_are_clean() {
 // ---------------------------------------------------------------------------------------------
 // Robustness: the scan runs on every write, on whatever a client sends.
 
-#[test]
-fn arbitrary_text_never_panics() {
-    let pieces = [
-        "password",
-        "PWD",
-        "=",
-        ":",
-        "：",
-        "\"",
-        "'",
-        " ",
-        "\n",
-        "is ",
-        "sk-",
-        "sk-ant-",
-        "ghp_",
-        "github_pat_",
-        "xoxb-",
-        "AKIA",
-        "eyJ",
-        ".",
-        "-----BEGIN ",
-        "PRIVATE KEY",
-        "-----",
-        "://",
-        "@",
-        "a",
-        "Z",
-        "7",
-        "密码",
-        "пароль",
-        "é",
-        "🙂",
-        "hooks.slack.com/services/",
-        "aws_secret_access_key",
-        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
-    ];
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
-    for _ in 0..3000 {
-        let mut text = String::new();
-        for _ in 0..(state % 24) {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            text.push_str(pieces[(state % pieces.len() as u64) as usize]);
-        }
-        let _ = scan(&json!({ text.clone(): text }), "$");
-    }
-}
+// That any text gets an answer, never a panic, is a property test in `crate::fuzz`.
 
 #[test]
 fn adversarial_input_stays_linear() {
