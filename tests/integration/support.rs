@@ -10,7 +10,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_memgate");
 
 /// The gateway under test: this build's binary, or another one named by `MEMGATE_TEST_BIN` (to
 /// show that a test fails on an older memgate; the stand-in upstream stays this build's).
-fn gateway_bin() -> String {
+pub fn gateway_bin() -> String {
     std::env::var("MEMGATE_TEST_BIN").unwrap_or_else(|_| BIN.to_owned())
 }
 
