@@ -4,7 +4,6 @@
 
 mod support;
 
-mod console;
 mod e2e_admin;
 mod e2e_anywhere;
 mod e2e_fleet;
