@@ -110,6 +110,37 @@ pub struct OutboxAction {
     pub delivered_at_ms: Option<i64>,
 }
 
+impl OutboxAction {
+    /// The action as the admin API and the CLI show it: times in RFC 3339, no body, no lease
+    /// owner.
+    pub fn to_json(&self) -> Value {
+        let time = |ms: Option<i64>| ms.map_or(Value::Null, |ms| Value::String(crate::clock::format_ms(ms)));
+        serde_json::json!({
+            "id": self.id,
+            "tenant": self.tenant,
+            "request_id": self.request_id,
+            "record_id": self.record_id,
+            "record_revision": self.record_revision,
+            "action_index": self.action_index,
+            "endpoint": self.endpoint,
+            "method": self.method,
+            "subject": self.subject,
+            "matched": self.matched,
+            "state": self.state.as_str(),
+            "attempts": self.attempts,
+            "next_at": time(Some(self.next_at_ms).filter(|_| matches!(self.state, OutboxState::Pending | OutboxState::Retrying))),
+            "in_flight_until": time(self.locked_until_ms),
+            "last_status": self.last_status,
+            "last_error": self.last_error,
+            "last_response": self.last_response,
+            "replays": self.replays,
+            "created_at": time(Some(self.created_at_ms)),
+            "updated_at": time(Some(self.updated_at_ms)),
+            "delivered_at": time(self.delivered_at_ms),
+        })
+    }
+}
+
 /// Filters for `outbox_list`; all optional, combined with AND.
 #[derive(Debug, Clone, Default)]
 pub struct OutboxFilter {

@@ -37,7 +37,7 @@ pub use metrics::TriggerMetrics;
 
 use crate::clock::{format_ms, now_ms};
 use crate::record::Record;
-use crate::store::outbox::NewOutboxAction;
+use crate::store::outbox::{NewOutboxAction, OutboxAction, OutboxFilter, Replay};
 use crate::store::{Store, StoreError};
 use body::{ActionView, BodyContext, BodyTemplates, RecordView};
 use serde::Serialize;
@@ -393,6 +393,49 @@ impl Triggers {
     /// Wakes this replica's worker (after a replay, say).
     pub fn wake(&self) {
         self.wake.notify_one();
+    }
+
+    /// One tenant's actions, newest first, for `GET /admin/v1/actions` and `memgate actions
+    /// list`: `filter.tenant` is set to `tenant`; `before` is the last row's `(created_at_ms, id)`.
+    pub async fn list(
+        &self,
+        tenant: &str,
+        mut filter: OutboxFilter,
+        before: Option<(i64, &str)>,
+        limit: u32,
+    ) -> Result<Vec<OutboxAction>, StoreError> {
+        filter.tenant = Some(tenant.to_owned());
+        self.store.outbox_list(&filter, before, limit).await
+    }
+
+    /// One action of a tenant (`StoreError::NotFound` when it has none with this id).
+    pub async fn get(&self, tenant: &str, id: &str) -> Result<OutboxAction, StoreError> {
+        self.store.outbox_get(tenant, id).await
+    }
+
+    /// Sends a dead or delivered action again (same id and body, attempts from 0) and wakes this
+    /// replica's worker; an action still waiting is left as it is (`Replay::AlreadyQueued`).
+    pub async fn replay(&self, tenant: &str, id: &str) -> Result<Replay, StoreError> {
+        let replay = self.store.outbox_replay(tenant, id, now_ms()).await?;
+        if matches!(replay, Replay::Replayed(_)) {
+            self.wake.notify_one();
+        }
+        Ok(replay)
+    }
+
+    /// Erasure: removes the actions of `record_ids`, and those decided about `subject` when given
+    /// (a `user:<id>` scope forgotten). Returns how many went.
+    pub async fn forget(
+        &self,
+        tenant: &str,
+        record_ids: &[String],
+        subject: Option<&str>,
+    ) -> Result<u64, StoreError> {
+        let mut removed = self.store.outbox_forget_records(tenant, record_ids).await?;
+        if let Some(subject) = subject {
+            removed += self.store.outbox_forget_subject(tenant, subject).await?;
+        }
+        Ok(removed)
     }
 
     /// The delivery worker of this replica (see `Delivery::spawn`).

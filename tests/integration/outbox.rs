@@ -294,3 +294,38 @@ async fn pruning_and_forgetting(db: TestDb) {
     assert_eq!(store.outbox_forget_subject("t", "u-789").await.unwrap(), 1);
     assert_eq!(store.outbox_forget_subject("t", "u-789").await.unwrap(), 0);
 }
+
+#[test]
+fn an_action_as_the_admin_api_shows_it() {
+    let action = memgate::store::outbox::OutboxAction {
+        id: "evt_1".into(),
+        tenant: "t".into(),
+        request_id: "req-1".into(),
+        record_id: "sop".into(),
+        record_revision: 2,
+        action_index: 0,
+        endpoint: "ticketing".into(),
+        method: "create_ticket".into(),
+        subject: None,
+        matched: json!({"hit": "lawyer"}),
+        body: "{\"secret-ish\": true}".into(),
+        state: OutboxState::Retrying,
+        attempts: 2,
+        next_at_ms: T0,
+        locked_until_ms: None,
+        lease_owner: Some("lease_x".into()),
+        last_status: Some(503),
+        last_error: Some("HTTP 503".into()),
+        last_response: None,
+        replays: 0,
+        created_at_ms: T0 - 1_000,
+        updated_at_ms: T0 - 500,
+        delivered_at_ms: None,
+    };
+    let shown = action.to_json();
+    assert_eq!(shown["state"], "retrying");
+    assert_eq!(shown["next_at"], "2025-06-15T15:06:40Z");
+    assert_eq!(shown["created_at"], "2025-06-15T15:06:39Z");
+    assert_eq!(shown["delivered_at"], serde_json::Value::Null);
+    assert!(shown.get("body").is_none() && shown.get("lease_owner").is_none());
+}

@@ -322,13 +322,24 @@ async fn a_schedule_that_runs_out_is_dead_and_can_be_replayed() {
     assert_eq!(receiver.count(), 4);
 
     // The receiver is back (its script is used up: 200 from now on); an operator replays.
-    assert!(matches!(
-        store.outbox_replay("t", &id, memgate::clock::now_ms()).await.unwrap(),
-        Replay::Replayed(_)
-    ));
-    triggers.wake();
+    let listed =
+        triggers.list("t", OutboxFilter { state: Some(OutboxState::Dead), ..Default::default() }, None, 10);
+    assert_eq!(listed.await.unwrap().len(), 2, "this one and the action for the unconfigured ops_chat");
+    assert!(matches!(triggers.replay("other-tenant", &id).await, Err(memgate::store::StoreError::NotFound)));
+    assert!(
+        matches!(triggers.replay("t", &id).await.unwrap(), Replay::Replayed(_)),
+        "and the worker is woken"
+    );
     wait_for_state(&store, "t", &id, OutboxState::Delivered, Duration::from_secs(20)).await;
     assert_eq!(receiver.ids(), vec![id.clone(); 5], "the same webhook-id after the replay");
+    assert!(
+        matches!(triggers.replay("t", &id).await.unwrap(), Replay::Replayed(_)),
+        "a delivered one replays too"
+    );
+    assert_eq!(triggers.get("t", &id).await.unwrap().replays, 2);
+    // Erasure removes the record's actions, whatever their state.
+    assert_eq!(triggers.forget("t", &["sop-escalation".to_owned()], Some("u-789")).await.unwrap(), 2);
+    assert!(triggers.list("t", OutboxFilter::default(), None, 10).await.unwrap().is_empty());
     stop.cancel();
     worker.await.unwrap();
 }
