@@ -18,12 +18,12 @@
 //! Everything that can be wrong with a condition is found by `parse` at write time (a 422 names
 //! it by JSON path), so evaluation cannot fail: it only matches or not.
 
+use super::input::{TriggerInput, valid_field};
 use super::text::{self, EntityKind, Keyword};
 use regex::{Regex, RegexBuilder};
 use serde::Serialize;
 use serde_json::{Map, Value};
-use std::collections::BTreeMap;
-use std::sync::{LazyLock, OnceLock};
+use std::sync::LazyLock;
 
 pub const MAX_CONDITIONS: usize = 20;
 pub const MAX_GROUP_PARTS: usize = 10;
@@ -53,35 +53,6 @@ pub struct ConditionProblem {
 impl ConditionProblem {
     pub fn new(path: impl Into<String>, message: impl Into<String>) -> ConditionProblem {
         ConditionProblem { path: path.into(), kind: PROBLEM_KIND.to_owned(), message: message.into() }
-    }
-}
-
-/// What a request brings to conditions: the person's words (`crate::query::Query::text`) and the
-/// values its client passed (`X-Memory-Values`, see `parse_values`). Folding the words is done
-/// once, on first use, however many records are evaluated.
-pub struct TriggerInput<'a> {
-    pub text: &'a str,
-    pub values: &'a BTreeMap<String, Value>,
-    prepared: OnceLock<Prepared>,
-}
-
-struct Prepared {
-    /// NFKC, case kept: for regexes and entities.
-    normalized: String,
-    /// NFKC, lower case, one space between words: for keywords.
-    folded: String,
-}
-
-impl<'a> TriggerInput<'a> {
-    pub fn new(text: &'a str, values: &'a BTreeMap<String, Value>) -> TriggerInput<'a> {
-        TriggerInput { text, values, prepared: OnceLock::new() }
-    }
-
-    fn prepared(&self) -> &Prepared {
-        self.prepared.get_or_init(|| Prepared {
-            normalized: text::normalized(self.text),
-            folded: text::fold(self.text),
-        })
     }
 }
 
@@ -697,13 +668,6 @@ fn parse_comparison(
     test.filter(|_| problems.len() == before)
 }
 
-fn valid_field(field: &str) -> bool {
-    let mut chars = field.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && field.len() <= 64
-        && chars.all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
-}
-
 fn parse_group(value: &Value, path: &str, problems: &mut Vec<ConditionProblem>) -> Option<Test> {
     let Value::Array(list) = value else {
         problems.push(ConditionProblem::new(path, "all is a list of conditions that must all match"));
@@ -723,48 +687,6 @@ fn parse_group(value: &Value, path: &str, problems: &mut Vec<ConditionProblem>) 
         .filter_map(|(i, part)| parse_item(part, &format!("{path}[{i}]"), false, problems))
         .collect();
     (problems.len() == before).then_some(Test::All(parts))
-}
-
-/// Values a client passes for comparisons, from one header: `satisfaction_score=1.5; tier=premium;
-/// note="a; b"`. Keys as in a condition's `field`; a value that reads as a finite number is a
-/// number, anything else a string. At most 32 pairs, values of at most 200 characters.
-pub fn parse_values(header: &str) -> Result<BTreeMap<String, Value>, String> {
-    let mut values = BTreeMap::new();
-    let mut rest = header.trim();
-    while !rest.is_empty() {
-        let Some(eq) = rest.find('=') else {
-            return Err("each value is name=value, separated by `;`".to_owned());
-        };
-        let key = rest[..eq].trim();
-        if !valid_field(key) {
-            return Err("a name is a letter or `_`, then letters, digits, `_`, `.` or `-`".to_owned());
-        }
-        let after = rest[eq + 1..].trim_start();
-        let (raw, quoted, next) = if let Some(inner) = after.strip_prefix('"') {
-            let Some(end) = inner.find('"') else { return Err("a quoted value is not closed".to_owned()) };
-            (&inner[..end], true, inner[end + 1..].trim_start())
-        } else {
-            let end = after.find(';').unwrap_or(after.len());
-            (after[..end].trim(), false, &after[end..])
-        };
-        rest = next.strip_prefix(';').unwrap_or(next).trim_start();
-        if !next.is_empty() && !next.starts_with(';') {
-            return Err("values are separated by `;`".to_owned());
-        }
-        if raw.chars().count() > 200 {
-            return Err("a value has at most 200 characters".to_owned());
-        }
-        let number = (!quoted).then(|| raw.parse::<f64>().ok()).flatten().filter(|n| n.is_finite());
-        let value = match number.and_then(serde_json::Number::from_f64) {
-            Some(n) => Value::Number(n),
-            None => Value::String(raw.to_owned()),
-        };
-        values.insert(key.to_owned(), value);
-        if values.len() > 32 {
-            return Err("at most 32 values".to_owned());
-        }
-    }
-    Ok(values)
 }
 
 #[cfg(test)]

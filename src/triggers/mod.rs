@@ -24,15 +24,17 @@ pub mod body;
 pub mod conditions;
 pub mod config;
 pub mod delivery;
+pub mod input;
 pub mod metrics;
 pub mod safety;
 pub mod signing;
 pub mod text;
 
 pub use actions::{ActionSpec, Decision, event_id};
-pub use conditions::{ConditionProblem, Conditions, Matched, TriggerInput, parse_values};
+pub use conditions::{ConditionProblem, Conditions, Matched};
 pub use config::{EndpointConfig, TriggersConfig, TriggersConfigError};
 pub use delivery::Delivery;
+pub use input::{TriggerInput, parse_values};
 pub use metrics::TriggerMetrics;
 
 use crate::clock::{format_ms, now_ms};
