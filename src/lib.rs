@@ -8,6 +8,7 @@ pub mod body;
 pub mod client_addr;
 pub mod clock;
 pub mod config;
+pub mod console;
 pub mod embed;
 pub mod error;
 pub mod fanout;

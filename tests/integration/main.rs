@@ -4,6 +4,7 @@
 
 mod support;
 
+mod console;
 mod e2e_admin;
 mod e2e_anywhere;
 mod e2e_fleet;

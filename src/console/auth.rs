@@ -1,0 +1,471 @@
+//! Who may call the admin API: the bearer token (admin or viewer) or a console session cookie,
+//! the CSRF rule for cookie-authenticated requests, and what the viewer role may do
+//! (`console/API.md` §2).
+//!
+//! `authorize` is the one check; the admin auth middleware calls it for every `/admin/v1/…`
+//! request, counts a strike when the refusal says so (`Refusal::is_strike`), and answers the
+//! refusal as it is (`IntoResponse`). The CSRF rule holds only for the cookie: a browser never
+//! attaches an `Authorization` header by itself, so a bearer request cannot be forged by a page.
+
+use super::session::{self, SessionPolicy};
+use crate::error::{ApiError, Code, ErrorKind};
+use crate::store::{Store, StoreError};
+use axum::http::{HeaderMap, Method, Uri};
+use axum::response::{IntoResponse, Response};
+use secrecy::{ExposeSecret, SecretString};
+use serde::Serialize;
+use subtle::ConstantTimeEq;
+
+/// The session cookie's name.
+pub const SESSION_COOKIE: &str = "memgate_console";
+/// The header the console sends on every call; its presence is the CSRF proof.
+pub const CONSOLE_HEADER: &str = "x-memgate-console";
+
+/// What a credential may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Everything the admin API allows.
+    Admin,
+    /// Reads, explain, and import dry runs (`viewer_may`).
+    Viewer,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Viewer => "viewer",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Role> {
+        match text {
+            "admin" => Some(Role::Admin),
+            "viewer" => Some(Role::Viewer),
+            _ => None,
+        }
+    }
+}
+
+/// The admin token (`admin.token`, `MEMGATE_ADMIN_TOKEN`) and the optional viewer token
+/// (`admin.viewer_token`, `MEMGATE_ADMIN_VIEWER_TOKEN`). Without an admin token the admin API and
+/// console logins are off (the console's files are still served).
+pub struct AdminTokens {
+    admin: Option<SecretString>,
+    viewer: Option<SecretString>,
+}
+
+impl AdminTokens {
+    pub fn new(admin: Option<SecretString>, viewer: Option<SecretString>) -> AdminTokens {
+        let set = |t: Option<SecretString>| t.filter(|t| !t.expose_secret().is_empty());
+        AdminTokens { admin: set(admin), viewer: set(viewer) }
+    }
+
+    pub fn admin_api_on(&self) -> bool {
+        self.admin.is_some()
+    }
+
+    /// The role `presented` is the token of, compared in constant time against both tokens (so
+    /// the time taken does not say which one came closer). `None` while the admin API is off.
+    pub fn role_of(&self, presented: &str) -> Option<Role> {
+        let admin = self.admin.as_ref()?;
+        let is = |token: &SecretString| -> bool {
+            presented.as_bytes().ct_eq(token.expose_secret().as_bytes()).into()
+        };
+        let is_admin = is(admin);
+        let is_viewer = self.viewer.as_ref().is_some_and(is);
+        if is_admin {
+            Some(Role::Admin)
+        } else if is_viewer {
+            Some(Role::Viewer)
+        } else {
+            None
+        }
+    }
+}
+
+/// The tokens and the session rules: what `authorize` and the session handlers need.
+pub struct ConsoleAuth {
+    pub tokens: AdminTokens,
+    pub policy: SessionPolicy,
+}
+
+/// How a request proved who it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    Bearer,
+    Session,
+}
+
+/// Who is calling the admin API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub role: Role,
+    pub via: Via,
+    /// For a session: its actor (`console:alice`), which replaces `X-Memory-Actor` so that the
+    /// history says who was logged in. `None` for a bearer token (the header decides, as today).
+    pub actor: Option<String>,
+}
+
+/// Why a request was refused. `IntoResponse` answers it in the API's error shape.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    #[error("the admin API is off")]
+    AdminOff,
+    #[error("no admin credential")]
+    NoCredential,
+    #[error("wrong admin token")]
+    WrongToken,
+    #[error("the console session has ended")]
+    SessionEnded,
+    #[error("the CSRF rule refused the request")]
+    Csrf,
+    #[error("the viewer role may not do this")]
+    ReadOnly,
+    #[error("session store: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl Refusal {
+    /// Whether this refusal counts as a failed admin authentication from the client's address
+    /// (`admin.rate_limit_per_minute`), as `require_admin` counts a wrong or missing token today.
+    /// A dead session cookie does not: it carries 256 random bits, there is nothing to guess.
+    pub fn is_strike(&self) -> bool {
+        matches!(self, Refusal::WrongToken | Refusal::NoCredential)
+    }
+}
+
+/// The console's own error codes. `error::Code` does not have them yet, so these answers are
+/// built here in the same shape (docs/console.md, hooks: add `Code::CsrfRefused`,
+/// `Code::ReadOnlyRole` and `Code::SessionEnded` to the table and docs/admin-api.md, and let
+/// `Refusal` answer through `ApiError::coded`).
+const CSRF_REFUSED: &str = "csrf_refused";
+const READ_ONLY_ROLE: &str = "read_only_role";
+const NO_SESSION: &str = "no_session";
+
+/// An answer in the API's error shape with a code `error::Code` does not list (see above).
+pub(crate) fn console_error(kind: ErrorKind, code: &str, message: &str) -> Response {
+    let (status, error_type) = kind.status_and_type();
+    let body =
+        serde_json::json!({"type": "error", "error": {"type": error_type, "message": message, "code": code}});
+    (status, axum::Json(body)).into_response()
+}
+
+/// The CSRF rule's refusal.
+pub(crate) fn csrf_refused() -> Response {
+    console_error(ErrorKind::Permission, CSRF_REFUSED, "console requests must come from the console itself")
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        match self {
+            Refusal::AdminOff => ApiError::coded(
+                Code::AdminApiOff,
+                "the admin API is off; set MEMGATE_ADMIN_TOKEN to turn it on",
+            )
+            .into_response(),
+            Refusal::NoCredential | Refusal::WrongToken => ApiError::coded(
+                Code::AdminTokenInvalid,
+                "the admin API needs `Authorization: Bearer <MEMGATE_ADMIN_TOKEN>` or a console session",
+            )
+            .into_response(),
+            Refusal::SessionEnded => console_error(
+                ErrorKind::Authentication,
+                NO_SESSION,
+                "the console session has ended; log in again",
+            ),
+            Refusal::Csrf => csrf_refused(),
+            Refusal::ReadOnly => console_error(
+                ErrorKind::Permission,
+                READ_ONLY_ROLE,
+                "this session is read-only (viewer); log in with the admin token to change anything",
+            ),
+            Refusal::Store(err) => ApiError::from(err).into_response(),
+        }
+    }
+}
+
+/// The admin API's check, for every `/admin/v1/…` request: the bearer token if the request has an
+/// `Authorization` header (no CSRF rule), else the session cookie (then the CSRF rule), then the
+/// viewer's limits. `https`: the request came over TLS or through a trusted proxy that said so
+/// (`forwarded_https`); it decides the scheme of the request's own origin.
+pub async fn authorize(
+    headers: &HeaderMap,
+    method: &Method,
+    uri: &Uri,
+    https: bool,
+    store: &Store,
+    auth: &ConsoleAuth,
+) -> Result<Principal, Refusal> {
+    authorize_at(headers, method, uri, https, store, auth, crate::clock::now_ms()).await
+}
+
+/// `authorize` at a given time (for tests of expiry).
+pub async fn authorize_at(
+    headers: &HeaderMap,
+    method: &Method,
+    uri: &Uri,
+    https: bool,
+    store: &Store,
+    auth: &ConsoleAuth,
+    now_ms: i64,
+) -> Result<Principal, Refusal> {
+    if !auth.tokens.admin_api_on() {
+        return Err(Refusal::AdminOff);
+    }
+    let principal = if let Some(value) = headers.get(axum::http::header::AUTHORIZATION) {
+        let presented = value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("");
+        let role = auth.tokens.role_of(presented).ok_or(Refusal::WrongToken)?;
+        Principal { role, via: Via::Bearer, actor: None }
+    } else {
+        let cookie = session_cookie(headers).ok_or(Refusal::NoCredential)?;
+        let session =
+            session::find(store, cookie, &auth.policy, now_ms).await?.ok_or(Refusal::SessionEnded)?;
+        check_csrf(headers, uri, https)?;
+        session::touch(store, cookie, &session, &auth.policy, now_ms).await?;
+        Principal { role: session.role, via: Via::Session, actor: Some(session.actor) }
+    };
+    if principal.role == Role::Viewer && !viewer_may(method, uri) {
+        return Err(Refusal::ReadOnly);
+    }
+    Ok(principal)
+}
+
+/// The viewer's share of the admin API: every `GET`/`HEAD`, `POST /admin/v1/explain`, and
+/// `POST /admin/v1/import?dry_run=true`.
+pub fn viewer_may(method: &Method, uri: &Uri) -> bool {
+    if method == Method::GET || method == Method::HEAD {
+        return true;
+    }
+    if method != Method::POST {
+        return false;
+    }
+    match uri.path().trim_end_matches('/') {
+        "/admin/v1/explain" => true,
+        "/admin/v1/import" => {
+            let mut dry_run = None;
+            for pair in uri.query().unwrap_or("").split('&') {
+                if let Some(value) = pair.strip_prefix("dry_run=") {
+                    // Repeated: the import handler reads the first; so does this.
+                    dry_run.get_or_insert(value);
+                }
+            }
+            dry_run == Some("true")
+        }
+        _ => false,
+    }
+}
+
+/// The CSRF rule (API.md §2), for every cookie-authenticated request and every login: the
+/// `X-Memgate-Console: 1` header; an `Origin`, when present, equal to the request's own origin
+/// (`Origin: null` refused); a `Sec-Fetch-Site`, when present, `same-origin`.
+pub fn check_csrf(headers: &HeaderMap, uri: &Uri, https: bool) -> Result<(), Refusal> {
+    let marked = headers.get_all(CONSOLE_HEADER).iter().map(|v| v.as_bytes()).eq([b"1".as_slice()]);
+    if !marked {
+        return Err(Refusal::Csrf);
+    }
+    let mut origins = headers.get_all(axum::http::header::ORIGIN).iter();
+    if let Some(origin) = origins.next() {
+        let own = own_origin(headers, uri, https).ok_or(Refusal::Csrf)?;
+        let origin = origin.to_str().map_err(|_| Refusal::Csrf)?;
+        if origins.next().is_some() || origin == "null" || normalize_origin(origin) != normalize_origin(&own)
+        {
+            return Err(Refusal::Csrf);
+        }
+    }
+    let mut sites = headers.get_all("sec-fetch-site").iter();
+    if let Some(site) = sites.next()
+        && (site.as_bytes() != b"same-origin" || sites.next().is_some())
+    {
+        return Err(Refusal::Csrf);
+    }
+    Ok(())
+}
+
+/// The request's own origin: `http` or `https` + `://` + the `Host` header (or, in HTTP/2, the
+/// request's authority).
+pub fn own_origin(headers: &HeaderMap, uri: &Uri, https: bool) -> Option<String> {
+    let host = match headers.get(axum::http::header::HOST) {
+        Some(value) => value.to_str().ok()?.to_owned(),
+        None => uri.authority()?.as_str().to_owned(),
+    };
+    let scheme = if https { "https" } else { "http" };
+    Some(format!("{scheme}://{host}"))
+}
+
+/// Lower case, and without the scheme's default port.
+fn normalize_origin(origin: &str) -> String {
+    let lower = origin.trim().to_ascii_lowercase();
+    let default_port = if lower.starts_with("http://") {
+        ":80"
+    } else if lower.starts_with("https://") {
+        ":443"
+    } else {
+        return lower;
+    };
+    match lower.strip_suffix(default_port) {
+        Some(rest) => rest.to_owned(),
+        None => lower,
+    }
+}
+
+/// Whether a request came over HTTPS, for a memgate that does not terminate TLS itself: its peer
+/// is a trusted proxy (`client_ip.trusted_proxies`) that said `X-Forwarded-Proto: https`.
+/// A header from any other peer is ignored, as `client_addr` ignores `X-Forwarded-For`.
+pub fn forwarded_https(headers: &HeaderMap, peer_is_trusted_proxy: bool) -> bool {
+    peer_is_trusted_proxy
+        && headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            // A chain of proxies may list several; the first is what the client used.
+            .and_then(|v| v.split(',').next())
+            .is_some_and(|proto| proto.trim().eq_ignore_ascii_case("https"))
+}
+
+/// The `memgate_console` cookie's value, if the request carries one that could be a session
+/// (43 characters of base64url); anything else is no session at all, without a store lookup.
+pub fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(axum::http::header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == SESSION_COOKIE)
+        .map(|(_, value)| value.trim())
+        .filter(|value| session::is_cookie_value(value))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, HeaderValue::from_static(value));
+        }
+        map
+    }
+
+    fn uri(text: &str) -> Uri {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn tokens_give_their_role_and_nothing_without_an_admin_token() {
+        let tokens =
+            AdminTokens::new(Some("admin-token-0123456789".into()), Some("viewer-token-0123456789".into()));
+        assert_eq!(tokens.role_of("admin-token-0123456789"), Some(Role::Admin));
+        assert_eq!(tokens.role_of("viewer-token-0123456789"), Some(Role::Viewer));
+        assert_eq!(tokens.role_of("viewer-token-012345678"), None);
+        assert_eq!(tokens.role_of(""), None);
+        let off = AdminTokens::new(None, Some("viewer-token-0123456789".into()));
+        assert!(!off.admin_api_on());
+        assert_eq!(off.role_of("viewer-token-0123456789"), None);
+        let no_viewer = AdminTokens::new(Some("admin-token-0123456789".into()), Some("".into()));
+        assert_eq!(no_viewer.role_of(""), None);
+    }
+
+    #[test]
+    fn the_viewer_reads_explains_and_previews_only() {
+        let may = |method: Method, path: &str| viewer_may(&method, &uri(path));
+        assert!(may(Method::GET, "/admin/v1/memories?q=x"));
+        assert!(may(Method::HEAD, "/admin/v1/export"));
+        assert!(may(Method::POST, "/admin/v1/explain"));
+        assert!(may(Method::POST, "/admin/v1/import?dry_run=true"));
+        assert!(may(Method::POST, "/admin/v1/import?scope=x&dry_run=true"));
+        assert!(!may(Method::POST, "/admin/v1/import?dry_run=false"));
+        assert!(!may(Method::POST, "/admin/v1/import"));
+        assert!(!may(Method::POST, "/admin/v1/import?dry_run=false&dry_run=true"));
+        assert!(!may(Method::POST, "/admin/v1/import?dry_run=TRUE"));
+        assert!(!may(Method::POST, "/admin/v1/memories"));
+        assert!(!may(Method::PATCH, "/admin/v1/releases/v2"));
+        assert!(!may(Method::DELETE, "/admin/v1/keys/k1"));
+        assert!(!may(Method::POST, "/admin/v1/explain/../keys"));
+    }
+
+    #[test]
+    fn the_csrf_rule_needs_the_header_and_the_same_origin() {
+        let u = uri("/admin/v1/memories");
+        let ok = |pairs: &[(&'static str, &'static str)], https: bool| {
+            check_csrf(&headers(pairs), &u, https).is_ok()
+        };
+        let host = ("host", "memgate.example:8080");
+        assert!(ok(&[("x-memgate-console", "1"), host], false));
+        assert!(!ok(&[host], false), "no header");
+        assert!(!ok(&[("x-memgate-console", "true"), host], false), "header not exactly 1");
+        assert!(!ok(&[("x-memgate-console", "1"), ("x-memgate-console", "1"), host], false), "header twice");
+        assert!(ok(&[("x-memgate-console", "1"), host, ("origin", "http://memgate.example:8080")], false));
+        assert!(ok(&[("x-memgate-console", "1"), host, ("origin", "HTTP://MemGate.Example:8080")], false));
+        assert!(!ok(&[("x-memgate-console", "1"), host, ("origin", "https://memgate.example:8080")], false));
+        assert!(!ok(&[("x-memgate-console", "1"), host, ("origin", "http://memgate.example:8081")], false));
+        assert!(!ok(&[("x-memgate-console", "1"), host, ("origin", "http://evil.example:8080")], false));
+        assert!(!ok(&[("x-memgate-console", "1"), host, ("origin", "null")], false));
+        // Default ports are the same origin as none.
+        assert!(ok(
+            &[("x-memgate-console", "1"), ("host", "m.example"), ("origin", "http://m.example:80")],
+            false
+        ));
+        assert!(ok(
+            &[("x-memgate-console", "1"), ("host", "m.example:443"), ("origin", "https://m.example")],
+            true
+        ));
+        assert!(!ok(
+            &[("x-memgate-console", "1"), ("host", "m.example"), ("origin", "http://m.example")],
+            true
+        ));
+        // Sec-Fetch-Site.
+        assert!(ok(&[("x-memgate-console", "1"), host, ("sec-fetch-site", "same-origin")], false));
+        assert!(!ok(&[("x-memgate-console", "1"), host, ("sec-fetch-site", "same-site")], false));
+        assert!(!ok(&[("x-memgate-console", "1"), host, ("sec-fetch-site", "cross-site")], false));
+        assert!(!ok(&[("x-memgate-console", "1"), host, ("sec-fetch-site", "none")], false));
+        // An Origin without a Host to compare with is refused.
+        assert!(!ok(&[("x-memgate-console", "1"), ("origin", "http://m.example")], false));
+    }
+
+    #[test]
+    fn only_a_trusted_proxy_says_https() {
+        let h = headers(&[("x-forwarded-proto", "HTTPS, http")]);
+        assert!(forwarded_https(&h, true));
+        assert!(!forwarded_https(&h, false));
+        assert!(!forwarded_https(&headers(&[("x-forwarded-proto", "http")]), true));
+        assert!(!forwarded_https(&HeaderMap::new(), true));
+    }
+
+    #[test]
+    fn the_cookie_is_found_among_others_and_must_look_like_a_session() {
+        let value = "A".repeat(43);
+        let mut h = HeaderMap::new();
+        h.append("cookie", HeaderValue::from_str(&format!("a=b; memgate_console={value}; c=d")).unwrap());
+        assert_eq!(session_cookie(&h), Some(value.as_str()));
+        let bad = headers(&[("cookie", "memgate_console=short")]);
+        assert_eq!(session_cookie(&bad), None);
+        let other = headers(&[("cookie", "memgate_consolex=AAAA")]);
+        assert_eq!(session_cookie(&other), None);
+    }
+
+    #[tokio::test]
+    async fn refusals_answer_the_documented_statuses_and_codes() {
+        let cases = [
+            (Refusal::AdminOff, 404, Some("admin_api_off")),
+            (Refusal::NoCredential, 401, Some("admin_token_invalid")),
+            (Refusal::WrongToken, 401, Some("admin_token_invalid")),
+            (Refusal::SessionEnded, 401, Some("no_session")),
+            (Refusal::Csrf, 403, Some("csrf_refused")),
+            (Refusal::ReadOnly, 403, Some("read_only_role")),
+        ];
+        for (refusal, status, code) in cases {
+            let response = refusal.into_response();
+            assert_eq!(response.status().as_u16(), status);
+            let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+            let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(body["error"]["code"].as_str(), code, "{body}");
+        }
+        assert!(Refusal::WrongToken.is_strike() && Refusal::NoCredential.is_strike());
+        assert!(!Refusal::SessionEnded.is_strike() && !Refusal::Csrf.is_strike());
+    }
+}

@@ -1,0 +1,77 @@
+//! The console (issue 16): a web app for the people who own memgate's memory and releases,
+//! served by memgate itself at `/console/`, and what the server keeps for it. The contract with
+//! the front end is `console/API.md`; how it is wired and secured is `docs/console.md`.
+//!
+//! - `assets`: the built front end (`console/dist/`), embedded at compile time, served with the
+//!   cache rules and the CSP of API.md §1.
+//! - `session` and `auth`: login with the admin or viewer token → an HttpOnly, SameSite=Strict
+//!   cookie whose hash the store keeps; `auth::authorize` is the admin API's check (bearer token
+//!   or session, the CSRF rule for the cookie, the viewer's read-only limits).
+//! - `recorder` and `history`: each replica adds every answered Messages request to an
+//!   in-memory per-minute accumulator (well under a microsecond) and writes it to
+//!   `metric_buckets` once a minute; the charts' queries sum the replicas' rows.
+//! - `health`, `recent`, `schemas`: the other read-only endpoints of API.md §3.
+//!
+//! Nothing here is wired into the router or the request path yet: `routes` mounts the `/console`
+//! paths for a state that implements `ConsoleHost`, and the rest are functions over explicit
+//! parameters for the admin handlers and the proxy to call (docs/console.md, "Hooks").
+
+pub mod assets;
+pub mod auth;
+pub mod health;
+pub mod history;
+pub mod recent;
+pub mod recorder;
+pub mod schemas;
+pub mod session;
+
+pub use assets::ConsoleAssets;
+pub use auth::{AdminTokens, ConsoleAuth, Principal, Refusal, Role, Via, authorize};
+pub use history::{HistoryParams, HistoryRetention, Window};
+pub use recent::{RecentCaller, RecentRequest, RecentRequests};
+pub use recorder::{CallError, CallOutcome, MemoryOutcome, MetricsRecorder};
+pub use session::SessionPolicy;
+
+use crate::identity::rate_limit::Strikes;
+use crate::store::Store;
+use axum::Router;
+use axum::http::request::Parts;
+use axum::routing::get;
+use sha2::{Digest, Sha256};
+use std::net::IpAddr;
+
+/// What the session handlers need from the application's state. `AppState` implements it by
+/// handing out what it holds already (docs/console.md, "Hooks").
+pub trait ConsoleHost: Clone + Send + Sync + 'static {
+    /// The tokens and session rules.
+    fn console_auth(&self) -> &ConsoleAuth;
+    /// The store the sessions live in.
+    fn console_store(&self) -> &Store;
+    /// The admin API's failed-authentication counter: a wrong token at login counts in it.
+    fn admin_strikes(&self) -> &Strikes;
+    /// The client's address (behind trusted proxies, the one they name), for the strikes.
+    fn client_addr(&self, parts: &Parts) -> Option<IpAddr>;
+    /// Whether the request came over HTTPS: TLS here, or a trusted proxy's
+    /// `X-Forwarded-Proto: https` (`auth::forwarded_https`). Decides the cookie's `Secure` and
+    /// the scheme of the request's own origin in the CSRF rule.
+    fn is_https(&self, parts: &Parts) -> bool;
+}
+
+/// Every `/console` route: the embedded files (`GET /console` → 308, `/console/`,
+/// `/console/index.html`, `/console/assets/{file}`, 404 for any other path) and
+/// `GET`/`POST`/`DELETE /console/session`, each answer with the console's security headers. The
+/// application mounts it with one line: `.merge(console::routes::<AppState>())`.
+pub fn routes<H: ConsoleHost>() -> Router<H> {
+    let sessions = Router::new()
+        .route(
+            "/console/session",
+            get(session::status::<H>).post(session::login::<H>).delete(session::logout::<H>),
+        )
+        .layer(axum::middleware::map_response(assets::with_security_headers));
+    ConsoleAssets::embedded().routes::<H>().merge(sessions)
+}
+
+/// The SHA-256 of `bytes`, hex.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
