@@ -93,6 +93,7 @@ impl Delivery {
         let slots = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
         let in_flight = TaskTracker::new();
         let mut last_prune = 0;
+        let mut look_first = false;
         loop {
             let first = tokio::select! {
                 _ = stop.cancelled() => break,
@@ -106,6 +107,19 @@ impl Delivery {
                 last_prune = now;
                 self.prune(now).await;
             }
+            // After a quiet poll, a read says whether anything is due before a claim (a write)
+            // is tried: an idle replica then writes nothing.
+            if look_first {
+                match self.store.outbox_next_due(now).await {
+                    Ok(Some(at)) if at <= now => {}
+                    Ok(next) => {
+                        drop(first);
+                        look_first = self.idle(&stop, next).await;
+                        continue;
+                    }
+                    Err(_) => {}
+                }
+            }
             let free = (1 + slots.available_permits()).min(self.config.batch_size.max(1) as usize);
             let owner = format!("lease_{}", uuid::Uuid::new_v4().simple());
             let lease = i64::try_from(self.config.lease_ms).unwrap_or(i64::MAX / 2);
@@ -114,16 +128,17 @@ impl Delivery {
                 Err(err) => {
                     tracing::warn!(error = %err, "claiming trigger actions failed; trying again shortly");
                     drop(first);
-                    self.idle(&stop, None).await;
+                    look_first = self.idle(&stop, None).await;
                     continue;
                 }
             };
             if claimed.is_empty() {
                 drop(first);
                 let next = self.store.outbox_next_due(now_ms()).await.ok().flatten();
-                self.idle(&stop, next).await;
+                look_first = self.idle(&stop, next).await;
                 continue;
             }
+            look_first = false;
             let mut first = Some(first);
             for action in claimed {
                 let permit = match first.take() {
@@ -145,17 +160,18 @@ impl Delivery {
         in_flight.wait().await;
     }
 
-    /// Sleeps until `next_due` (at most the poll interval), a wake-up, or the stop.
-    async fn idle(&self, stop: &CancellationToken, next_due: Option<i64>) {
+    /// Sleeps until `next_due` (at most the poll interval), a wake-up, or the stop. True when the
+    /// poll interval ran out with nothing known to be due: the caller looks before it claims.
+    async fn idle(&self, stop: &CancellationToken, next_due: Option<i64>) -> bool {
         let poll = self.config.poll_interval_ms.max(1);
-        let wait = match next_due {
-            Some(at) => u64::try_from(at - now_ms()).unwrap_or(0).clamp(1, poll),
-            None => poll,
-        };
+        // Milliseconds until the next known due time (0 when it has passed).
+        let until = next_due.map(|at| u64::try_from(at - now_ms()).unwrap_or(0));
+        let wait = until.map_or(poll, |ms| ms.clamp(1, poll));
+        let known = until.is_some_and(|ms| ms <= poll);
         tokio::select! {
-            _ = stop.cancelled() => {}
-            _ = self.wake.notified() => {}
-            _ = tokio::time::sleep(Duration::from_millis(wait)) => {}
+            _ = stop.cancelled() => false,
+            _ = self.wake.notified() => false,
+            _ = tokio::time::sleep(Duration::from_millis(wait)) => !known,
         }
     }
 
