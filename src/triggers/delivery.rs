@@ -227,8 +227,11 @@ impl Delivery {
         let marked = match outcome {
             Attempt::Delivered { status, response } => {
                 self.metrics.delivered.inc();
-                let latency = (now - action.created_at_ms).max(0) as f64 / 1000.0;
-                self.metrics.delivery_latency.observe(latency);
+                // From the decision; a replay's wait for an operator is no delivery latency.
+                if action.replays == 0 {
+                    let latency = (now - action.created_at_ms).max(0) as f64 / 1000.0;
+                    self.metrics.delivery_latency.observe(latency);
+                }
                 tracing::debug!(id = %action.id, endpoint = %action.endpoint, status, "trigger action delivered");
                 self.store.outbox_mark_delivered(&action.id, owner, now, status, &response).await
             }
