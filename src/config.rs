@@ -404,6 +404,11 @@ impl RawConfig {
         if let Some(path) = env("MEMGATE_JWKS_FILE").filter(|v| !v.is_empty()) {
             self.auth.jwt.jwks_file = Some(path.into());
         }
+        // Comma-separated, for containers configured by environment alone.
+        if let Some(list) = env("MEMGATE_TRUSTED_PROXIES").filter(|v| !v.is_empty()) {
+            self.client_ip.trusted_proxies =
+                Some(list.split(',').map(str::trim).filter(|p| !p.is_empty()).map(str::to_owned).collect());
+        }
     }
 
     fn apply_flags(&mut self, flags: &ConfigFlags) {
@@ -812,6 +817,41 @@ mod tests {
         assert_eq!(config.upstream.base_url, "https://api.anthropic.com");
         assert_eq!(config.auth_mode, AuthMode::Passthrough);
         assert_eq!(config.limits.max_body_bytes, 32 * 1024 * 1024);
+    }
+
+    #[test]
+    fn trusted_proxies_come_from_the_environment_too() {
+        let config =
+            load_toml("", &[("MEMGATE_TRUSTED_PROXIES", "10.0.0.0/8, 192.168.1.7")], ConfigFlags::default()).unwrap();
+        let mut headers = axum::http::HeaderMap::new();
+        headers.insert("x-forwarded-for", "203.0.113.9".parse().unwrap());
+        let via_proxy = config.client_addrs.resolve(Some("10.1.2.3".parse().unwrap()), &headers);
+        assert_eq!(via_proxy, Some("203.0.113.9".parse().unwrap()));
+        let direct = config.client_addrs.resolve(Some("198.51.100.1".parse().unwrap()), &headers);
+        assert_eq!(direct, Some("198.51.100.1".parse().unwrap()), "an untrusted peer's header is ignored");
+        let bad = load_toml("", &[("MEMGATE_TRUSTED_PROXIES", "10.0.0.0/33")], ConfigFlags::default());
+        assert!(bad.unwrap_err().to_string().contains("client_ip"));
+    }
+
+    /// memgate.example.toml is the reference of every key: what it sets must be the default, so
+    /// a default changed in code without the file (or the other way round) fails here.
+    #[test]
+    fn the_example_file_sets_exactly_the_defaults() {
+        let example = include_str!("../memgate.example.toml");
+        let mut from_example = load_toml(example, &[], ConfigFlags::default()).unwrap();
+        let defaults = load_toml("", &[], ConfigFlags::default()).unwrap();
+        // The file spells out the built-in releases' tables; what they load to is compared in
+        // `rollout::release` (releases are settled there, with their templates).
+        from_example.releases.clear();
+        let (example, defaults) = (format!("{from_example:#?}"), format!("{defaults:#?}"));
+        let differences: Vec<String> = example
+            .lines()
+            .zip(defaults.lines())
+            .filter(|(a, b)| a != b)
+            .map(|(a, b)| format!("example: {}\ndefault: {}", a.trim(), b.trim()))
+            .collect();
+        assert!(differences.is_empty(), "memgate.example.toml differs from the defaults:\n{}", differences.join("\n"));
+        assert_eq!(example.lines().count(), defaults.lines().count());
     }
 
     #[test]

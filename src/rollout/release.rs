@@ -104,3 +104,24 @@ fn query_rule(raw: RawQuery) -> QueryRule {
         follow_up_words: raw.follow_up_words.unwrap_or(defaults.follow_up_words),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ConfigFlags;
+
+    /// The release tables memgate.example.toml spells out load to exactly the built-in releases.
+    #[test]
+    fn the_example_files_releases_are_the_built_in_ones() {
+        let example = ConfigFlags {
+            config: Some(concat!(env!("CARGO_MANIFEST_DIR"), "/memgate.example.toml").into()),
+            ..ConfigFlags::default()
+        };
+        let templates = Templates::builtin_with(None).unwrap();
+        let load = |flags: &ConfigFlags| {
+            let config = Config::load(flags, |_| None).unwrap();
+            format!("{:#?}", load_releases(&config, &templates).unwrap())
+        };
+        assert_eq!(load(&example), load(&ConfigFlags::default()));
+    }
+}
