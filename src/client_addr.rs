@@ -34,7 +34,7 @@ impl ClientAddrs {
         Ok(ClientAddrs { trusted, header })
     }
 
-    fn is_trusted(&self, addr: IpAddr) -> bool {
+    pub fn is_trusted(&self, addr: IpAddr) -> bool {
         self.trusted.iter().any(|cidr| cidr.contains(addr))
     }
 

@@ -64,6 +64,28 @@ pub struct RawConfig {
     pub memory: RawMemory,
     #[serde(default)]
     pub releases: std::collections::BTreeMap<String, RawRelease>,
+    #[serde(default)]
+    pub metrics: RawMetrics,
+    #[serde(default)]
+    pub console: RawConsole,
+    /// Validated by `TriggersConfig::validate`; its keys are docs/triggers.md's.
+    #[serde(default)]
+    pub triggers: crate::triggers::TriggersConfig,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMetrics {
+    pub history_retention_days: Option<u32>,
+    pub minute_history_hours: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConsole {
+    pub recent_requests: Option<usize>,
+    pub recent_request_ttl_secs: Option<u64>,
+    pub replica: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -129,12 +151,14 @@ pub struct RawDatabase {
 pub struct RawRedis {
     pub url: Option<String>,
     pub key_prefix: Option<String>,
+    pub shared_read_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAdmin {
     pub token: Option<String>,
+    pub viewer_token: Option<String>,
     pub listen: Option<String>,
     pub max_import_bytes: Option<u64>,
     pub rate_limit_per_minute: Option<u32>,
@@ -276,6 +300,24 @@ pub struct Config {
     pub memory: MemoryConfig,
     /// Release definitions from the file; built-in `v1` and `v2` fill in what is absent.
     pub releases: std::collections::BTreeMap<String, RawRelease>,
+    pub console: ConsoleConfig,
+    /// `[triggers]`: endpoints and the outbox's delivery schedule (docs/triggers.md).
+    pub triggers: crate::triggers::TriggersConfig,
+}
+
+/// What the console keeps: the metrics history behind its charts and the recent requests its
+/// explain picker lists (docs/console.md).
+#[derive(Debug, Clone)]
+pub struct ConsoleConfig {
+    /// 5-minute rows (the 24 h view) are kept this many days.
+    pub history_retention_days: u32,
+    /// Minute rows (the 1 h view) are kept this many hours.
+    pub minute_history_hours: u32,
+    /// Requests kept per tenant for the explain picker; 0 keeps none.
+    pub recent_requests: usize,
+    pub recent_request_ttl: Duration,
+    /// This replica's name in the history; `None`: `HOSTNAME`, else a random id per start.
+    pub replica: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -301,6 +343,8 @@ pub struct MemoryConfig {
 pub struct AdminConfig {
     /// Bearer token of the admin API; `None` turns the admin API off.
     pub token: Option<SecretString>,
+    /// The read-only token (the console's viewer role); `None`: no viewer role.
+    pub viewer_token: Option<SecretString>,
     /// A listener of its own for `/admin` and `/metrics`, off the public one; `None` serves them
     /// on `listen`.
     pub listen: Option<SocketAddr>,
@@ -388,6 +432,7 @@ impl RawConfig {
         set(&mut self.database.url, "MEMGATE_DATABASE_URL");
         set(&mut self.redis.url, "MEMGATE_REDIS_URL");
         set(&mut self.admin.token, "MEMGATE_ADMIN_TOKEN");
+        set(&mut self.admin.viewer_token, "MEMGATE_ADMIN_VIEWER_TOKEN");
         set(&mut self.admin.listen, "MEMGATE_ADMIN_LISTEN");
         if let Some(dir) = env("MEMGATE_MODEL_DIR").filter(|v| !v.is_empty()) {
             self.embedding.model_dir = Some(dir.into());
@@ -580,7 +625,9 @@ impl RawConfig {
                 if key_prefix.is_empty() || key_prefix.chars().any(|c| c.is_whitespace()) {
                     return Err(invalid("redis.key_prefix", "use a non-empty prefix without spaces".into()));
                 }
-                Some(RedisConfig { url, key_prefix })
+                let shared_read_timeout =
+                    millis("redis.shared_read_timeout_ms", self.redis.shared_read_timeout_ms, 10)?;
+                Some(RedisConfig { url, key_prefix, shared_read_timeout })
             }
         };
         let admin_token = self.admin.token.filter(|t| !t.is_empty());
@@ -599,8 +646,22 @@ impl RawConfig {
                 )
             })?),
         };
+        let viewer_token = self.admin.viewer_token.filter(|t| !t.is_empty());
+        if viewer_token.as_ref().is_some_and(|t| t.len() < 16) {
+            return Err(invalid(
+                "admin.viewer_token",
+                "the viewer token must be at least 16 characters (MEMGATE_ADMIN_VIEWER_TOKEN)".into(),
+            ));
+        }
+        if viewer_token.is_some() && viewer_token == admin_token {
+            return Err(invalid(
+                "admin.viewer_token",
+                "the viewer token must differ from the admin token: one token cannot be both roles".into(),
+            ));
+        }
         let admin = AdminConfig {
             token: admin_token.map(SecretString::from),
+            viewer_token: viewer_token.map(SecretString::from),
             listen: admin_listen,
             max_import_bytes: self.admin.max_import_bytes.unwrap_or(64 * 1024 * 1024),
             rate_limit_per_minute: self.admin.rate_limit_per_minute.unwrap_or(30),
@@ -751,7 +812,35 @@ impl RawConfig {
             }
         }
 
+        let history_retention_days = self.metrics.history_retention_days.unwrap_or(8);
+        let minute_history_hours = self.metrics.minute_history_hours.unwrap_or(48);
+        if history_retention_days == 0 {
+            return Err(invalid("metrics.history_retention_days", "keep at least 1 day".into()));
+        }
+        if minute_history_hours == 0 || u64::from(minute_history_hours) > u64::from(history_retention_days) * 24 {
+            return Err(invalid(
+                "metrics.minute_history_hours",
+                "keep at least 1 hour, and at most metrics.history_retention_days".into(),
+            ));
+        }
+        let console = ConsoleConfig {
+            history_retention_days,
+            minute_history_hours,
+            recent_requests: self.console.recent_requests.unwrap_or(200),
+            recent_request_ttl: Duration::from_secs(self.console.recent_request_ttl_secs.unwrap_or(900)),
+            replica: self.console.replica.filter(|r| !r.trim().is_empty()),
+        };
+        if console.recent_requests > 10_000 {
+            return Err(invalid("console.recent_requests", "keep at most 10000 requests per tenant".into()));
+        }
+        if let Err(errors) = self.triggers.validate()
+            && let Some(first) = errors.into_iter().next()
+        {
+            return Err(invalid(&first.key, first.message));
+        }
         Ok(Config {
+            console,
+            triggers: self.triggers,
             embedding,
             memory,
             releases: self.releases,

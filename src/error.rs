@@ -115,7 +115,13 @@ pub enum Code {
     AuthenticationFailed,
     /// The admin API's bearer token is missing or wrong.
     AdminTokenInvalid,
+    /// A console session that has ended (expired, idle, or logged out).
+    SessionEnded,
     PermissionDenied,
+    /// A console request that is not from the console itself (the CSRF rule).
+    CsrfRefused,
+    /// The viewer role may only read.
+    ReadOnlyRole,
     /// A managed caller without the permission a `/v1/*` path needs (`batches`, `files`, …).
     PathNotAllowed,
     NotFound,
@@ -130,6 +136,8 @@ pub enum Code {
     IdTaken,
     /// A create names a topic key the tenant already has.
     TopicTaken,
+    /// A replay of a trigger action that is still waiting to be delivered.
+    ActionQueued,
     Unprocessable,
     /// A record was refused; `error.problems` lists every problem with its JSON path.
     ValidationFailed,
@@ -154,7 +162,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in the order docs/admin-api.md lists them.
-    pub const ALL: [Code; 30] = [
+    pub const ALL: [Code; 34] = [
         Code::InvalidRequest,
         Code::InvalidJson,
         Code::InvalidHeader,
@@ -163,8 +171,11 @@ impl Code {
         Code::MethodNotAllowed,
         Code::AuthenticationFailed,
         Code::AdminTokenInvalid,
+        Code::SessionEnded,
         Code::PermissionDenied,
         Code::PathNotAllowed,
+        Code::CsrfRefused,
+        Code::ReadOnlyRole,
         Code::NotFound,
         Code::NoRoute,
         Code::AdminApiOff,
@@ -172,6 +183,7 @@ impl Code {
         Code::RevisionConflict,
         Code::IdTaken,
         Code::TopicTaken,
+        Code::ActionQueued,
         Code::Unprocessable,
         Code::ValidationFailed,
         Code::ImportInvalid,
@@ -197,6 +209,10 @@ impl Code {
             Code::MethodNotAllowed => "method_not_allowed",
             Code::AuthenticationFailed => "authentication_failed",
             Code::AdminTokenInvalid => "admin_token_invalid",
+            Code::SessionEnded => "no_session",
+            Code::CsrfRefused => "csrf_refused",
+            Code::ReadOnlyRole => "read_only_role",
+            Code::ActionQueued => "action_queued",
             Code::PermissionDenied => "permission_denied",
             Code::PathNotAllowed => "path_not_allowed",
             Code::NotFound => "not_found",
@@ -231,10 +247,16 @@ impl Code {
             | Code::UnknownRelease
             | Code::AmbiguousPath
             | Code::MethodNotAllowed => ErrorKind::InvalidRequest,
-            Code::AuthenticationFailed | Code::AdminTokenInvalid => ErrorKind::Authentication,
-            Code::PermissionDenied | Code::PathNotAllowed => ErrorKind::Permission,
+            Code::AuthenticationFailed | Code::AdminTokenInvalid | Code::SessionEnded => {
+                ErrorKind::Authentication
+            }
+            Code::PermissionDenied | Code::PathNotAllowed | Code::CsrfRefused | Code::ReadOnlyRole => {
+                ErrorKind::Permission
+            }
             Code::NotFound | Code::NoRoute | Code::AdminApiOff => ErrorKind::NotFound,
-            Code::Conflict | Code::RevisionConflict | Code::IdTaken | Code::TopicTaken => ErrorKind::Conflict,
+            Code::Conflict | Code::RevisionConflict | Code::IdTaken | Code::TopicTaken | Code::ActionQueued => {
+                ErrorKind::Conflict
+            }
             Code::Unprocessable | Code::ValidationFailed | Code::ImportInvalid => ErrorKind::Unprocessable,
             Code::RequestTooLarge => ErrorKind::RequestTooLarge,
             Code::BodyTimeout => ErrorKind::RequestTimeout,

@@ -32,6 +32,8 @@ pub struct RedisConfig {
     pub url: String,
     /// Put in front of every Redis key and channel, so deployments can share one Redis.
     pub key_prefix: String,
+    /// The longest a replica waits for another's query vector before running the model itself.
+    pub shared_read_timeout: Duration,
 }
 
 /// How long a publish may take before it is given up (the poll catches up).
@@ -279,7 +281,11 @@ mod tests {
 
     #[test]
     fn a_malformed_url_is_refused_and_no_redis_means_nothing_happens() {
-        let bad = RedisConfig { url: "redis://[::1".into(), key_prefix: "memgate".into() };
+        let bad = RedisConfig {
+            url: "redis://[::1".into(),
+            key_prefix: "memgate".into(),
+            shared_read_timeout: Duration::from_millis(10),
+        };
         assert!(Fanout::start(&bad).is_err());
         assert!(!Fanout::disabled().is_enabled());
     }

@@ -31,6 +31,9 @@ enum Command {
     /// Issue gateway keys.
     #[command(subcommand)]
     Key(KeyCommand),
+    /// Trigger actions in the outbox: list, replay, deliver what is due (docs/triggers.md).
+    #[command(subcommand)]
+    Actions(ActionsCommand),
     /// A stand-in Anthropic API for tests, demos and load tests (see docs/mock-upstream.md).
     MockUpstream(memgate::mock_upstream::MockArgs),
 }
@@ -100,6 +103,31 @@ enum KeyCommand {
     },
 }
 
+#[derive(Subcommand)]
+enum ActionsCommand {
+    /// A tenant's actions, newest first, one JSON object a line.
+    List {
+        /// pending, retrying, delivered or dead.
+        #[arg(long)]
+        state: Option<String>,
+        /// Decided since: a time (RFC 3339) or an age such as 30m, 1h, 7d.
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Send a dead or delivered action again (same id and body).
+    Replay {
+        id: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Deliver what is due once, without a server (every tenant), and print how many were tried.
+    Deliver(ConfigFlags),
+}
+
 #[derive(Args)]
 struct Target {
     #[arg(long, default_value = memgate::identity::DEFAULT_TENANT)]
@@ -133,6 +161,7 @@ fn main() -> ExitCode {
             Command::Migrate(flags) => migrate(flags).await,
             Command::Memory(command) => memory(command).await,
             Command::Key(command) => key(command).await,
+            Command::Actions(command) => actions(command).await,
             Command::Release(command) => release(command).await,
             Command::MockUpstream(args) => memgate::mock_upstream::run(args, |addr| {
                 println!("mock-upstream listening on http://{addr}");
@@ -341,4 +370,60 @@ async fn release(command: ReleaseCommand) -> Result<(), String> {
         println!("{release}");
     }
     Ok(())
+}
+
+async fn actions(command: ActionsCommand) -> Result<(), String> {
+    use memgate::store::outbox::{OutboxFilter, OutboxState, Replay};
+    let flags = match &command {
+        ActionsCommand::List { target, .. } | ActionsCommand::Replay { target, .. } => &target.config,
+        ActionsCommand::Deliver(flags) => flags,
+    };
+    let config = load_config(flags)?;
+    // The outbox needs the store alone: no model, no index.
+    let store = open_store(&config).await?;
+    let triggers = memgate::triggers::Triggers::new(
+        config.triggers.clone(),
+        store,
+        tokio_util::task::TaskTracker::new(),
+        memgate::triggers::TriggerMetrics::default(),
+    )
+    .map_err(|errors| errors.into_iter().map(|e| format!("{}: {}", e.key, e.message)).collect::<Vec<_>>().join("; "))?;
+    match command {
+        ActionsCommand::List { state, since, limit, target } => {
+            let state = match state.as_deref() {
+                None => None,
+                Some(text) => Some(OutboxState::parse(text).ok_or_else(|| {
+                    format!("--state `{text}`: use pending, retrying, delivered or dead")
+                })?),
+            };
+            let since_ms = match since.as_deref() {
+                None => None,
+                Some(text) => Some(
+                    memgate::admin::actions::parse_since(text, memgate::clock::now_ms())
+                        .map_err(|_| format!("--since `{text}`: a time (RFC 3339) or an age such as 30m, 1h, 7d"))?,
+                ),
+            };
+            let filter = OutboxFilter { state, since_ms, ..OutboxFilter::default() };
+            let actions = triggers.list(&target.tenant, filter, None, limit.clamp(1, 10_000)).await.map_err(|e| e.to_string())?;
+            for action in actions {
+                println!("{}", action.to_json());
+            }
+            Ok(())
+        }
+        ActionsCommand::Replay { id, target } => match triggers.replay(&target.tenant, &id).await.map_err(|e| e.to_string())? {
+            Replay::Replayed(action) => {
+                println!("{}", action.to_json());
+                eprintln!("memgate: {id} is due again; a running memgate (or `memgate actions deliver`) sends it");
+                Ok(())
+            }
+            Replay::AlreadyQueued(action) => {
+                Err(format!("{id} is still {}: it will be delivered without a replay", action.state.as_str()))
+            }
+        },
+        ActionsCommand::Deliver(_) => {
+            let tried = triggers.delivery().deliver_due(1_000).await.map_err(|e| e.to_string())?;
+            println!("{tried}");
+            Ok(())
+        }
+    }
 }

@@ -78,11 +78,32 @@ pub async fn run(
         })
     };
     let listeners = Topic::ALL.map(|topic| listen_for(&state, &stop_ticking, topic));
+    // The console's metrics history: this replica's minute rows, written once a minute.
+    let history = {
+        let state = state.clone();
+        let stop = stop_ticking.clone();
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(std::time::Duration::from_secs(60));
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            interval.tick().await;
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    _ = interval.tick() => flush_history(&state).await,
+                }
+            }
+        })
+    };
+    // Trigger actions: delivered by a worker on the background tracker (none without endpoints);
+    // at shutdown it claims nothing more and finishes what it sends.
+    let stop_delivering = CancellationToken::new();
+    let deliveries = state.triggers().spawn_worker(stop_delivering.clone());
 
     let (signalled_tx, signalled_rx) = oneshot::channel::<()>();
     let draining_state = state.clone();
     let background = state.memories().tasks().clone();
     let memories = state.memories().clone();
+    let history_state = state.clone();
     let stop_accepting = CancellationToken::new();
     let stop_admin = stop_accepting.clone();
     let drain_delay = config.drain_delay;
@@ -129,7 +150,9 @@ pub async fn run(
         }
     }
     stop_ticking.cancel();
+    stop_delivering.cancel();
     let _ = ticker.await;
+    let _ = history.await;
     for listener in listeners {
         let _ = listener.await;
     }
@@ -139,10 +162,12 @@ pub async fn run(
     if let Err(err) = memories.flush_accesses().await {
         tracing::warn!(error = %err, "could not write the last access counts");
     }
+    flush_history(&history_state).await;
     // Background embedding and shadow runs: give them what is left of the grace period; what
     // does not finish is redone at the next start.
     background.close();
     let _ = tokio::time::timeout(grace, background.wait()).await;
+    drop(deliveries);
     tracing::info!("memgate stopped");
     Ok(())
 }
@@ -175,6 +200,13 @@ fn listen_for(state: &AppState, stop: &CancellationToken, topic: Topic) -> tokio
             }
         }
     })
+}
+
+/// Writes this replica's minute rows of the console's history (and prunes past retention).
+async fn flush_history(state: &AppState) {
+    if let Err(err) = state.console_recorder().flush(state.store()).await {
+        tracing::warn!(error = %err, "could not write the console's metrics history; the next minute retries");
+    }
 }
 
 /// Takes in other replicas' record changes from the store.

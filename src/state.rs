@@ -19,7 +19,9 @@ use crate::recall::Recaller;
 use crate::rollout::Rollout;
 use crate::rollout::release::load_releases;
 use crate::store::Store;
+use crate::triggers::{TriggerMetrics, Triggers};
 use crate::upstream::Upstream;
+use crate::console::{AdminTokens, ConsoleAuth, HistoryRetention, MetricsRecorder, RecentRequests, SessionPolicy};
 use axum::extract::ConnectInfo;
 use secrecy::SecretString;
 use std::net::SocketAddr;
@@ -52,6 +54,13 @@ struct Inner {
     admin_token: Option<SecretString>,
     max_import_bytes: u64,
     rollout: Arc<Rollout>,
+    /// Records that start business work: evaluation, the outbox and its delivery worker.
+    triggers: Triggers,
+    /// The console's logins and sessions, its metrics history (flushed by the server's ticker)
+    /// and the recent requests its explain picker lists.
+    console_auth: ConsoleAuth,
+    recorder: MetricsRecorder,
+    recent: RecentRequests,
 }
 
 impl AppState {
@@ -99,6 +108,7 @@ impl AppState {
                         connection.clone(),
                         &redis.key_prefix,
                         &secret,
+                        redis.shared_read_timeout,
                     ));
                     identity.share_limits_through(connection, &redis.key_prefix);
                 }
@@ -119,7 +129,27 @@ impl AppState {
             message: format!("loading records: {err}"),
         })?;
         tracing::info!(records, releases = ?releases.keys().collect::<Vec<_>>(), "memory index loaded");
-        let metrics = Arc::new(Metrics::new());
+        let trigger_metrics = TriggerMetrics::default();
+        let mut metrics = Metrics::new();
+        trigger_metrics.register(metrics.registry_mut());
+        let metrics = Arc::new(metrics);
+        // Background inserts and deliveries run on the tracker shutdown waits for.
+        let triggers = Triggers::new(
+            config.triggers.clone(),
+            memories.store().clone(),
+            memories.tasks().clone(),
+            trigger_metrics,
+        )
+        .map_err(|errors| {
+            let first = errors.into_iter().next();
+            StartupError::ConfigInvalid {
+                key: first.as_ref().map_or_else(|| "triggers".into(), |e| e.key.clone()),
+                message: first.map_or_else(String::new, |e| e.message),
+            }
+        })?;
+        let replica = config.console.replica.clone().unwrap_or_else(replica_name);
+        let retention =
+            HistoryRetention::new(config.console.history_retention_days, config.console.minute_history_hours);
         let rollout = Rollout::load(memories.store().clone(), releases, DEFAULT_RELEASE, metrics.clone())
             .await
             .map_err(|err| StartupError::Store {
@@ -130,7 +160,14 @@ impl AppState {
         let inner = Inner {
             fanout,
             rollout: Arc::new(rollout),
-            recaller: Recaller::new(memories, templates, metrics.clone(), config.memory.clone()),
+            recaller: Recaller::new(memories, templates, metrics.clone(), config.memory.clone(), triggers.clone()),
+            triggers,
+            console_auth: ConsoleAuth {
+                tokens: AdminTokens::new(config.admin.token.clone(), config.admin.viewer_token.clone()),
+                policy: SessionPolicy::default(),
+            },
+            recorder: MetricsRecorder::new(replica.clone(), retention),
+            recent: RecentRequests::new(replica, config.console.recent_requests, config.console.recent_request_ttl),
             admin_token: config.admin.token.clone(),
             max_import_bytes: config.admin.max_import_bytes,
             limits: config.limits.clone(),
@@ -214,6 +251,26 @@ impl AppState {
         &self.inner.rollout
     }
 
+    pub fn triggers(&self) -> &Triggers {
+        &self.inner.triggers
+    }
+
+    pub fn console_recorder(&self) -> &MetricsRecorder {
+        &self.inner.recorder
+    }
+
+    pub fn recent_requests(&self) -> &RecentRequests {
+        &self.inner.recent
+    }
+
+    /// Whether the request came over HTTPS: a trusted proxy's `X-Forwarded-Proto: https` (memgate
+    /// itself serves plain HTTP). Decides the console cookie's `Secure` and the CSRF origin.
+    pub fn is_https(&self, parts: &axum::http::request::Parts) -> bool {
+        let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
+        let trusted = peer.is_some_and(|p| self.inner.client_addrs.is_trusted(p));
+        crate::console::auth::forwarded_https(&parts.headers, trusted)
+    }
+
     pub fn admin_token(&self) -> Option<&SecretString> {
         self.inner.admin_token.as_ref()
     }
@@ -230,4 +287,35 @@ impl AppState {
     pub fn is_draining(&self) -> bool {
         self.inner.draining.load(Ordering::SeqCst)
     }
+}
+
+impl crate::console::ConsoleHost for AppState {
+    fn console_auth(&self) -> &ConsoleAuth {
+        &self.inner.console_auth
+    }
+
+    fn console_store(&self) -> &Store {
+        self.store()
+    }
+
+    fn admin_strikes(&self) -> &Strikes {
+        AppState::admin_strikes(self)
+    }
+
+    fn client_addr(&self, parts: &axum::http::request::Parts) -> Option<std::net::IpAddr> {
+        AppState::client_addr(self, parts)
+    }
+
+    fn is_https(&self, parts: &axum::http::request::Parts) -> bool {
+        AppState::is_https(self, parts)
+    }
+}
+
+/// This replica's name in the console's history: the host's name (a pod's, in Kubernetes), else
+/// a random id per start.
+fn replica_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.trim().is_empty())
+        .unwrap_or_else(|| format!("replica-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]))
 }

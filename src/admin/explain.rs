@@ -2,7 +2,8 @@
 //! block — exactly what a real request would get — without calling the upstream.
 //!
 //! Body: `{"request": <Messages body>, "caller": {"scopes": [...], "subject": "u-789"},
-//! "release": "v1"}`; the tenant is the admin request's (`X-Memory-Tenant`).
+//! "release": "v1", "values": {"satisfaction": 1}}`; the tenant is the admin request's
+//! (`X-Memory-Tenant`). The answer also lists the trigger actions that would fire, unsent.
 
 use super::{AdminContext, AdminJson};
 use crate::error::{ApiError, Code};
@@ -25,6 +26,9 @@ struct ExplainBody {
     #[serde(default)]
     caller: ExplainCaller,
     release: Option<String>,
+    /// What a client would send as `X-Memory-Values`, for trigger comparisons.
+    #[serde(default)]
+    values: std::collections::BTreeMap<String, Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -84,10 +88,14 @@ pub async fn explain(
                 trace: Detail::Full,
                 budget: Some(std::time::Duration::from_secs(10)),
                 shadow: true,
+                triggers: true,
+                values: input.values,
             },
         )
         .await?;
     let request: Value = serde_json::from_slice(&recalled.body).map_err(ApiError::internal)?;
+    // What would fire, without deciding or sending anything.
+    let triggers = state.recaller().triggers().would_fire(&recalled.fired);
     Ok(Json(json!({
         "release": release.name,
         "query": recalled.query,
@@ -99,6 +107,8 @@ pub async fn explain(
         "placed_in": recalled.placed_in,
         "block": recalled.block,
         "trace": recalled.trace,
+        "triggers": triggers,
+        "visible_tokens": recalled.visible_tokens,
         "request": request,
     })))
 }

@@ -199,6 +199,10 @@ pub async fn forget(
         .get("scope")
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::invalid_request("forget takes {\"scope\": \"user:u-789\"}"))?;
-    let (records, changes) = state.memories().forget(&ctx.tenant, scope).await?;
-    Ok(Json(json!({"scope": scope, "records_erased": records, "changes_erased": changes})))
+    let (ids, changes) = state.memories().forget(&ctx.tenant, scope).await?;
+    // The outbox's actions about those records, and about that user, go with them.
+    let subject = scope.strip_prefix("user:");
+    let actions = state.triggers().forget(&ctx.tenant, &ids, subject).await?;
+    Ok(Json(json!({"scope": scope, "records_erased": ids.len(), "changes_erased": changes,
+        "actions_erased": actions})))
 }

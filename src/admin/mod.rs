@@ -1,8 +1,10 @@
-//! The admin API (`/admin/v1/…`): bearer-token auth (constant-time compare; without a configured
-//! token the whole API is off), the tenant from `X-Memory-Tenant`, and the handlers per resource.
+//! The admin API (`/admin/v1/…`): the bearer token or a console session (`console::authorize`;
+//! without a configured admin token the whole API is off), the tenant from `X-Memory-Tenant`, and the handlers per resource.
 //! Every handler works inside one tenant: nothing here can read or change another's records.
 
+pub mod actions;
 pub mod explain;
+pub mod insights;
 pub mod keys;
 pub mod memories;
 pub mod releases;
@@ -17,48 +19,45 @@ use axum::http::HeaderMap;
 use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use secrecy::ExposeSecret;
 use serde_json::{Value, json};
-use subtle::ConstantTimeEq;
 
 /// The largest JSON body a single-record admin call accepts.
 const MAX_ADMIN_BODY_BYTES: u64 = 1024 * 1024;
 
-/// Refuses any admin request without the admin token. Failed attempts count per client address
-/// (`admin.rate_limit_per_minute`); past the limit the address is refused for a while before
-/// any token is compared, so guessing is slow, and an admin who keeps sending the right token is
-/// never counted at all.
+/// Refuses any admin request without the admin token or a console session (`console::authorize`:
+/// the bearer token, else the session cookie with the CSRF rule, then the viewer's read-only
+/// limits). Failed attempts count per client address (`admin.rate_limit_per_minute`); past the
+/// limit the address is refused for a while before any token is compared, so guessing is slow,
+/// and an admin who keeps sending the right token is never counted at all.
 pub async fn require_admin(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let Some(token) = state.admin_token() else {
+    if state.admin_token().is_none() {
         return ApiError::coded(
             Code::AdminApiOff,
             "the admin API is off; set MEMGATE_ADMIN_TOKEN to turn it on",
         )
         .into_response();
-    };
-    let (parts, body) = request.into_parts();
+    }
+    let (mut parts, body) = request.into_parts();
     let client = state.client_addr(&parts).map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
     if let Err(wait) = state.admin_strikes().check(&client) {
         return too_many_failures(wait).into_response();
     }
-    let presented = parts
-        .headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    let matches: bool = presented.as_bytes().ct_eq(token.expose_secret().as_bytes()).into();
-    if !matches {
-        if let Err(wait) = state.admin_strikes().fail(&client) {
-            return too_many_failures(wait).into_response();
+    let https = state.is_https(&parts);
+    let auth = crate::console::ConsoleHost::console_auth(&state);
+    match crate::console::authorize(&parts.headers, &parts.method, &parts.uri, https, state.store(), auth).await {
+        Ok(principal) => {
+            parts.extensions.insert(principal);
+            next.run(Request::from_parts(parts, body)).await
         }
-        return ApiError::coded(
-            Code::AdminTokenInvalid,
-            "the admin API needs `Authorization: Bearer <MEMGATE_ADMIN_TOKEN>`",
-        )
-        .into_response();
+        Err(refusal) => {
+            if refusal.is_strike()
+                && let Err(wait) = state.admin_strikes().fail(&client)
+            {
+                return too_many_failures(wait).into_response();
+            }
+            refusal.into_response()
+        }
     }
-    next.run(Request::from_parts(parts, body)).await
 }
 
 fn too_many_failures(wait: u64) -> ApiError {
@@ -81,7 +80,13 @@ impl<S: Send + Sync> FromRequestParts<S> for AdminContext {
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         let tenant =
             header_token(&parts.headers, "x-memory-tenant")?.unwrap_or_else(|| DEFAULT_TENANT.to_owned());
-        let actor = header_token(&parts.headers, "x-memory-actor")?.unwrap_or_else(|| "admin".to_owned());
+        // A console session names who is logged in; the history says so, whatever the header says.
+        let session_actor =
+            parts.extensions.get::<crate::console::Principal>().and_then(|principal| principal.actor.clone());
+        let actor = match session_actor {
+            Some(actor) => actor,
+            None => header_token(&parts.headers, "x-memory-actor")?.unwrap_or_else(|| "admin".to_owned()),
+        };
         Ok(AdminContext { tenant, actor })
     }
 }

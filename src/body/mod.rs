@@ -99,16 +99,26 @@ async fn read(
     }
 }
 
+/// What a checked Messages request says about itself (for the console's recent requests).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessagesFacts {
+    /// The model asked for, cut to 100 characters.
+    pub model: String,
+    pub stream: bool,
+}
+
 /// Checks a Messages (or count_tokens) request: a JSON object with a string `model` and an array
 /// `messages`. The error says what is wrong and where. Nothing of the body is copied: unknown
 /// fields are skipped, `model` and `messages` are looked at where they lie in the client's bytes.
-pub fn check_messages_request(bytes: &[u8]) -> Result<(), ApiError> {
+pub fn check_messages_request(bytes: &[u8]) -> Result<MessagesFacts, ApiError> {
     #[derive(Deserialize)]
     struct Shape<'a> {
         #[serde(borrow)]
         model: Option<&'a RawValue>,
         #[serde(borrow)]
         messages: Option<&'a RawValue>,
+        #[serde(borrow)]
+        stream: Option<&'a RawValue>,
     }
     if let Err(err) = std::str::from_utf8(bytes) {
         return Err(ApiError::coded(Code::InvalidJson, format!("the request body is not valid JSON: {err}")));
@@ -137,17 +147,20 @@ pub fn check_messages_request(bytes: &[u8]) -> Result<(), ApiError> {
     let shape: Shape = serde_json::from_slice(bytes).map_err(|err| {
         ApiError::coded(Code::InvalidJson, format!("the request body is not valid JSON: {err}"))
     })?;
-    match shape.model.map(RawValue::get) {
-        Some(raw) if raw.starts_with('"') => {}
+    let model = match shape.model.map(RawValue::get) {
+        Some(raw) if raw.starts_with('"') => serde_json::from_str::<String>(raw).unwrap_or_default(),
         Some(_) => return Err(ApiError::invalid_request("model: must be a string")),
         None => return Err(ApiError::invalid_request("model: field required")),
-    }
+    };
     match shape.messages.map(RawValue::get) {
         Some(raw) if raw.starts_with('[') => {}
         Some(_) => return Err(ApiError::invalid_request("messages: must be an array")),
         None => return Err(ApiError::invalid_request("messages: field required")),
     }
-    Ok(())
+    Ok(MessagesFacts {
+        model: model.chars().take(100).collect(),
+        stream: shape.stream.is_some_and(|raw| raw.get() == "true"),
+    })
 }
 
 /// How deeply arrays and objects nest, counted in one pass over the bytes (brackets inside

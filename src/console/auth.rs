@@ -8,7 +8,7 @@
 //! attaches an `Authorization` header by itself, so a bearer request cannot be forged by a page.
 
 use super::session::{self, SessionPolicy};
-use crate::error::{ApiError, Code, ErrorKind};
+use crate::error::{ApiError, Code};
 use crate::store::{Store, StoreError};
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
@@ -136,27 +136,6 @@ impl Refusal {
     }
 }
 
-/// The console's own error codes. `error::Code` does not have them yet, so these answers are
-/// built here in the same shape (docs/console.md, hooks: add `Code::CsrfRefused`,
-/// `Code::ReadOnlyRole` and `Code::SessionEnded` to the table and docs/admin-api.md, and let
-/// `Refusal` answer through `ApiError::coded`).
-const CSRF_REFUSED: &str = "csrf_refused";
-const READ_ONLY_ROLE: &str = "read_only_role";
-const NO_SESSION: &str = "no_session";
-
-/// An answer in the API's error shape with a code `error::Code` does not list (see above).
-pub(crate) fn console_error(kind: ErrorKind, code: &str, message: &str) -> Response {
-    let (status, error_type) = kind.status_and_type();
-    let body =
-        serde_json::json!({"type": "error", "error": {"type": error_type, "message": message, "code": code}});
-    (status, axum::Json(body)).into_response()
-}
-
-/// The CSRF rule's refusal.
-pub(crate) fn csrf_refused() -> Response {
-    console_error(ErrorKind::Permission, CSRF_REFUSED, "console requests must come from the console itself")
-}
-
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
         match self {
@@ -170,17 +149,17 @@ impl IntoResponse for Refusal {
                 "the admin API needs `Authorization: Bearer <MEMGATE_ADMIN_TOKEN>` or a console session",
             )
             .into_response(),
-            Refusal::SessionEnded => console_error(
-                ErrorKind::Authentication,
-                NO_SESSION,
-                "the console session has ended; log in again",
-            ),
-            Refusal::Csrf => csrf_refused(),
-            Refusal::ReadOnly => console_error(
-                ErrorKind::Permission,
-                READ_ONLY_ROLE,
+            Refusal::SessionEnded => {
+                ApiError::coded(Code::SessionEnded, "the console session has ended; log in again").into_response()
+            }
+            Refusal::Csrf => {
+                ApiError::coded(Code::CsrfRefused, "console requests must come from the console itself").into_response()
+            }
+            Refusal::ReadOnly => ApiError::coded(
+                Code::ReadOnlyRole,
                 "this session is read-only (viewer); log in with the admin token to change anything",
-            ),
+            )
+            .into_response(),
             Refusal::Store(err) => ApiError::from(err).into_response(),
         }
     }

@@ -315,12 +315,14 @@ pub struct MetricsRecorder {
 }
 
 impl MetricsRecorder {
-    /// `replica`: this process's name in the history (a host name, or a random id per start).
+    /// `replica`: this process's name in the history (a host name, or a random id per start;
+    /// empty becomes `replica`, since `''` names the shared 5-minute rows).
     pub fn new(replica: impl Into<String>, retention: HistoryRetention) -> MetricsRecorder {
+        let replica = Some(replica.into()).filter(|r| !r.is_empty()).unwrap_or_else(|| "replica".to_owned());
         let threads = std::thread::available_parallelism().map_or(4, |n| n.get());
         let shards = (0..(threads * 2).clamp(8, 128)).map(|_| Shard::default()).collect();
         MetricsRecorder {
-            replica: replica.into(),
+            replica,
             retention,
             shards,
             pending: Mutex::new(BTreeMap::new()),

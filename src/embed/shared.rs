@@ -23,8 +23,6 @@ use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
 use sha2::Sha256;
 
-/// The longest a replica waits for Redis before running the model itself.
-const READ_TIMEOUT: Duration = Duration::from_millis(10);
 const WRITE_TIMEOUT: Duration = Duration::from_millis(500);
 /// How long a shared vector is kept.
 const TTL_SECS: u64 = 24 * 60 * 60;
@@ -33,6 +31,9 @@ pub struct SharedVectors {
     connection: Arc<ArcSwapOption<ConnectionManager>>,
     prefix: String,
     secret: Vec<u8>,
+    /// The longest a replica waits for Redis before running the model itself
+    /// (`redis.shared_read_timeout_ms`).
+    read_timeout: Duration,
 }
 
 impl SharedVectors {
@@ -42,8 +43,14 @@ impl SharedVectors {
         connection: Arc<ArcSwapOption<ConnectionManager>>,
         key_prefix: &str,
         secret: &str,
+        read_timeout: Duration,
     ) -> SharedVectors {
-        SharedVectors { connection, prefix: key_prefix.to_owned(), secret: secret.as_bytes().to_vec() }
+        SharedVectors {
+            connection,
+            prefix: key_prefix.to_owned(),
+            secret: secret.as_bytes().to_vec(),
+            read_timeout,
+        }
     }
 
     fn key(&self, model_id: &str, tenant: &str, text: &str) -> String {
@@ -63,7 +70,7 @@ impl SharedVectors {
     pub async fn get(&self, model_id: &str, tenant: &str, text: &str, dims: usize) -> Option<Vec<f32>> {
         let mut connection = (*self.connection.load_full()?).clone();
         let key = self.key(model_id, tenant, text);
-        let read = tokio::time::timeout(READ_TIMEOUT, connection.get::<_, Option<Vec<u8>>>(key)).await;
+        let read = tokio::time::timeout(self.read_timeout, connection.get::<_, Option<Vec<u8>>>(key)).await;
         decode(&read.ok()?.ok()??, dims)
     }
 
@@ -116,7 +123,7 @@ mod tests {
     #[test]
     fn keys_are_an_hmac_of_model_tenant_and_text() {
         let slot = Arc::new(ArcSwapOption::empty());
-        let a = SharedVectors::new(slot.clone(), "memgate", "secret-one");
+        let a = SharedVectors::new(slot.clone(), "memgate", "secret-one", Duration::from_millis(10));
         let key = a.key("e5", "acme", "where is my parcel");
         assert!(
             key.starts_with("memgate:qvec:") && !key.contains("parcel") && !key.contains("acme"),
@@ -125,7 +132,7 @@ mod tests {
         assert_ne!(key, a.key("e5", "globex", "where is my parcel"), "another tenant");
         assert_ne!(
             key,
-            SharedVectors::new(slot, "memgate", "secret-two").key("e5", "acme", "where is my parcel")
+            SharedVectors::new(slot, "memgate", "secret-two", Duration::from_millis(10)).key("e5", "acme", "where is my parcel")
         );
         assert_ne!(a.key("e5", "ab", "c"), a.key("e5", "a", "bc"));
         assert_eq!(key, a.key("e5", "acme", "where is my parcel"));

@@ -27,6 +27,7 @@ pub(crate) mod tests;
 
 use crate::identity::Caller;
 use crate::index::TenantIndex;
+use crate::slots::SlotSet;
 use density::{Budget, Packed};
 use semantic::SemanticQuery;
 use trace::{Detail, Trace};
@@ -71,6 +72,11 @@ impl Retrieval {
 pub struct FunnelOutput {
     pub packed: Packed,
     pub trace: Trace,
+    /// The survivors of the scope and temporal layers: what this caller may see and what is valid
+    /// now. Triggers are evaluated on these (a caller fires only what it may see).
+    pub current: SlotSet,
+    /// What `current` would cost injected in full, in tokens (the console's token savings).
+    pub visible_tokens: u64,
 }
 
 /// Runs the four layers over one tenant's index.
@@ -85,7 +91,8 @@ pub fn run(
     let mut trace = Trace::default();
     let detailed = detail.is_on();
     let visible = scope::visible(index, caller, detail, &mut trace);
-    let current = temporal::current(index, &visible, now_ms, &settings.schema_versions, detailed, &mut trace);
+    let (current, visible_tokens) =
+        temporal::current_counting(index, &visible, now_ms, &settings.schema_versions, detailed, &mut trace);
     let hits = semantic::matching(index, &current, query, detailed, &mut trace);
     let budget = Budget {
         tokens: settings.budget_tokens,
@@ -112,5 +119,5 @@ pub fn run(
             })
             .collect();
     }
-    FunnelOutput { packed, trace }
+    FunnelOutput { packed, trace, current, visible_tokens }
 }

@@ -16,6 +16,19 @@ pub fn current(
     detailed: bool,
     trace: &mut Trace,
 ) -> SlotSet {
+    current_counting(index, candidates, now_ms, schema_versions, detailed, trace).0
+}
+
+/// `current`, and the tokens of the records kept (what the caller's visible, valid records would
+/// cost injected in full), summed in the same pass over `SlotMeta`.
+pub fn current_counting(
+    index: &TenantIndex,
+    candidates: &SlotSet,
+    now_ms: i64,
+    schema_versions: &[String],
+    detailed: bool,
+    trace: &mut Trace,
+) -> (SlotSet, u64) {
     // Per interned schema of the tenant: does this release read it?
     let read: Vec<bool> = index.schemas().iter().map(|s| schema_versions.contains(s)).collect();
     let meta = index.meta();
@@ -25,7 +38,14 @@ pub fn current(
             && now_ms < m.valid_until_ms
             && read.get(m.schema as usize).copied().unwrap_or(false)
     };
-    let kept = candidates.filter(|slot| meta.get(slot as usize).is_some_and(&is_current));
+    let mut tokens = 0u64;
+    let kept = candidates.filter(|slot| match meta.get(slot as usize) {
+        Some(m) if is_current(m) => {
+            tokens += u64::from(m.tokens);
+            true
+        }
+        _ => false,
+    });
     let mut log = LayerLog::new("temporal", candidates.len(), detailed);
     if detailed {
         for slot in candidates.iter().filter(|slot| !kept.contains(*slot)) {
@@ -47,5 +67,5 @@ pub fn current(
         }
     }
     log.finish_by_difference(kept.len(), trace);
-    kept
+    (kept, tokens)
 }

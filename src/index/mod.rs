@@ -75,6 +75,9 @@ pub struct SlotMeta {
     pub schema: u32,
     pub active: bool,
     pub vector: VectorKind,
+    /// The record's `IndexedRecord::tokens`, saturating: what the caller's visible records would
+    /// cost injected in full (the console's token savings), summed without touching the records.
+    pub tokens: u16,
 }
 
 impl SlotMeta {
@@ -84,6 +87,7 @@ impl SlotMeta {
         schema: 0,
         active: false,
         vector: VectorKind::None,
+        tokens: 0,
     };
 }
 
@@ -110,6 +114,9 @@ pub struct TenantIndex {
     int8: usize,
     /// The records' words, by slot, for the lexical ranking of hybrid releases (`lexical`).
     pub lexical: LexicalIndex,
+    /// Slots whose records carry `trigger_conditions`: the few that `triggers` evaluates, so a
+    /// request does not look into every visible record for them.
+    pub triggered: std::collections::BTreeSet<u32>,
 }
 
 impl TenantIndex {
@@ -191,7 +198,11 @@ impl TenantIndex {
             schema,
             active: record.status == Status::Active,
             vector,
+            tokens: u16::try_from(item.tokens).unwrap_or(u16::MAX),
         };
+        if record.content.get("trigger_conditions").is_some() {
+            self.triggered.insert(slot);
+        }
         for scope in &item.record.scope {
             self.by_scope.entry(scope.clone()).or_default().push(slot);
         }
@@ -256,6 +267,7 @@ impl TenantIndex {
             ann.remove(slot);
         }
         self.lexical.remove(slot);
+        self.triggered.remove(&slot);
         match self.meta[slot as usize].vector {
             VectorKind::Int8 => self.int8 -= 1,
             VectorKind::F32Only => self.f32_only -= 1,

@@ -153,6 +153,11 @@ impl MemoryService {
         &self.embedder
     }
 
+    /// The schemas records are checked against (built-in and the operator's).
+    pub fn schemas(&self) -> &SchemaSet {
+        &self.schemas
+    }
+
     pub fn tasks(&self) -> &TaskTracker {
         &self.tasks
     }
@@ -288,7 +293,16 @@ impl MemoryService {
 
     fn check(&self, input: &Value, now: i64) -> Result<Envelope, MemoryError> {
         let rules = Rules { schemas: &self.schemas, max_content_bytes: self.max_content_bytes, now_ms: now };
-        envelope::check(input, &rules).map_err(MemoryError::Invalid)
+        let envelope = envelope::check(input, &rules).map_err(MemoryError::Invalid)?;
+        // Trigger conditions and actions are checked at write time too: a regex too large or an
+        // action without a service is refused here, not found to never fire later.
+        let problems = crate::triggers::check_conditions(&envelope.content);
+        if !problems.is_empty() {
+            return Err(MemoryError::Invalid(
+                problems.into_iter().map(|p| Problem { path: p.path, kind: p.kind, message: p.message }).collect(),
+            ));
+        }
+        Ok(envelope)
     }
 
     /// Embeds one record's text; a failure leaves it to the background backfill.
@@ -479,7 +493,9 @@ impl MemoryService {
     }
 
     /// Erases a scope's records and their history for good; returns (records, changes) erased.
-    pub async fn forget(&self, tenant: &str, scope: &str) -> Result<(u64, u64), MemoryError> {
+    /// Erases every record in `scope` and its history; returns the erased records' ids and how
+    /// many changes went with them.
+    pub async fn forget(&self, tenant: &str, scope: &str) -> Result<(Vec<String>, u64), MemoryError> {
         if !crate::record::is_valid_scope(scope) {
             return Err(MemoryError::Invalid(vec![Problem::new(
                 "$.scope",
@@ -492,7 +508,7 @@ impl MemoryService {
             self.index.remove(tenant, id, seq);
         }
         self.announce();
-        Ok((ids.len() as u64, changes))
+        Ok((ids, changes))
     }
 }
 

@@ -129,6 +129,11 @@ struct SourceLabels {
 }
 
 impl Metrics {
+    /// For parts that keep metrics of their own (`triggers`) to register them at start.
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("memgate");
         let requests = Family::<RequestLabels, Counter>::default();

@@ -61,7 +61,7 @@ async fn forward_messages_request(state: &AppState, request: Request) -> Result<
         state.body_budget(),
     )
     .await?;
-    crate::body::check_messages_request(&bytes)?;
+    let facts = crate::body::check_messages_request(&bytes)?;
     let mut wish = recall::wish(&parts.headers, &caller)?;
     // Passthrough: no memory work for a key the upstream has not accepted (`verify`), and no
     // check of the key at all while no record could be recalled for it anyway (recall then
@@ -119,9 +119,102 @@ async fn forward_messages_request(state: &AppState, request: Request) -> Result<
     // An answer refusing the caller's credential says nothing about memory: the headers would
     // tell whoever holds a refused key whether a record matched its text.
     let told = memory_allowed && !matches!(status.as_u16(), 401 | 403);
+    let is_messages = parts.uri.path() == "/v1/messages";
+    // Trigger actions only for a Messages request the model answered: a refused or failed one is
+    // retried by the client, and the retry decides the same ids (`turn_id`).
+    let triggered =
+        if told && is_messages && status.is_success() { fire_triggers(state, &caller, &recalled, &wish) } else { 0 };
+    if is_messages {
+        record_for_console(state, &caller, &release, &recalled, &response, &facts, started, upstream_time);
+    }
     let stale = state.index_staleness();
     add_memory_headers(response.headers_mut(), &release, &recalled, wish.trace.is_on() && told, told, stale);
+    if triggered > 0 {
+        response.headers_mut().insert("x-memory-triggered", HeaderValue::from(triggered));
+    }
     Ok(response)
+}
+
+/// Decides the actions of the records whose conditions this request met and hands them to the
+/// outbox's writer, off the answer's path. Returns how many were decided (`X-Memory-Triggered`).
+fn fire_triggers(state: &AppState, caller: &crate::identity::Caller, recalled: &Recalled, wish: &recall::Wish) -> usize {
+    let Some((words, turn)) = &recalled.trigger_words else { return 0 };
+    let triggers = state.triggers();
+    let subject = caller.subject.as_deref();
+    let input = crate::triggers::TriggerInput::new(words, &wish.values);
+    let request_id = crate::triggers::turn_id(&caller.tenant, subject, *turn, words);
+    let decisions = triggers.decide(&caller.tenant, &request_id, subject, &input, &recalled.fired);
+    let count = decisions.len();
+    triggers.enqueue(decisions);
+    count
+}
+
+/// The console's history and its recent requests: one answered `POST /v1/messages`.
+#[allow(clippy::too_many_arguments)]
+fn record_for_console(
+    state: &AppState,
+    caller: &crate::identity::Caller,
+    release: &Release,
+    recalled: &Recalled,
+    response: &Response,
+    facts: &crate::body::MessagesFacts,
+    started: Instant,
+    upstream_time: Duration,
+) {
+    use crate::console::{CallError, CallOutcome, MemoryOutcome, RecentCaller, RecentRequest};
+    let status = response.status().as_u16();
+    let upstream_answered = response.extensions().get::<UpstreamLatency>().is_some();
+    let memory = match recalled.status {
+        recall::MemoryStatus::Ok => MemoryOutcome::Ok,
+        recall::MemoryStatus::Skipped => MemoryOutcome::Skipped,
+        recall::MemoryStatus::Degraded => MemoryOutcome::Degraded,
+    };
+    let injected_records = recalled.injected_ids.len() + recalled.stub_ids.len();
+    state.console_recorder().record(
+        &caller.tenant,
+        &release.name,
+        &CallOutcome {
+            error: CallError::classify(status, upstream_answered, memory),
+            memory,
+            injected_records: injected_records as u32,
+            injected_tokens: u32::try_from(recalled.tokens).unwrap_or(u32::MAX),
+            visible_tokens: recalled.visible_tokens,
+            added_latency: started.elapsed().saturating_sub(upstream_time),
+        },
+    );
+    let (kind, key_id) = match caller.rate_key.split_once(':') {
+        Some(("key", id)) => ("key", Some(id.to_owned())),
+        Some(("jwt", _)) => ("jwt", None),
+        _ => ("passthrough", None),
+    };
+    let request_id = response
+        .headers()
+        .get("request-id")
+        .and_then(|v| v.to_str().ok())
+        .map(|id| id.chars().take(100).collect())
+        .unwrap_or_else(|| format!("req_memgate_{}", uuid::Uuid::new_v4().simple()));
+    state.recent_requests().push(
+        &caller.tenant,
+        RecentRequest {
+            request_id,
+            at_ms: crate::clock::now_ms(),
+            release: release.name.clone(),
+            caller: RecentCaller {
+                kind,
+                key_id,
+                name: None,
+                subject: caller.subject.clone(),
+                scopes: caller.scopes.iter().cloned().collect(),
+            },
+            model: Some(facts.model.clone()),
+            stream: facts.stream,
+            memory_status: recalled.status.as_str(),
+            injected_ids: recalled.injected_ids.iter().chain(&recalled.stub_ids).cloned().collect(),
+            tokens: recalled.tokens as u64,
+            status,
+            query_preview: None,
+        },
+    );
 }
 
 /// The most bytes of `X-Memory-Trace`: proxies and clients refuse responses whose headers pass

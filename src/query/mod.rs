@@ -80,6 +80,13 @@ pub struct Query {
     pub follow_up: bool,
     /// What was left out of the turns read: harness blocks, tool results, other blocks.
     pub left_out: LeftOut,
+    /// The newest user turn's words alone (without a follow-up's previous words), and that
+    /// turn's index in `messages`: what triggers read, so one threatening message does not fire
+    /// again on every short reply after it, and what names the turn across a client's retries.
+    #[serde(skip)]
+    pub newest: String,
+    #[serde(skip)]
+    pub turn: usize,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -95,6 +102,8 @@ struct Words {
     text: String,
     from: Vec<String>,
     left_out: LeftOut,
+    /// The message's index in `messages`.
+    turn: usize,
 }
 
 #[derive(Deserialize)]
@@ -135,6 +144,8 @@ pub fn extract(body: &[u8], rule: &QueryRule) -> Option<Query> {
     .ok()?
     .ok()?;
     let newest = last.pop()?;
+    let turn = newest.turn;
+    let newest_text: String = newest.text.chars().take(MAX_QUERY_CHARS).collect();
     let follow_up = rule.follow_up_words > 0 && word_count(&newest.text) < rule.follow_up_words;
     let (text, from, follow_up) = match (follow_up, last.pop()) {
         (true, Some(previous)) => {
@@ -144,7 +155,7 @@ pub fn extract(body: &[u8], rule: &QueryRule) -> Option<Query> {
         _ => (newest.text, newest.from, false),
     };
     let text: String = text.chars().take(MAX_QUERY_CHARS).collect();
-    Some(Query { text, from, follow_up, left_out })
+    Some(Query { text, from, follow_up, left_out, newest: newest_text, turn })
 }
 
 /// A user message's words; `None` for other roles and malformed messages.
@@ -154,7 +165,7 @@ fn user_words(raw: &RawValue, index: usize, rule: &QueryRule) -> Option<Words> {
         return None;
     }
     let content = message.content?;
-    let mut words = Words::default();
+    let mut words = Words { turn: index, ..Words::default() };
     let mut pieces: Vec<String> = Vec::new();
     if content.get().starts_with('"') {
         let text: String = serde_json::from_str(content.get()).ok()?;

@@ -45,6 +45,9 @@ fn a_bare_follow_up_brings_the_previous_question() {
     assert_eq!(query.text, "What is our refund policy?\nAnd what about custom-made sofas?");
     assert!(query.follow_up);
     assert_eq!(query.from, ["messages.0.content.1", "messages.3.content.0"]);
+    // What triggers read and what names the turn: the newest words alone.
+    assert_eq!(query.newest, "And what about custom-made sofas?");
+    assert_eq!(query.turn, 3);
     // Turned off, the follow-up stands alone.
     let rule = QueryRule { follow_up_words: 0, ..QueryRule::default() };
     let alone = extract(&fixture("claude_code_messages_follow_up.json"), &rule).unwrap();

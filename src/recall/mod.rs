@@ -20,9 +20,11 @@ use crate::memory::MemoryService;
 use crate::observability::metrics::Metrics;
 use crate::query::Query;
 use crate::rollout::Release;
+use crate::triggers::{Fired, TriggerInput, Triggers};
 use axum::http::HeaderMap;
 use bytes::Bytes;
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -41,6 +43,8 @@ struct Parts {
     templates: Templates,
     metrics: Arc<Metrics>,
     config: MemoryConfig,
+    /// Records' trigger conditions, evaluated on the scope and temporal layers' survivors.
+    triggers: Triggers,
     /// Shadow runs in flight (`shadow`).
     shadow_slots: Arc<tokio::sync::Semaphore>,
 }
@@ -78,6 +82,14 @@ pub struct Recalled {
     pub query: Option<Query>,
     /// Why it degraded, for logs and metrics.
     pub degraded_reason: Option<&'static str>,
+    /// Records the caller may see whose trigger conditions the person's newest words met (when
+    /// the wish asked for triggers); nothing is decided yet.
+    pub fired: Vec<Fired>,
+    /// The words the conditions read and their turn's index, when something fired: what the
+    /// decisions carry and what names the turn across a client's retries (`triggers::turn_id`).
+    pub trigger_words: Option<(String, usize)>,
+    /// What the caller's visible, valid records would cost injected in full, in tokens.
+    pub visible_tokens: u64,
 }
 
 impl Recalled {
@@ -93,6 +105,9 @@ impl Recalled {
             trace: None,
             query: None,
             degraded_reason: reason,
+            fired: Vec::new(),
+            trigger_words: None,
+            visible_tokens: 0,
         }
     }
 
@@ -137,6 +152,11 @@ pub struct Wish {
     /// A shadow or explain run: nothing of it is sent, so it counts in no injection or latency
     /// metric.
     pub shadow: bool,
+    /// Evaluate records' trigger conditions (the proxy and `explain`; not shadow runs).
+    pub triggers: bool,
+    /// `X-Memory-Values`: numbers and strings the client passes for trigger comparisons
+    /// (`satisfaction < 2`).
+    pub values: BTreeMap<String, Value>,
 }
 
 /// Reads `X-Memory-Mode` (`off` skips memory, `read` is the default) and `X-Memory-Debug: 1`
@@ -159,7 +179,17 @@ pub fn wish(headers: &HeaderMap, caller: &Caller) -> Result<Wish, ApiError> {
         Some(_) => return Err(ApiError::coded(Code::InvalidHeader, "X-Memory-Debug must be 1 or 0")),
     };
     let trace = if debug { Detail::Visible } else { Detail::Off };
-    Ok(Wish { off, trace, budget: None, shadow: false })
+    let values = match headers.get("x-memory-values") {
+        None => BTreeMap::new(),
+        Some(value) => {
+            let text = value.to_str().map_err(|_| {
+                ApiError::coded(Code::InvalidHeader, "X-Memory-Values must be visible ASCII (JSON or k=v pairs)")
+            })?;
+            crate::triggers::parse_values(text)
+                .map_err(|message| ApiError::coded(Code::InvalidHeader, format!("X-Memory-Values: {message}")))?
+        }
+    };
+    Ok(Wish { off, trace, budget: None, shadow: false, triggers: true, values })
 }
 
 impl Recaller {
@@ -168,9 +198,14 @@ impl Recaller {
         templates: Templates,
         metrics: Arc<Metrics>,
         config: MemoryConfig,
+        triggers: Triggers,
     ) -> Recaller {
         let shadow_slots = Arc::new(tokio::sync::Semaphore::new(shadow::MAX_RUNNING));
-        Recaller { inner: Arc::new(Parts { memories, templates, metrics, config, shadow_slots }) }
+        Recaller { inner: Arc::new(Parts { memories, templates, metrics, config, triggers, shadow_slots }) }
+    }
+
+    pub fn triggers(&self) -> &Triggers {
+        &self.inner.triggers
     }
 
     pub fn memories(&self) -> &MemoryService {
@@ -252,7 +287,7 @@ impl Recaller {
         // The query's words, for hybrid releases: analyzed before the tenant's lock is taken.
         let lexical = matches!(release.funnel.retrieval, Retrieval::Hybrid { .. })
             .then(|| crate::lexical::LexicalQuery::new(crate::lexical::analyzer(), &query));
-        let (items, stub_items, tokens, trace) = {
+        let (items, stub_items, tokens, trace, visible_tokens, triggerable) = {
             let index = tenant.read().unwrap_or_else(|p| p.into_inner());
             let semantic = SemanticQuery {
                 hybrid: match (release.funnel.retrieval, lexical.as_ref()) {
@@ -267,12 +302,33 @@ impl Recaller {
                 probes: release.funnel.probes,
             };
             let output = crate::funnel::run(&index, caller, &semantic, &release.funnel, now_ms(), wish.trace);
-            (output.packed.injected, output.packed.stubs, output.packed.tokens, output.trace)
+            // The few records with trigger conditions among what this caller may see now: taken
+            // out under the lock, evaluated after it.
+            let triggerable: Vec<Arc<crate::index::IndexedRecord>> = if wish.triggers {
+                index
+                    .triggered
+                    .iter()
+                    .filter(|slot| output.current.contains(**slot))
+                    .filter_map(|slot| index.slots[*slot as usize].clone())
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let packed = output.packed;
+            (packed.injected, packed.stubs, packed.tokens, output.trace, output.visible_tokens, triggerable)
         };
+        // On the newest turn's words only: one threatening message must not fire again on every
+        // short reply after it (a follow-up's query also carries the previous words).
+        let input = TriggerInput::new(&matched.newest, &wish.values);
+        let fired = self.triggers().evaluate(&input, triggerable.iter().map(|item| &item.record));
+        let trigger_words = (!fired.is_empty()).then(|| (matched.newest.clone(), matched.turn));
         if items.is_empty() && stub_items.is_empty() && !release.empty_block {
             let mut recalled = Recalled::untouched(body.clone(), MemoryStatus::Ok, None);
             recalled.trace = detailed.then_some(trace);
             recalled.query = detailed.then_some(matched);
+            recalled.fired = fired;
+            recalled.trigger_words = trigger_words;
+            recalled.visible_tokens = visible_tokens;
             return Ok(recalled);
         }
         let render_items: Vec<RenderItem> = items
@@ -302,6 +358,9 @@ impl Recaller {
             trace: detailed.then_some(trace),
             query: detailed.then_some(matched),
             degraded_reason: None,
+            fired,
+            trigger_words,
+            visible_tokens,
         })
     }
 }

@@ -43,6 +43,8 @@ pub fn spawn(
                 trace: Detail::Off,
                 budget: Some(std::time::Duration::from_secs(10)),
                 shadow: true,
+                triggers: false,
+                values: Default::default(),
             };
             let Ok(shadowed) = recaller.recall(&caller, &candidate, body.clone(), &wish).await else {
                 continue;

@@ -180,6 +180,11 @@ impl Rollout {
         Some(self.stats.snapshot(name, now_secs(), window))
     }
 
+    /// The names of the releases `list` shows.
+    pub fn names(&self) -> Vec<String> {
+        self.table.load().releases.keys().cloned().collect()
+    }
+
     /// Every release with its state, for `GET /admin/v1/releases`.
     pub fn list(&self) -> Vec<Value> {
         let table = self.table.load();

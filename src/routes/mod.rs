@@ -13,9 +13,9 @@
 //! 5. `recall` — the memory block for this caller and release, placed in the body.
 //! 6. `upstream` — pooled client, timeouts; the answer relayed chunk by chunk.
 //!
-//! `/admin/v1/…` goes through `admin::require_admin` (bearer token) to handlers that call
-//! `memory::MemoryService`, which checks records (`memory::checks`) and writes them through
-//! `store`.
+//! `/admin/v1/…` goes through `admin::require_admin` (bearer token or console session) to handlers
+//! that call `memory::MemoryService`, which checks records (`memory::checks`) and writes them
+//! through `store`. `/console/` serves the console's embedded files and its session endpoints.
 
 use crate::admin;
 use crate::proxy;
@@ -54,7 +54,7 @@ fn public_routes() -> Router<AppState> {
 }
 
 fn operator_routes(state: &AppState) -> Router<AppState> {
-    use admin::{memories, transfer};
+    use admin::{insights, memories, transfer};
     let admin = Router::new()
         .route("/memories", post(memories::create).get(memories::list))
         .route("/memories/forget", post(memories::forget))
@@ -76,10 +76,32 @@ fn operator_routes(state: &AppState) -> Router<AppState> {
         .route("/releases/{name}/stats", get(admin::releases::stats))
         .route("/releases/{name}/history", get(admin::releases::history))
         .route("/keys/{id}", axum::routing::delete(admin::keys::revoke))
+        .route("/actions", get(admin::actions::list))
+        .route("/actions/{id}", get(admin::actions::get))
+        .route("/actions/{id}/replay", post(admin::actions::replay))
+        .route("/metrics/history", get(insights::metrics_history))
+        .route("/metrics/releases", get(insights::metrics_releases))
+        .route("/health/data", get(insights::data_health))
+        .route("/requests/recent", get(insights::recent_requests))
+        .route("/schemas", get(insights::schema_list))
+        .route("/schemas/{version}/{type}", get(insights::schema_document))
         .fallback(proxy::not_found)
         .method_not_allowed_fallback(proxy::method_not_allowed)
-        .layer(axum::middleware::from_fn_with_state(state.clone(), admin::require_admin));
-    Router::new().nest("/admin/v1", admin).route("/metrics", get(health::metrics))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), admin::require_admin))
+        // The admin API's answers are a tenant's data: never kept by a browser or a proxy.
+        .layer(axum::middleware::map_response(no_store));
+    Router::new()
+        .nest("/admin/v1", admin)
+        .route("/metrics", get(health::metrics))
+        // The console's files and its session endpoints, beside the admin API it calls.
+        .merge(crate::console::routes::<AppState>())
+}
+
+async fn no_store(mut response: axum::response::Response) -> axum::response::Response {
+    response
+        .headers_mut()
+        .insert(axum::http::header::CACHE_CONTROL, axum::http::HeaderValue::from_static("no-store"));
+    response
 }
 
 fn finish(routes: Router<AppState>, state: AppState) -> Router {
