@@ -5,6 +5,7 @@
 use super::AdminContext;
 use crate::error::{ApiError, Code};
 use crate::state::AppState;
+use crate::store::StoreError;
 use crate::store::outbox::{OutboxFilter, OutboxState, Replay};
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
@@ -35,7 +36,7 @@ pub async fn get(
     ctx: AdminContext,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let action = state.triggers().get(&ctx.tenant, &id).await?;
+    let action = state.triggers().get(&ctx.tenant, &id).await.map_err(|err| not_found(err, &id))?;
     Ok(Json(action.to_json()))
 }
 
@@ -46,12 +47,23 @@ pub async fn replay(
     ctx: AdminContext,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    match state.triggers().replay(&ctx.tenant, &id).await? {
+    match state.triggers().replay(&ctx.tenant, &id).await.map_err(|err| not_found(err, &id))? {
         Replay::Replayed(action) => Ok(Json(action.to_json())),
         Replay::AlreadyQueued(action) => Err(ApiError::coded(
             Code::ActionQueued,
             format!("action `{}` is still {}: it will be delivered without a replay", action.id, action.state.as_str()),
         )),
+    }
+}
+
+/// A missing action named in the answer; another tenant's is as missing as one that never was.
+fn not_found(err: StoreError, id: &str) -> ApiError {
+    match err {
+        StoreError::NotFound => {
+            let shown: String = id.chars().take(80).collect();
+            ApiError::not_found(format!("no action `{shown}` in this tenant"))
+        }
+        other => ApiError::from(other),
     }
 }
 

@@ -51,8 +51,9 @@ impl StoreError {
     }
 }
 
-/// A store error as a client sees it: an unreachable database is a 503 to retry (`Retry-After`);
-/// anything else is memgate's own failure, logged and answered without details.
+/// A store error as a client sees it: an unreachable database is a 503 to retry (`Retry-After`),
+/// a missing row a 404; anything else is memgate's own failure, logged and answered without
+/// details.
 impl From<StoreError> for crate::error::ApiError {
     fn from(err: StoreError) -> Self {
         if err.is_unavailable() {
@@ -62,6 +63,9 @@ impl From<StoreError> for crate::error::ApiError {
                 "the database is unreachable; nothing was changed. Retry shortly",
             )
             .with_retry_after(5)
+        } else if matches!(err, StoreError::NotFound) {
+            // Callers that can name what was missing say so themselves; this is the fallback.
+            crate::error::ApiError::not_found("no such item in this tenant")
         } else {
             crate::error::ApiError::internal(err)
         }

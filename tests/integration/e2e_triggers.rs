@@ -1,0 +1,308 @@
+//! Triggers through the real binary: a record written in the seed's shape, callers with and
+//! without the scope it lives in, requests through memgate to the mock upstream, and a real
+//! HTTP receiver for the signed webhooks. What a user sees: `X-Memory-Triggered` on the answer,
+//! deliveries at the receiver (verified as a Standard Webhooks library would), the actions in
+//! `/admin/v1/actions` and `explain`, and an action decided by a memgate killed before it could
+//! deliver, delivered by the next one on the same database.
+
+use crate::e2e_identity::{ADMIN_TOKEN, UPSTREAM_KEY, issue_key};
+use crate::support::{Proc, TempDir, TestDb, client, eventually};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use memgate::triggers::config::WebhookSecret;
+use memgate::triggers::signing;
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Every delivery a receiver got: headers and body.
+#[derive(Clone, Default)]
+struct Receiver {
+    seen: Arc<Mutex<Vec<(HeaderMap, Bytes)>>>,
+}
+
+impl Receiver {
+    /// Serves on `listener` (bound already, so a test can pick the port first).
+    fn serve(listener: tokio::net::TcpListener) -> Receiver {
+        let receiver = Receiver::default();
+        let app = axum::Router::new().route("/hook", axum::routing::post(hook)).with_state(receiver.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        receiver
+    }
+
+    async fn start() -> (Receiver, String) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        (Receiver::serve(listener), url)
+    }
+
+    fn deliveries(&self) -> Vec<(HeaderMap, Value)> {
+        let seen = self.seen.lock().unwrap();
+        seen.iter().map(|(h, b)| (h.clone(), serde_json::from_slice(b).unwrap())).collect()
+    }
+
+    /// Checks every delivery's signature as a receiver would; returns the bodies.
+    fn verified(&self) -> Vec<Value> {
+        let secret = WebhookSecret::parse(SECRET).unwrap();
+        let now = memgate::clock::now_ms() / 1000;
+        let seen = self.seen.lock().unwrap();
+        seen.iter()
+            .map(|(headers, body)| {
+                let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+                signing::verify(
+                    &secret,
+                    &get("webhook-id"),
+                    &get("webhook-timestamp"),
+                    &get("webhook-signature"),
+                    body,
+                    now,
+                    300,
+                )
+                .expect("a delivery signed with the endpoint's secret");
+                serde_json::from_slice(body).unwrap()
+            })
+            .collect()
+    }
+}
+
+async fn hook(State(receiver): State<Receiver>, headers: HeaderMap, body: Bytes) -> &'static str {
+    receiver.seen.lock().unwrap().push((headers, body));
+    "ok"
+}
+
+/// A config with two endpoints at `url` (a receiver on loopback, so allowed explicitly).
+fn triggers_config(url: &str) -> TempDir {
+    let dir = TempDir::new("triggers-config");
+    let text = format!(
+        "[memory]\nfunnel_timeout_ms = 5000\n\
+         [triggers]\nbackoff_base_ms = 200\nbackoff_max_ms = 1000\npoll_interval_ms = 200\nlease_ms = 6500\n\
+         [triggers.endpoints.ticketing]\nurl = \"{url}\"\nsecrets = [\"{SECRET}\"]\nallow_private = true\ntimeout_ms = 1000\n\
+         [triggers.endpoints.ops_chat]\nurl = \"{url}\"\nsecrets = [\"{SECRET}\"]\nallow_private = true\ntimeout_ms = 1000\n"
+    );
+    std::fs::write(dir.path.join("memgate.toml"), text).unwrap();
+    dir
+}
+
+fn gateway(mock: &Proc, config: &TempDir, db: &TestDb) -> Proc {
+    let config_path = config.path.join("memgate.toml");
+    Proc::gateway(
+        mock,
+        &[
+            "--auth-mode",
+            "managed",
+            "--config",
+            config_path.to_str().unwrap(),
+            "--database-url",
+            db.url.as_str(),
+        ],
+        &[("ANTHROPIC_API_KEY", UPSTREAM_KEY), ("MEMGATE_ADMIN_TOKEN", ADMIN_TOKEN)],
+    )
+}
+
+/// The seed design's escalation SOP, as written, for the support team.
+async fn write_sop(gateway: &Proc, actions: Value) {
+    let record = json!({
+        "id": "sop-escalation",
+        "type": "internal_sop",
+        "schema_version": "v1",
+        "scope": ["team:support"],
+        "content": {
+            "process_name": "customer complaint escalation",
+            "trigger_conditions": ["satisfaction_score < 2", "mentions lawyer or sue"],
+            "actions": actions,
+        },
+    });
+    let response =
+        client().post(gateway.url("/admin/v1/memories")).bearer_auth(ADMIN_TOKEN).json(&record).send().await.unwrap();
+    assert_eq!(response.status(), 201, "{}", response.text().await.unwrap());
+}
+
+fn seed_actions() -> Value {
+    json!([
+        {"service": "ticketing", "method": "create_ticket", "params": {"priority": "urgent"}},
+        {"service": "ops_chat", "method": "post_message", "params": {"channel": "#support-escalations"}},
+    ])
+}
+
+/// Sends one user message with `key`; returns the status and `X-Memory-Triggered` (0 when absent).
+async fn say(gateway: &Proc, key: &str, text: &str, values: Option<&str>) -> (u16, usize) {
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 32,
+        "messages": [{"role": "user", "content": text}]});
+    let mut request = client().post(gateway.url("/v1/messages")).header("x-api-key", key).json(&body);
+    if let Some(values) = values {
+        request = request.header("x-memory-values", values);
+    }
+    let response = request.send().await.unwrap();
+    let triggered = response
+        .headers()
+        .get("x-memory-triggered")
+        .map_or(0, |v| v.to_str().unwrap().parse().unwrap());
+    (response.status().as_u16(), triggered)
+}
+
+async fn actions(gateway: &Proc, query: &str) -> Vec<Value> {
+    let answer: Value = client()
+        .get(gateway.url(&format!("/admin/v1/actions{query}")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    answer["data"].as_array().cloned().unwrap()
+}
+
+#[tokio::test]
+async fn a_threat_fires_the_seeds_sop_for_callers_who_may_see_it_and_the_webhooks_arrive_signed() {
+    let (receiver, url) = Receiver::start().await;
+    let config = triggers_config(&url);
+    let db = TestDb::sqlite();
+    let mock = Proc::mock(&[]);
+    let gateway = gateway(&mock, &config, &db);
+    write_sop(&gateway, seed_actions()).await;
+    let (support, _) = issue_key(&gateway, "default", json!({"name": "support", "scopes": ["team:support"]})).await;
+    let (outsider, _) = issue_key(&gateway, "default", json!({"name": "shop", "scopes": []})).await;
+
+    // Someone who cannot see the SOP fires nothing, whatever they say.
+    assert_eq!(say(&gateway, &outsider, "I'm going to talk to my lawyer", None).await, (200, 0));
+    // A plain question fires nothing.
+    assert_eq!(say(&gateway, &support, "What is your refund policy?", None).await, (200, 0));
+    // The threat fires both actions of the record, delivered signed.
+    assert_eq!(say(&gateway, &support, "I'm going to talk to my lawyer about this", None).await, (200, 2));
+    eventually(WAIT, "two deliveries", || async { (receiver.deliveries().len() >= 2).then_some(()) }).await;
+    let bodies = receiver.verified();
+    let mut methods: Vec<&str> = bodies.iter().map(|b| b["data"]["method"].as_str().unwrap()).collect();
+    methods.sort_unstable();
+    assert_eq!(methods, ["create_ticket", "post_message"]);
+    for body in &bodies {
+        assert_eq!(body["data"]["record"]["id"], "sop-escalation");
+        assert_eq!(body["data"]["matched"]["hit"], "lawyer");
+        // The conversation stays out unless the endpoint opts in.
+        assert!(!body.to_string().contains("about this"), "{body}");
+    }
+    // A client's retry of the same turn decides the same ids: still two actions.
+    assert_eq!(say(&gateway, &support, "I'm going to talk to my lawyer about this", None).await, (200, 2));
+    // A value the client passes meets the comparison.
+    assert_eq!(say(&gateway, &support, "The sofa arrived broken", Some("satisfaction_score=1")).await, (200, 2));
+    assert_eq!(say(&gateway, &support, "The sofa arrived fine", Some("satisfaction_score=4")).await, (200, 0));
+    let listed = eventually(WAIT, "four actions delivered", || async {
+        let listed = actions(&gateway, "?state=delivered").await;
+        (listed.len() == 4).then_some(listed)
+    })
+    .await;
+    assert!(listed.iter().all(|a| a["record_id"] == "sop-escalation" && a.get("body").is_none()), "{listed:?}");
+    assert_eq!(actions(&gateway, "").await.len(), 4, "the retried turn added nothing");
+    eventually(WAIT, "four deliveries", || async { (receiver.deliveries().len() == 4).then_some(()) }).await;
+
+    // explain shows what would fire, sending nothing.
+    let explained: Value = client()
+        .post(gateway.url("/admin/v1/explain"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({
+            "request": {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "we will sue you"}]},
+            "caller": {"scopes": ["team:support"]},
+        }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let would: Vec<(&str, bool)> = explained["triggers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| (w["service"].as_str().unwrap(), w["configured"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(would, [("ticketing", true), ("ops_chat", true)]);
+    assert_eq!(actions(&gateway, "").await.len(), 4, "explain decided nothing");
+    assert_eq!(receiver.deliveries().len(), 4);
+}
+
+#[tokio::test]
+async fn an_action_for_an_unconfigured_endpoint_is_dead_and_a_replay_sends_it_again() {
+    let (_receiver, url) = Receiver::start().await;
+    let config = triggers_config(&url);
+    let db = TestDb::sqlite();
+    let mock = Proc::mock(&[]);
+    let gateway = gateway(&mock, &config, &db);
+    write_sop(&gateway, json!([{"service": "crm", "method": "flag_account"}])).await;
+    let (support, _) = issue_key(&gateway, "default", json!({"name": "support", "scopes": ["team:support"]})).await;
+    // Still decided (and counted): an operator sees it dead, with the reason, and can replay it.
+    assert_eq!(say(&gateway, &support, "we will sue", None).await, (200, 1));
+    let dead = eventually(WAIT, "a dead action", || async {
+        let listed = actions(&gateway, "?state=dead").await;
+        listed.into_iter().next()
+    })
+    .await;
+    assert!(dead["last_error"].as_str().unwrap_or("").contains("crm"), "{dead}");
+    let id = dead["id"].as_str().unwrap();
+    let replay = client()
+        .post(gateway.url(&format!("/admin/v1/actions/{id}/replay")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replay.status(), 200);
+    let replayed: Value = replay.json().await.unwrap();
+    assert_eq!(replayed["replays"], 1);
+    // Another tenant's admin view does not have it.
+    let other = client()
+        .get(gateway.url(&format!("/admin/v1/actions/{id}")))
+        .bearer_auth(ADMIN_TOKEN)
+        .header("x-memory-tenant", "globex")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 404);
+    // A bad filter is named.
+    let bad = client().get(gateway.url("/admin/v1/actions?state=gone")).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+    assert_eq!(bad.status(), 400);
+    // A malformed X-Memory-Values header is the caller's error, before anything goes upstream.
+    assert_eq!(say(&gateway, &support, "hello", Some("no equals sign")).await.0, 400);
+}
+
+#[tokio::test]
+async fn an_action_decided_by_a_memgate_killed_before_delivering_is_delivered_by_the_next() {
+    // A port with nothing on it yet: the first memgate's attempts are refused.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let url = format!("http://{addr}/hook");
+    let config = triggers_config(&url);
+    let db = TestDb::sqlite();
+    let mock = Proc::mock(&[]);
+    let first = gateway(&mock, &config, &db);
+    write_sop(&first, seed_actions()).await;
+    let (support, _) = issue_key(&first, "default", json!({"name": "support", "scopes": ["team:support"]})).await;
+    assert_eq!(say(&first, &support, "I'm going to talk to my lawyer", None).await, (200, 2));
+    eventually(WAIT, "a failed attempt", || async {
+        let listed = actions(&first, "").await;
+        (listed.len() == 2 && listed.iter().any(|a| a["attempts"].as_i64() >= Some(1))).then_some(())
+    })
+    .await;
+    // Killed (SIGKILL): no shutdown, nothing more delivered. An action it had claimed stays
+    // reserved until its lease (6.5 s here) runs out, then anyone may deliver it.
+    drop(first);
+
+    let receiver = Receiver::serve(tokio::net::TcpListener::bind(addr).await.unwrap());
+    let second = gateway(&mock, &config, &db);
+    eventually(WAIT, "both actions delivered by the next memgate", || async {
+        (receiver.deliveries().len() >= 2).then_some(())
+    })
+    .await;
+    let bodies = receiver.verified();
+    let mut ids: Vec<&str> = bodies.iter().map(|b| b["data"]["event_id"].as_str().unwrap()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 2, "each action once: {ids:?}");
+    eventually(WAIT, "both marked delivered", || async {
+        (actions(&second, "?state=delivered").await.len() == 2).then_some(())
+    })
+    .await;
+}
