@@ -19,6 +19,7 @@ pub async fn metrics_history(
     RawQuery(query): RawQuery,
 ) -> Result<Json<history::History>, ApiError> {
     let params = HistoryParams::parse(query.as_deref(), true, Window::Hour)?;
+    include_unwritten(&state).await;
     let answer = history::history(state.store(), &ctx.tenant, &params, &release_names(&state), now_ms()).await?;
     Ok(Json(answer))
 }
@@ -30,6 +31,7 @@ pub async fn metrics_releases(
     RawQuery(query): RawQuery,
 ) -> Result<Json<history::ReleasesAnswer>, ApiError> {
     let params = HistoryParams::parse(query.as_deref(), false, Window::Day)?;
+    include_unwritten(&state).await;
     let answer =
         history::releases(state.store(), &ctx.tenant, params.window, &release_names(&state), now_ms()).await?;
     Ok(Json(answer))
@@ -71,6 +73,16 @@ pub async fn schema_document(
     Path((version, record_type)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     schemas::document(state.memories().schemas(), &version, &record_type).map(Json)
+}
+
+/// Writes what this replica recorded since its last minute flush, so a chart includes the current
+/// minute as far as it is known (console/API.md §3.1) and moves within one refresh of the console
+/// instead of once a minute. Figures are added, so an extra flush counts nothing twice; one that
+/// fails keeps its figures for the next, and the answer is then as of the last flush.
+async fn include_unwritten(state: &AppState) {
+    if let Err(err) = state.console_recorder().flush(state.store()).await {
+        tracing::warn!(error = %err, "could not write the console's metrics history before reading it");
+    }
 }
 
 fn release_names(state: &AppState) -> Vec<String> {

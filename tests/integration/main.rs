@@ -7,6 +7,7 @@ mod support;
 mod console;
 mod e2e_admin;
 mod e2e_anywhere;
+mod e2e_console;
 mod e2e_fleet;
 mod e2e_identity;
 mod e2e_memory;
