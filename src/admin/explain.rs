@@ -3,7 +3,9 @@
 //!
 //! Body: `{"request": <Messages body>, "caller": {"scopes": [...], "subject": "u-789"},
 //! "release": "v1", "values": {"satisfaction": 1}}`; the tenant is the admin request's
-//! (`X-Memory-Tenant`). The answer also lists the trigger actions that would fire, unsent.
+//! (`X-Memory-Tenant`). `caller.key_id` adds that live gateway key's scopes (console/API.md §4.1).
+//! The answer also lists the trigger actions that would fire, unsent, and for the console the
+//! caller as resolved, each layer's survivors (`kept`) and a summary of every record it names.
 
 use super::{AdminContext, AdminJson};
 use crate::error::{ApiError, Code};
@@ -22,7 +24,10 @@ use std::collections::BTreeSet;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ExplainBody {
-    request: Value,
+    request: Option<Value>,
+    /// Explain a recent request by its id: only if its body were kept, which it is not (see
+    /// docs/console.md, recent requests), so always `request_not_kept`.
+    request_id: Option<String>,
     #[serde(default)]
     caller: ExplainCaller,
     release: Option<String>,
@@ -37,6 +42,7 @@ struct ExplainCaller {
     #[serde(default)]
     scopes: Vec<String>,
     subject: Option<String>,
+    key_id: Option<String>,
 }
 
 pub async fn explain(
@@ -49,7 +55,28 @@ pub async fn explain(
             "explain takes {{\"request\": <a Messages body>, \"caller\": {{\"scopes\": [...], \"subject\": ...}}, \"release\": ...}}: {err}"
         ))
     })?;
+    if let Some(id) = &input.request_id {
+        return Err(ApiError::coded(
+            Code::NotFound,
+            format!("request `{id}` is not kept on this replica any more; paste its body instead"),
+        ));
+    }
+    let Some(request) = input.request else {
+        return Err(ApiError::invalid_request("explain needs `request` (a Messages body)"));
+    };
     let mut scopes = BTreeSet::from(["public".to_owned()]);
+    if let Some(key_id) = &input.caller.key_id {
+        let key = state
+            .store()
+            .find_key(key_id)
+            .await?
+            .filter(|k| k.tenant == ctx.tenant && k.revoked_at_ms.is_none())
+            .ok_or_else(|| {
+                let shown: String = key_id.chars().take(80).collect();
+                ApiError::invalid_request(format!("no live key `{shown}` in this tenant"))
+            })?;
+        scopes.extend(key.scopes);
+    }
     for scope in input.caller.scopes {
         if !is_valid_scope(&scope) {
             return Err(ApiError::invalid_request(format!(
@@ -66,6 +93,7 @@ pub async fn explain(
         }
         scopes.insert(format!("user:{subject}"));
     }
+    let caller_json = json!({"subject": input.caller.subject, "scopes": scopes, "key_id": input.caller.key_id});
     let mut caller = Caller::new(&ctx.tenant, scopes);
     caller.subject = input.caller.subject;
     let release = match &input.release {
@@ -75,7 +103,7 @@ pub async fn explain(
             .ok_or_else(|| ApiError::coded(Code::UnknownRelease, format!("unknown release `{name}`")))?,
         None => state.rollout().active(),
     };
-    let body = serde_json::to_vec(&input.request).map_err(ApiError::internal)?;
+    let body = serde_json::to_vec(&request).map_err(ApiError::internal)?;
     crate::body::check_messages_request(&body)?;
     let recalled = state
         .recaller()
@@ -96,8 +124,11 @@ pub async fn explain(
     let request: Value = serde_json::from_slice(&recalled.body).map_err(ApiError::internal)?;
     // What would fire, without deciding or sending anything.
     let triggers = state.recaller().triggers().would_fire(&recalled.fired);
+    let records = summaries(&state, &ctx.tenant, &recalled);
     Ok(Json(json!({
         "release": release.name,
+        "request_id": null,
+        "caller": caller_json,
         "query": recalled.query,
         "status": recalled.status.as_str(),
         "degraded_reason": recalled.degraded_reason,
@@ -107,8 +138,36 @@ pub async fn explain(
         "placed_in": recalled.placed_in,
         "block": recalled.block,
         "trace": recalled.trace,
+        "records": records,
         "triggers": triggers,
         "visible_tokens": recalled.visible_tokens,
         "request": request,
     })))
+}
+
+/// For every record the answer names (a layer's kept or removed, injected, stubs): what it is, so
+/// the console need not fetch each one. Explain is an admin's view of the whole tenant.
+fn summaries(state: &AppState, tenant: &str, recalled: &crate::recall::Recalled) -> Value {
+    let mut ids: BTreeSet<&str> = recalled.injected_ids.iter().chain(&recalled.stub_ids).map(String::as_str).collect();
+    if let Some(trace) = &recalled.trace {
+        for layer in &trace.layers {
+            ids.extend(layer.kept.iter().map(|k| k.id.as_str()));
+            ids.extend(layer.removed.iter().map(|r| r.id.as_str()));
+        }
+    }
+    let Some(index) = state.index().tenant(tenant) else { return json!({}) };
+    let index = index.read().unwrap_or_else(|p| p.into_inner());
+    let records: serde_json::Map<String, Value> = ids
+        .into_iter()
+        .filter_map(|id| index.get(id).map(|item| (id, item)))
+        .map(|(id, item)| {
+            let r = &item.record;
+            (
+                id.to_owned(),
+                json!({"type": r.record_type, "key": r.key, "priority": r.priority, "scope": r.scope,
+                    "tokens": item.tokens, "status": r.status.as_str()}),
+            )
+        })
+        .collect();
+    Value::Object(records)
 }

@@ -6,7 +6,7 @@ use crate::clock::format_ms;
 use crate::error::{ApiError, Code};
 use crate::record::Status;
 use crate::state::AppState;
-use crate::store::memories::{Created, ListFilter};
+use crate::store::memories::{Created, ListFilter, Validity};
 use axum::Json;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -143,6 +143,8 @@ pub struct ListQuery {
     record_type: Option<String>,
     status: Option<String>,
     q: Option<String>,
+    key: Option<String>,
+    valid: Option<String>,
     limit: Option<u32>,
     cursor: Option<String>,
 }
@@ -159,12 +161,25 @@ impl ListQuery {
         if self.q.as_ref().is_some_and(|q| q.chars().count() > 256) {
             return Err(ApiError::invalid_request("q is limited to 256 characters"));
         }
+        let valid = match self.valid.as_deref() {
+            None | Some("") => None,
+            Some(text) => Some((
+                Validity::parse(text)
+                    .ok_or_else(|| ApiError::invalid_request("valid must be now, expired or future"))?,
+                crate::clock::now_ms(),
+            )),
+        };
+        if self.key.as_ref().is_some_and(|k| k.chars().count() > 256) {
+            return Err(ApiError::invalid_request("key is limited to 256 characters"));
+        }
         let non_empty = |v: &Option<String>| v.clone().filter(|s| !s.is_empty());
         Ok(ListFilter {
             scope: non_empty(&self.scope),
             record_type: non_empty(&self.record_type),
             status,
             q: non_empty(&self.q),
+            key: non_empty(&self.key),
+            valid,
         })
     }
 }

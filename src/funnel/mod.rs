@@ -94,12 +94,48 @@ pub fn run(
     let (current, visible_tokens) =
         temporal::current_counting(index, &visible, now_ms, &settings.schema_versions, detailed, &mut trace);
     let hits = semantic::matching(index, &current, query, detailed, &mut trace);
+    if detailed {
+        // What each layer let through, for `explain` and traces: the survivors' ids in the
+        // layer's order (the semantic layer's with their scores).
+        let ids = |set: &SlotSet| -> Vec<trace::Kept> {
+            set.iter()
+                .filter_map(|slot| index.slots[slot as usize].as_ref())
+                .take(trace::MAX_LISTED)
+                .map(|item| trace::Kept::id(&item.record.id))
+                .collect()
+        };
+        let scored: Vec<trace::Kept> = hits
+            .iter()
+            .filter_map(|hit| index.slots[hit.slot as usize].as_ref().map(|item| (hit, item)))
+            .take(trace::MAX_LISTED)
+            .map(|(hit, item)| trace::Kept {
+                // The similarity; none for an exact key or alias match, which ranks first anyway.
+                score: (!hit.exact).then_some(hit.similarity),
+                exact: Some(hit.exact),
+                ..trace::Kept::id(&item.record.id)
+            })
+            .collect();
+        for (layer, kept) in [("scope", ids(&visible)), ("temporal", ids(&current)), ("semantic", scored)] {
+            if let Some(entry) = trace.layers.iter_mut().find(|l| l.layer == layer) {
+                entry.kept = kept;
+            }
+        }
+    }
     let budget = Budget {
         tokens: settings.budget_tokens,
         max_items: settings.max_items,
         max_stubs: settings.max_stubs,
     };
     let packed = density::pack(index, hits, &budget, detailed, &mut trace);
+    if detailed && let Some(entry) = trace.layers.iter_mut().find(|l| l.layer == "token_density") {
+        entry.kept = packed
+            .injected
+            .iter()
+            .chain(&packed.stubs)
+            .take(trace::MAX_LISTED)
+            .map(|chosen| trace::Kept { tokens: Some(chosen.item.tokens), ..trace::Kept::id(&chosen.item.record.id) })
+            .collect();
+    }
     if detailed {
         // What ranked each survivor where: each ranking's part, for `explain` and traces.
         trace.ranked = packed

@@ -39,6 +39,28 @@ pub struct LayerTrace {
     /// Set only for detailed traces; at most `MAX_LISTED` entries.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub removed: Vec<Removed>,
+    /// The survivors, in the layer's order (detailed traces only; at most `MAX_LISTED`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kept: Vec<Kept>,
+}
+
+/// A record a layer let through: the semantic layer says with which score, the token-density
+/// layer what it cost.
+#[derive(Debug, Clone, Serialize)]
+pub struct Kept {
+    pub id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exact: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<usize>,
+}
+
+impl Kept {
+    pub fn id(id: &str) -> Kept {
+        Kept { id: id.to_owned(), score: None, exact: None, tokens: None }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -121,6 +143,7 @@ impl LayerLog {
             output,
             removed_count: self.removed_count,
             removed: self.removed,
+            kept: Vec::new(),
         });
     }
 }

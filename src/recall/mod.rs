@@ -117,8 +117,8 @@ impl Recalled {
             "trace": self.trace})
     }
 
-    /// The trace as a header value of at most `max` bytes: the removal lists go first when it is
-    /// too long (the counts stay), then the layers, marked `"truncated": true`.
+    /// The trace as a header value of at most `max` bytes: the lists of removed and kept records
+    /// go first when it is too long (the counts stay), then the layers, marked `"truncated": true`.
     pub fn trace_header(&self, max: usize) -> String {
         let full = self.trace_json().to_string();
         if full.len() <= max {
@@ -127,6 +127,7 @@ impl Recalled {
         let mut trace = self.trace.clone().unwrap_or_default();
         for layer in &mut trace.layers {
             layer.removed.clear();
+            layer.kept.clear();
         }
         let counts = json!({"query": self.query, "injected": self.injected_ids, "stubs": self.stub_ids,
             "tokens": self.tokens, "trace": trace, "truncated": true})

@@ -77,6 +77,32 @@ pub struct ListFilter {
     pub status: Option<Status>,
     /// Case-insensitive substring of the key, aliases or content.
     pub q: Option<String>,
+    /// The record's topic key, exactly.
+    pub key: Option<String>,
+    /// Valid at, before or after a moment (`Validity`).
+    pub valid: Option<(Validity, i64)>,
+}
+
+/// Where a record's validity window lies against a moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Validity {
+    /// `valid_from <= at < valid_until`.
+    Now,
+    /// `valid_until <= at`.
+    Expired,
+    /// `valid_from > at`.
+    Future,
+}
+
+impl Validity {
+    pub fn parse(text: &str) -> Option<Validity> {
+        match text {
+            "now" => Some(Validity::Now),
+            "expired" => Some(Validity::Expired),
+            "future" => Some(Validity::Future),
+            _ => None,
+        }
+    }
 }
 
 /// How an import line relates to what is stored.
@@ -344,6 +370,18 @@ impl Store {
                 " AND search_text LIKE $? ESCAPE '\\'",
                 format!("%{}%", escape_like(&q.to_lowercase())),
             );
+        }
+        if let Some(key) = &filter.key {
+            param(&mut sql, " AND topic_key = $?", key.clone());
+        }
+        if let Some((validity, at)) = filter.valid {
+            // A number of our own clock, not the caller's text: written into the statement, since
+            // the other parameters are bound as text.
+            sql.push_str(&match validity {
+                Validity::Now => format!(" AND valid_from <= {at} AND valid_until > {at}"),
+                Validity::Expired => format!(" AND valid_until <= {at}"),
+                Validity::Future => format!(" AND valid_from > {at}"),
+            });
         }
         if let Some(after) = after_id {
             param(&mut sql, " AND id > $?", after.to_owned());

@@ -220,6 +220,10 @@ async fn a_threat_fires_the_seeds_sop_for_callers_who_may_see_it_and_the_webhook
         .map(|w| (w["service"].as_str().unwrap(), w["configured"].as_bool().unwrap()))
         .collect();
     assert_eq!(would, [("ticketing", true), ("ops_chat", true)]);
+    // Each layer names what it let through, and every record named is summarized.
+    let scope = explained["trace"]["layers"].as_array().unwrap().iter().find(|l| l["layer"] == "scope").unwrap();
+    assert_eq!(scope["kept"][0]["id"], "sop-escalation", "{scope}");
+    assert_eq!(explained["records"]["sop-escalation"]["type"], "internal_sop", "{explained}");
     assert_eq!(actions(&gateway, "").await.len(), 4, "explain decided nothing");
     assert_eq!(receiver.deliveries().len(), 4);
 }

@@ -6,7 +6,7 @@ use memgate::memory::checks::schemas::SchemaSet;
 use memgate::memory::{MemoryError, MemoryService};
 use memgate::record::Status;
 use memgate::store::Store;
-use memgate::store::memories::{Created, ListFilter};
+use memgate::store::memories::{Created, ListFilter, Validity};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -217,6 +217,7 @@ async fn list_search_and_cursor_paging(db: TestDb) {
         );
     }
     let sop = json!({"id": "sop-1", "type": "internal_sop", "scope": ["public"], "aliases": ["下周发货", "Next Week Delivery"],
+        "key": "sop:delivery", "valid_until": "2999-01-01T00:00:00Z",
         "content": {"title": "Delivery", "steps": "Check the 库存 first, then ship 100% of it"}});
     created(memories.create("t", &sop, "x").await.unwrap());
 
@@ -252,6 +253,16 @@ async fn list_search_and_cursor_paging(db: TestDb) {
     assert_eq!(filter(ListFilter { q: Some("next week".into()), ..Default::default() }).await, 1);
     assert_eq!(filter(ListFilter { q: Some("100%".into()), ..Default::default() }).await, 1, "% is literal");
     assert_eq!(filter(ListFilter { q: Some("1_0".into()), ..Default::default() }).await, 0, "_ is literal");
+    // The console's filters: a topic key exactly, and where validity lies against a moment.
+    assert_eq!(filter(ListFilter { key: Some("sop:delivery".into()), ..Default::default() }).await, 1);
+    assert_eq!(filter(ListFilter { key: Some("sop:deliver".into()), ..Default::default() }).await, 0);
+    let now = memgate::clock::now_ms();
+    let valid = |v, at| ListFilter { valid: Some((v, at)), ..Default::default() };
+    assert_eq!(filter(valid(Validity::Now, now)).await, 24);
+    assert_eq!(filter(valid(Validity::Expired, now)).await, 0);
+    let far = memgate::clock::parse_rfc3339_ms("2999-06-01T00:00:00Z").unwrap();
+    assert_eq!(filter(valid(Validity::Expired, far)).await, 1, "only the SOP ends");
+    assert_eq!(filter(valid(Validity::Future, 0)).await, 24, "all begin after 1970");
 }
 
 async fn import_preview_apply_undo_and_export_round_trip(db: TestDb) {
