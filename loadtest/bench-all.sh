@@ -11,11 +11,14 @@
 #   bash loadtest/bench-all.sh soak      # 10 min at 1,000 req/s through the funnel, RSS every 5 s
 #   bash loadtest/bench-all.sh prepare   # only import RECORDS records once (loadtest/.cache/)
 #   bash loadtest/bench-all.sh report    # rewrite docs/ from loadtest/results/{full,soak}
+#   bash loadtest/bench-all.sh profile   # perf on memgate: CPU per request, hottest functions
+#                                        #   (pass-through and funnel warm, PROFILE_RATE 500/s)
 #
 # Knobs (environment): DURATION, WARMUP (s per run); RATES, LITELLM_RATES, NEWQ_RATES,
 # STREAM_RATES, BIG_RATES (comma lists, req/s); RECORDS (the big tenant), FUNNEL_RECORDS;
 # SCENARIOS (subset of sweep,stream,newq,litellm,big); RECORDS_CACHE=0 (import again even when a
-# store with RECORDS records is cached); SOAK_SECONDS, SOAK_RATE, SOAK_SAMPLE; MEMGATE_LOG_LEVEL
+# store with RECORDS records is cached); SOAK_SECONDS, SOAK_RATE, SOAK_SAMPLE; PROFILE_RATE,
+# PROFILE_HZ (profile, which needs `perf`: apt-get install linux-perf); MEMGATE_LOG_LEVEL
 # (default info, as shipped); IMPORT_CHUNK (1000 lines a request), IMPORT_PACED=0 (send the
 # import requests back to back); RSS_LIMIT_MB (8000: a server above it is killed); RESULTS_DIR;
 # KEEP_WORK=1 (keep the temp dir with every log).
@@ -28,9 +31,9 @@ mode="${1:-full}"
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 case "$mode" in
-quick | full | soak | prepare | report) ;;
+quick | full | soak | prepare | report | profile) ;;
 *)
-    sed -n '2,24p' "$0" >&2
+    sed -n '2,26p' "$0" >&2
     exit 2
     ;;
 esac
@@ -53,6 +56,7 @@ if [[ -z "${MEMGATE_MODEL_DIR:-}" || -z "${ORT_DYLIB_PATH:-}" ]]; then
 fi
 case "$mode" in
 soak | prepare) bash loadtest/peers/setup.sh plot ;;
+profile) ;;
 *) bash loadtest/peers/setup.sh ;;
 esac
 

@@ -3,7 +3,7 @@
 LiteLLM, open-loop at fixed offered rates, all on this machine. `loadtest/bench-all.sh` builds,
 installs the peers and runs this; `loadtest/README.md` says what each scenario measures.
 
-    python3 loadtest/harness/bench.py quick|full|soak|prepare|report
+    python3 loadtest/harness/bench.py quick|full|soak|prepare|report|profile
 
 Every process runs on a loopback port, is waited for by polling with a deadline, and is stopped
 at the end (also on Ctrl-C or a failure). Results: `loadtest/results/<mode>/results.json`; the
@@ -53,6 +53,7 @@ DEFAULTS = {
 }
 DEFAULTS["soak"] = dict(DEFAULTS["full"])
 DEFAULTS["prepare"] = dict(DEFAULTS["full"])
+DEFAULTS["profile"] = dict(DEFAULTS["full"], duration=15, warmup=3)
 GROUPS = ["sweep", "stream", "newq", "litellm", "big"]
 
 
@@ -79,6 +80,8 @@ def settings_for(mode):
         "soak_seconds": float(os.environ.get("SOAK_SECONDS", 600)),
         "soak_rate": float(os.environ.get("SOAK_RATE", 1000)),
         "soak_sample": float(os.environ.get("SOAK_SAMPLE", 5)),
+        "profile_rate": float(os.environ.get("PROFILE_RATE", 500)),
+        "profile_hz": int(os.environ.get("PROFILE_HZ", 499)),
         "memgate_log_level": os.environ.get("MEMGATE_LOG_LEVEL", "info"),
         "mock_stream": os.environ.get("MOCK_STREAM", "0,0"),
         "memgate_bin": os.environ.get("MEMGATE_BIN", "/work/target-bench/release/memgate"),
@@ -218,9 +221,12 @@ class Bench:
 
     # ----- processes ---------------------------------------------------------------------------
 
-    def start_mock(self):
+    def start_mock(self, record=True):
+        # record=False: `--no-record`, the mock counts requests without keeping them (the soak:
+        # a recording mock grows by every request, ~1-2 GB over 600,000).
+        flags = [*MOCK_FLAGS] if record else [*MOCK_FLAGS, "--no-record"]
         proc = self.procs.spawn("mock", [self.s["memgate_bin"], "mock-upstream", "--listen", "127.0.0.1:0",
-                                         *MOCK_FLAGS], cwd=REPO)
+                                         *flags], cwd=REPO)
         self.procs.wait_listening(proc, "mock-upstream", timeout=30)
         self.mock = proc
         say(f"mock-upstream at {proc.url} (pid {proc.pid})")
@@ -232,6 +238,11 @@ class Bench:
     def mock_requests(self):
         status, body = P.http_json("GET", self.mock.url + "/_mock/requests", timeout=60)
         return body.get("requests", []) if status == 200 and body else []
+
+    def mock_count(self):
+        """How many /v1/ requests the mock received since it was last cleared (kept or not)."""
+        status, body = P.http_json("GET", self.mock.url + "/_mock/requests", timeout=60)
+        return body.get("count", len(body.get("requests", []))) if status == 200 and body else 0
 
     def start_memgate(self, name, auth_mode, db_path=None):
         config = self.path(f"{name}.toml")
@@ -590,14 +601,16 @@ class Bench:
         self.clear_mock()
         result = self.loadgen(f"{name} smoke", proc.url + "/v1/messages", 1, 1, args)
         seen = self.mock_requests()
-        ok = result["count"] == 1 and (not expect_upstream or any(r.get("path") == "/v1/messages" for r in seen))
-        check = {"system": name, "ok": ok, "answered_2xx": result["count"], "mock_saw": len(seen),
+        saw = max(len(seen), self.mock_count())  # a --no-record mock only counts
+        reached = any(r.get("path") == "/v1/messages" for r in seen) or (not seen and saw == 1)
+        ok = result["count"] == 1 and (not expect_upstream or reached)
+        check = {"system": name, "ok": ok, "answered_2xx": result["count"], "mock_saw": saw,
                  "statuses": result["error_statuses"], "headers": result["header_counts"]}
         self.results["checks"].append(check)
         self.clear_mock()
         if not ok:
             raise P.StartError(f"smoke test of {name} failed: {check}; {result.get('first_transport_error')}")
-        say(f"smoke {name}: ok (mock saw {len(seen)} request(s)) {result['header_counts'] or ''}")
+        say(f"smoke {name}: ok (mock saw {saw} request(s)) {result['header_counts'] or ''}")
 
     # ----- the scenarios -----------------------------------------------------------------------
 
@@ -701,7 +714,7 @@ class Bench:
 
     def soak(self):
         s = self.s
-        self.start_mock()
+        self.start_mock(record=False)
         funnel = self.start_funnel("memgate-funnel", s["funnel_records"])
         t = self.targets(self.mock, funnel=funnel)["funnel-warm"]
         self.prime(funnel, self.path("warm.jsonl"))
@@ -712,10 +725,9 @@ class Bench:
         samples = []
 
         def sample():
-            # RSS every SOAK_SAMPLE s. The mock keeps every request it answered (for tests) and is
-            # not told to forget them during the run: dropping 30,000 of them at once stalled it
-            # for up to ~0.8 s (loadtest/results/experiments/soak-mock-cleared-every-30s.json),
-            # more than its growing record costs (~1-2 GB over 600,000 requests, a few resizes).
+            # RSS every SOAK_SAMPLE s. The mock runs with --no-record: a recording mock grew by
+            # ~1-2 GB over 600,000 requests, and clearing it every 30 s stalled it for up to
+            # ~0.8 s (loadtest/results/experiments/soak-mock-cleared-every-30s.json).
             t0 = time.monotonic()
             with open(csv_path, "w") as f:
                 f.write("t_s,memgate_rss_mb,memgate_hwm_mb,mock_rss_mb,load1\n")
@@ -732,6 +744,7 @@ class Bench:
         say(f"soak: {s['soak_rate']:.0f} req/s for {s['soak_seconds']:.0f} s through the funnel, RSS every "
             f"{s['soak_sample']:.0f} s into {csv_path}")
         before = embedding_counters(funnel.url)
+        self.clear_mock()
         sampler.start()
         try:
             result = self.loadgen("soak", funnel.url + "/v1/messages", s["soak_rate"], s["soak_seconds"],
@@ -740,7 +753,7 @@ class Bench:
             stop.set()
             sampler.join()
         after = embedding_counters(funnel.url)
-        result.update(group="soak", system="funnel-warm", rate=s["soak_rate"],
+        result.update(group="soak", system="funnel-warm", rate=s["soak_rate"], upstream_seen=self.mock_count(),
                       embedding={k: after[k] - before[k] for k in after})
         self.results["runs"].append(result)
         self.results["soak"] = report.judge_soak(result, samples, s)
@@ -750,8 +763,62 @@ class Bench:
         self.save()
 
 
+    def profile(self):
+        """Where memgate's CPU goes per request: pass-through and the funnel with warm query
+        embeddings (FUNNEL_RECORDS records), each at PROFILE_RATE (500) req/s for DURATION (15) s
+        with `perf record` (PROFILE_HZ samples/s, DWARF call graphs) attached to memgate. Writes
+        the CPU per request and the hottest functions (self and inclusive) into
+        loadtest/results/profile/; the perf.data files stay in the temp dir (KEEP_WORK=1)."""
+        s = self.s
+        perf = shutil.which("perf")
+        self.start_mock(record=False)
+        passthrough = self.start_memgate("memgate-pass", "passthrough")
+        funnel = self.start_funnel("memgate-funnel", s["funnel_records"])
+        t = self.targets(self.mock, passthrough=passthrough, funnel=funnel)
+        self.prime(funnel, self.path("warm.jsonl"))
+        self.results["profiles"] = {}
+        for system, proc in (("memgate-pass", passthrough), ("funnel-warm", funnel)):
+            self.smoke(system, *t[system])
+            url = proc.url + "/v1/messages"
+            rate = s["profile_rate"]
+            self.loadgen(f"{system} warm-up", url, rate, s["warmup"], t[system][1])
+            data_path = self.path(f"{system}.perf.data")
+            recorder = None
+            if perf:
+                recorder = subprocess.Popen([perf, "record", "-F", str(s["profile_hz"]), "--call-graph",
+                                             "dwarf,8192", "-p", str(proc.pid), "-o", data_path],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            cpu = self.cpu_snapshot()
+            try:
+                result = self.loadgen(system, url, rate, s["duration"], t[system][1])
+            finally:
+                if recorder:
+                    recorder.send_signal(signal.SIGINT)
+                    recorder.wait(timeout=120)
+            result.update(group="profile", system=system, rate=rate, load_before=None, load_after=P.loadavg(),
+                          cpu=self.cpu_since(cpu, result["elapsed_s"], proc))
+            self.results["runs"].append(result)
+            us = result["cpu"]["server"] / max(result["achieved_rate"], 1e-9) * 1e6
+            entry = {"rate": rate, "server_cores": result["cpu"]["server"], "cpu_us_per_request": round(us, 1),
+                     "other_cpu": result["cpu"]["other"], "p50_ms": result["latency_ms"]["p50"],
+                     "p99_ms": result["latency_ms"]["p99"], "errors": result["errors"]}
+            if perf:
+                for kind, flags in (("self", ["--no-children"]), ("inclusive", ["--children"])):
+                    out = subprocess.run([perf, "report", "-i", data_path, "--stdio", "--no-inline", "-g", "none",
+                                          "--sort", "symbol", "--percent-limit", "0.7", *flags],
+                                         capture_output=True, text=True, timeout=900).stdout
+                    path = os.path.join(self.results_dir, f"{system}-{kind}.txt")
+                    with open(path, "w") as f:
+                        f.write(out)
+                    entry[f"top_{kind}"] = os.path.relpath(path, REPO)
+            self.results["profiles"][system] = entry
+            say(f"profile {system}: {us:.0f} µs CPU per request at {rate:.0f}/s (other CPU "
+                f"{result['cpu']['other']:.2f} cores), p99 {result['latency_ms']['p99']:.2f} ms")
+            self.save()
+
+
 def main():
-    if len(sys.argv) != 2 or sys.argv[1] not in ("quick", "full", "soak", "prepare", "report"):
+    if len(sys.argv) != 2 or sys.argv[1] not in ("quick", "full", "soak", "prepare", "report", "profile"):
         sys.exit(__doc__)
     mode = sys.argv[1]
     if mode == "report":

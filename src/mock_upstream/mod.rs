@@ -4,7 +4,7 @@
 //!
 //! 1. `record::Recorded` (an extractor on every `/v1/` route) reads the whole body, takes the next
 //!    sequence number and appends an entry to the shared `Recorder`, before any delay, so a test
-//!    can see a request that is still waiting.
+//!    can see a request that is still waiting (with `--no-record` it only counts it).
 //! 2. `handlers` waits `--latency-ms` (and the slow model's delay), parses the body, applies
 //!    `--fail-marker` and the fault models (`reply::ApiError` holds the status/type table).
 //! 3. `answer::Answer` is the deterministic message (id hashed from the body, text, usage); it
@@ -76,6 +76,10 @@ pub struct MockArgs {
     /// its own: any other gets 401 `authentication_error`. Repeatable; none: every key is fine.
     #[arg(long = "api-key", value_name = "KEY")]
     pub api_keys: Vec<String>,
+    /// Count requests without keeping them (`/_mock/requests` lists none): for long load tests,
+    /// where a recording mock grows by every request it answered.
+    #[arg(long)]
+    pub no_record: bool,
 }
 
 impl Default for MockArgs {
@@ -91,6 +95,7 @@ impl Default for MockArgs {
             pause_ms: DEFAULT_PAUSE_MS,
             fail_marker: None,
             api_keys: Vec::new(),
+            no_record: false,
         }
     }
 }
@@ -106,7 +111,8 @@ struct MockState {
 
 impl MockState {
     fn new(args: MockArgs) -> Self {
-        MockState { args: Arc::new(args), recorder: Recorder::default(), shutdown: CancellationToken::new() }
+        let recorder = Recorder::new(!args.no_record);
+        MockState { args: Arc::new(args), recorder, shutdown: CancellationToken::new() }
     }
 }
 

@@ -307,6 +307,7 @@ async fn records_every_v1_request_and_forgets_on_delete() {
 
     let requests = recorded(&app).await;
     assert_eq!(requests.len(), 2, "only /v1/ requests: {requests:?}");
+    assert_eq!(recorded_count(&app).await, 2);
     let first = &requests[0];
     assert_eq!(first["seq"], 1);
     assert_eq!(first["method"], "POST");
@@ -325,6 +326,33 @@ async fn records_every_v1_request_and_forgets_on_delete() {
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert!(body.is_empty());
     assert!(recorded(&app).await.is_empty());
+    assert_eq!(recorded_count(&app).await, 0);
+}
+
+async fn recorded_count(app: &Router) -> u64 {
+    let (status, _, body) = send(app, request(Method::GET, "/_mock/requests", Body::empty())).await;
+    assert_eq!(status, StatusCode::OK);
+    json_of(&body)["count"].as_u64().expect("count")
+}
+
+/// `--no-record` (long load tests): every answer as usual, streams included, but nothing kept,
+/// only counted; request ids still unique.
+#[tokio::test]
+async fn no_record_answers_and_counts_but_keeps_nothing() {
+    let app = router(args(&["--no-record"]));
+    let (status, headers, body) = post_json(&app, "/v1/messages", &messages_body("claude-x", false)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(json_of(&body)["type"], "message");
+    assert_eq!(header(&headers, "request-id"), "req_mock_1");
+    let (status, headers, body) = post_json(&app, "/v1/messages", &messages_body("claude-x", true)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(header(&headers, "request-id"), "req_mock_2");
+    assert_eq!(names(&sse_events(&body)).last(), Some(&"message_stop"));
+
+    assert!(recorded(&app).await.is_empty(), "nothing kept");
+    assert_eq!(recorded_count(&app).await, 2);
+    send(&app, request(Method::DELETE, "/_mock/requests", Body::empty())).await;
+    assert_eq!(recorded_count(&app).await, 0);
 }
 
 #[tokio::test]
