@@ -200,11 +200,19 @@ export interface RecordSummary {
   status: string;
 }
 
+export interface MatchedQuery {
+  text: string;
+  from: string[];
+  follow_up?: boolean;
+  left_out?: { harness_blocks: number; other_blocks: number; tool_results: number };
+}
+
 export interface Explanation {
   release: string;
   request_id: string | null;
   caller: { subject: string | null; scopes: string[] };
-  query: string | null;
+  /** What the funnel matched: memgate answers the text with where it came from. */
+  query: MatchedQuery | null;
   status: string;
   degraded_reason: string | null;
   injected: string[];

@@ -49,6 +49,11 @@ function similarity(queryTerms, r) {
   return Math.round((0.45 + 0.5 * Math.sqrt(common / queryTerms.size)) * 1000) / 1000;
 }
 
+/** The matched text as memgate answers it: the words and where they came from. */
+function matched(text) {
+  return { text, from: ['messages.0.content'], follow_up: false, left_out: { harness_blocks: 0, other_blocks: 0, tool_results: 0 } };
+}
+
 function exactMatch(query, r) {
   const q = query.toLowerCase();
   const names = [...(r.aliases ?? []), r.key?.split(':').slice(1, -1).join(':') ?? '', r.content?.sku ?? '', r.content?.reference ?? '', r.content?.title ?? ''];
@@ -159,12 +164,12 @@ export function explain(records, scopes, release, body, now = Date.now()) {
     summaries[id] = { type: r.type, ...(r.key ? { key: r.key } : {}), priority: r.priority, scope: r.scope, tokens: tokensOf({ id: r.id, content: r.content }), status: r.status };
   }
   if (!injected.length && !stubs.length) {
-    return { query, status: 'ok', degraded_reason: null, injected: [], stubs: [], tokens: 0, placed_in: null, block: null, trace: { layers, notes: [] }, records: summaries, request: body };
+    return { query: matched(query), status: 'ok', degraded_reason: null, injected: [], stubs: [], tokens: 0, placed_in: null, block: null, trace: { layers, notes: [] }, records: summaries, request: body };
   }
   const block = render(release, injected, stubs);
   const { request, placed_in } = place(body, block, release.placement);
   return {
-    query,
+    query: matched(query),
     status: 'ok',
     degraded_reason: null,
     injected: injected.map((r) => r.id),

@@ -243,14 +243,14 @@ function Result({ r }: { r: Explanation }) {
     return m ? Number(m) : undefined;
   };
   return (
-    <section class="explain-result" aria-labelledby="explain-result" data-explained={r.query ? 'yes' : 'no'}>
+    <section class="explain-result" aria-labelledby="explain-result" data-explained={r.query?.text ? 'yes' : 'no'}>
       <h2 id="explain-result" tabIndex={-1}>
         Result for release {r.release}
       </h2>
       <div class="card">
         <dl class="props">
           <dt>Matched text</dt>
-          <dd>{r.query ? <q class="query">{r.query}</q> : <span class="muted">none: the last user turn has no words to match</span>}</dd>
+          <dd>{r.query?.text ? <q class="query">{r.query.text}</q> : <span class="muted">none: the last user turn has no words to match</span>}</dd>
           <dt>Caller scopes</dt>
           <dd>{r.caller.scopes.join(', ')}</dd>
           <dt>Memory</dt>
