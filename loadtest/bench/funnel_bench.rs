@@ -322,7 +322,7 @@ fn run_path(
         let visible = scope::visible(index, caller, Detail::Off, &mut trace);
         scope_t.push(t.elapsed());
         let t = Instant::now();
-        let current = temporal::current(index, &visible, now, &settings.schema_versions, false, &mut trace);
+        let current = temporal::current(index, &visible, now, &settings.schema_versions, false, &mut trace).0;
         temporal_t.push(t.elapsed());
         candidates += current.len();
         let t = Instant::now();

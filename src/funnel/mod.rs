@@ -92,7 +92,7 @@ pub fn run(
     let detailed = detail.is_on();
     let visible = scope::visible(index, caller, detail, &mut trace);
     let (current, visible_tokens) =
-        temporal::current_counting(index, &visible, now_ms, &settings.schema_versions, detailed, &mut trace);
+        temporal::current(index, &visible, now_ms, &settings.schema_versions, detailed, &mut trace);
     let hits = semantic::matching(index, &current, query, detailed, &mut trace);
     if detailed {
         // What each layer let through, for `explain` and traces: the survivors' ids in the

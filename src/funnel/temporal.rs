@@ -8,20 +8,9 @@ use crate::index::{SlotMeta, TenantIndex};
 use crate::record::Status;
 use crate::slots::SlotSet;
 
+/// The candidates valid now that this release reads, and their tokens (what the caller's
+/// visible, valid records would cost injected in full), summed in the same pass over `SlotMeta`.
 pub fn current(
-    index: &TenantIndex,
-    candidates: &SlotSet,
-    now_ms: i64,
-    schema_versions: &[String],
-    detailed: bool,
-    trace: &mut Trace,
-) -> SlotSet {
-    current_counting(index, candidates, now_ms, schema_versions, detailed, trace).0
-}
-
-/// `current`, and the tokens of the records kept (what the caller's visible, valid records would
-/// cost injected in full), summed in the same pass over `SlotMeta`.
-pub fn current_counting(
     index: &TenantIndex,
     candidates: &SlotSet,
     now_ms: i64,

@@ -227,7 +227,7 @@ fn scope_and_temporal_bitsets_equal_a_naive_filter_after_removals_and_slot_reuse
             assert_eq!(visible.iter().collect::<Vec<_>>(), expected, "round {round} caller {who:?}");
             for now in [NOW - 2 * DAY, NOW, NOW + DAY] {
                 let read = vec!["v1".to_owned(), "v3".to_owned()];
-                let current = temporal::current(&index, &visible, now, &read, false, &mut trace);
+                let current = temporal::current(&index, &visible, now, &read, false, &mut trace).0;
                 let expected_now: Vec<u32> = expected
                     .iter()
                     .copied()

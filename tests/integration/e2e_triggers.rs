@@ -116,9 +116,8 @@ async fn write_sop(gateway: &Proc, actions: Value) {
             "actions": actions,
         },
     });
-    let response =
-        client().post(gateway.url("/admin/v1/memories")).bearer_auth(ADMIN_TOKEN).json(&record).send().await.unwrap();
-    assert_eq!(response.status(), 201, "{}", response.text().await.unwrap());
+    let (status, answer) = admin(gateway, reqwest::Method::POST, "/memories", "default", Some(record)).await;
+    assert_eq!(status, 201, "{answer}");
 }
 
 fn seed_actions() -> Value {
@@ -144,16 +143,23 @@ async fn say(gateway: &Proc, key: &str, text: &str, values: Option<&str>) -> (u1
     (response.status().as_u16(), triggered)
 }
 
-async fn actions(gateway: &Proc, query: &str) -> Vec<Value> {
-    let answer: Value = client()
-        .get(gateway.url(&format!("/admin/v1/actions{query}")))
+/// An admin call in `tenant`; its status and JSON answer (`Null` when it has none).
+async fn admin(gateway: &Proc, method: reqwest::Method, path: &str, tenant: &str, body: Option<Value>) -> (u16, Value) {
+    let mut request = client()
+        .request(method, gateway.url(&format!("/admin/v1{path}")))
         .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .header("x-memory-tenant", tenant);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn actions(gateway: &Proc, query: &str) -> Vec<Value> {
+    let (status, answer) = admin(gateway, reqwest::Method::GET, &format!("/actions{query}"), "default", None).await;
+    assert_eq!(status, 200, "{answer}");
     answer["data"].as_array().cloned().unwrap()
 }
 
@@ -200,19 +206,11 @@ async fn a_threat_fires_the_seeds_sop_for_callers_who_may_see_it_and_the_webhook
     eventually(WAIT, "four deliveries", || async { (receiver.deliveries().len() == 4).then_some(()) }).await;
 
     // explain shows what would fire, sending nothing.
-    let explained: Value = client()
-        .post(gateway.url("/admin/v1/explain"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({
-            "request": {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "we will sue you"}]},
-            "caller": {"scopes": ["team:support"]},
-        }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let explain = json!({
+        "request": {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "we will sue you"}]},
+        "caller": {"scopes": ["team:support"]},
+    });
+    let (_, explained) = admin(&gateway, reqwest::Method::POST, "/explain", "default", Some(explain)).await;
     let would: Vec<(&str, bool)> = explained["triggers"]
         .as_array()
         .unwrap()
@@ -246,27 +244,16 @@ async fn an_action_for_an_unconfigured_endpoint_is_dead_and_a_replay_sends_it_ag
     .await;
     assert!(dead["last_error"].as_str().unwrap_or("").contains("crm"), "{dead}");
     let id = dead["id"].as_str().unwrap();
-    let replay = client()
-        .post(gateway.url(&format!("/admin/v1/actions/{id}/replay")))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(replay.status(), 200);
-    let replayed: Value = replay.json().await.unwrap();
+    let (status, replayed) =
+        admin(&gateway, reqwest::Method::POST, &format!("/actions/{id}/replay"), "default", None).await;
+    assert_eq!(status, 200, "{replayed}");
     assert_eq!(replayed["replays"], 1);
     // Another tenant's admin view does not have it.
-    let other = client()
-        .get(gateway.url(&format!("/admin/v1/actions/{id}")))
-        .bearer_auth(ADMIN_TOKEN)
-        .header("x-memory-tenant", "globex")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(other.status(), 404);
+    let (status, _) = admin(&gateway, reqwest::Method::GET, &format!("/actions/{id}"), "globex", None).await;
+    assert_eq!(status, 404);
     // A bad filter is named.
-    let bad = client().get(gateway.url("/admin/v1/actions?state=gone")).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
-    assert_eq!(bad.status(), 400);
+    let (status, answer) = admin(&gateway, reqwest::Method::GET, "/actions?state=gone", "default", None).await;
+    assert_eq!(status, 400, "{answer}");
     // A malformed X-Memory-Values header is the caller's error, before anything goes upstream.
     assert_eq!(say(&gateway, &support, "hello", Some("no equals sign")).await.0, 400);
 }
