@@ -37,19 +37,15 @@ pub async fn metrics_releases(
     Ok(Json(answer))
 }
 
-/// `GET /admin/v1/health/data`: read from this replica's index (what requests are served from),
-/// not from the database.
-pub async fn data_health(State(state): State<AppState>, ctx: AdminContext) -> Json<health::DataHealth> {
-    let schemas = state.memories().schemas();
-    let now = now_ms();
-    let answer = match state.index().tenant(&ctx.tenant) {
-        Some(tenant) => {
-            let index = tenant.read().unwrap_or_else(|p| p.into_inner());
-            health::data_health(index.slots.iter().flatten().map(|item| &item.record), schemas, now)
-        }
-        None => health::data_health(std::iter::empty(), schemas, now),
-    };
-    Json(answer)
+/// `GET /admin/v1/health/data`: read from the database, which has what the index does not —
+/// paused and archived records, and how often each record was injected (by every replica).
+pub async fn data_health(
+    State(state): State<AppState>,
+    ctx: AdminContext,
+) -> Result<Json<health::DataHealth>, ApiError> {
+    let answer =
+        health::data_health_from_store(state.store(), &ctx.tenant, state.memories().schemas(), now_ms()).await?;
+    Ok(Json(answer))
 }
 
 /// `GET /admin/v1/requests/recent?limit=`: this replica's recent Messages requests, newest first.

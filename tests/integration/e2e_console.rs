@@ -6,7 +6,7 @@
 //! history. Every assertion is on what a browser or an operator sees.
 
 use crate::e2e_identity::{ADMIN_TOKEN, JWT_SECRET, UPSTREAM_KEY, issue_key};
-use crate::support::{Proc, TempDir, TestDb, client, messages_body};
+use crate::support::{Proc, TempDir, TestDb, client, eventually, messages_body};
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -337,4 +337,38 @@ async fn e2e_console_recent_requests_list_real_calls_and_the_history_survives_a_
     assert_eq!((v1["calls"].clone(), v1["share"].clone()), (json!(3), json!(1.0)), "{}", releases.json);
     let recent = send(with_cookie(&gw, Method::GET, "/admin/v1/requests/recent", &cookie, true)).await;
     assert_eq!(recent.json["data"], json!([]), "recent requests are kept in memory only");
+}
+
+#[tokio::test]
+async fn e2e_console_data_health_counts_paused_records_and_what_was_injected() {
+    let mock = Proc::mock(&[]);
+    let gw = gateway(&mock, None, None);
+    let admin = |method: Method, path: &str| client().request(method, gw.url(path)).bearer_auth(ADMIN_TOKEN);
+    for (id, text) in [
+        ("refunds", "Refunds are paid back within 14 days of the return."),
+        ("opening-hours", "The Berlin store opens at 9 and closes at 18."),
+        ("old-promo", "Winter promotion: 10% off every sofa."),
+    ] {
+        let record = json!({"id": id, "type": "fact", "scope": ["public"], "content": {"statement": text}});
+        let created = send(admin(Method::POST, "/admin/v1/memories").json(&record)).await;
+        assert_eq!(created.status, 201, "{}", created.json);
+    }
+    let paused = send(admin(Method::POST, "/admin/v1/memories/old-promo/pause")).await;
+    assert_eq!(paused.status, 200, "{}", paused.json);
+    let (key, _) = issue_key(&gw, "default", json!({"name": "shop"})).await;
+    let mut body = messages_body("claude-sonnet-4-5", false);
+    body["messages"][0]["content"] = json!("How long until my refund is paid back?");
+    let answer = client().post(gw.url("/v1/messages")).header("x-api-key", &key).json(&body).send().await.unwrap();
+    assert_eq!(answer.headers()["x-memory-injected"], "1");
+
+    // The paused record counts (the index no longer holds it), and once the access counts are
+    // written (the ticker, once a second) the injected record is no longer "never injected".
+    let health = eventually(Duration::from_secs(20), "the injection counted in data health", || async {
+        let health = send(admin(Method::GET, "/admin/v1/health/data")).await;
+        (health.json["never_injected"]["count"] == 1).then_some(health.json)
+    })
+    .await;
+    assert_eq!(health["records"]["paused"], 1, "{health}");
+    assert_eq!(health["records"]["total"], 3, "{health}");
+    assert_eq!(health["never_injected"]["sample"], json!(["opening-hours"]), "{health}");
 }
