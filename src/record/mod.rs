@@ -55,7 +55,9 @@ pub struct Envelope {
     pub status: Option<Status>,
 }
 
-/// A stored record.
+/// A stored record. It repeats the envelope's fields rather than holding an `Envelope`: there `id`
+/// and `status` are optional (a writer may leave them to memgate), here they are settled, and
+/// the funnel reads these fields on every request, flat, without a level of nesting per access.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {
     pub tenant: String,

@@ -192,6 +192,18 @@ impl Store {
         Ok(tx)
     }
 
+    /// Runs one update of an action guarded by its lease (`WHERE … AND lease_owner = $2`) in a
+    /// relaxed transaction; false when it changed nothing, because the lease was lost.
+    async fn lease_guarded(
+        &self,
+        query: sqlx::query::Query<'_, sqlx::Any, sqlx::any::AnyArguments>,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.relaxed().await?;
+        let result = query.execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(result.rows_affected() == 1)
+    }
+
     /// Inserts decided actions in one transaction; a decision already there (same id) is left as
     /// it is. Returns how many were new.
     pub async fn outbox_insert(&self, actions: &[NewOutboxAction], now_ms: i64) -> Result<u64, StoreError> {
@@ -290,10 +302,7 @@ impl Store {
         .bind(now_ms)
         .bind(i64::from(status))
         .bind(excerpt(response));
-        let mut tx = self.relaxed().await?;
-        let result = query.execute(&mut *tx).await?;
-        tx.commit().await?;
-        Ok(result.rows_affected() == 1)
+        self.lease_guarded(query).await
     }
 
     /// Failed; try again at `next_at_ms`. False when the lease was lost.
@@ -317,10 +326,7 @@ impl Store {
         .bind(next_at_ms)
         .bind(status.map(i64::from))
         .bind(excerpt(error));
-        let mut tx = self.relaxed().await?;
-        let result = query.execute(&mut *tx).await?;
-        tx.commit().await?;
-        Ok(result.rows_affected() == 1)
+        self.lease_guarded(query).await
     }
 
     /// Given up on. False when the lease was lost.
@@ -342,10 +348,7 @@ impl Store {
         .bind(now_ms)
         .bind(status.map(i64::from))
         .bind(excerpt(error));
-        let mut tx = self.relaxed().await?;
-        let result = query.execute(&mut *tx).await?;
-        tx.commit().await?;
-        Ok(result.rows_affected() == 1)
+        self.lease_guarded(query).await
     }
 
     pub async fn outbox_get(&self, tenant: &str, id: &str) -> Result<OutboxAction, StoreError> {
