@@ -107,6 +107,8 @@ pub struct Caller {
     pub memory_allowed: bool,
     /// Passthrough mode: the digest of the caller's key, remembered when the upstream accepts it.
     pub passthrough_key: Option<KeyDigest>,
+    /// The gateway key's name (a label for people, e.g. `support-bot`), for the console.
+    pub key_name: Option<String>,
 }
 
 impl Caller {
@@ -125,6 +127,7 @@ impl Caller {
             upstream_credential: UpstreamCredential::Forward,
             memory_allowed: true,
             passthrough_key: None,
+            key_name: None,
         }
     }
 
@@ -335,6 +338,7 @@ impl Authenticator {
             upstream_credential: UpstreamCredential::Forward,
             memory_allowed: accepted,
             passthrough_key: Some(digest),
+            key_name: None,
         })
     }
 
@@ -374,6 +378,7 @@ impl Authenticator {
                 upstream_credential: UpstreamCredential::Replace(upstream_key),
                 memory_allowed: true,
                 passthrough_key: None,
+                key_name: Some(key.name.clone()),
             });
         }
         let Some(token) = bearer else {
@@ -437,6 +442,7 @@ impl Authenticator {
             upstream_credential: UpstreamCredential::Forward,
             memory_allowed: true,
             passthrough_key: None,
+            key_name: None,
         })
     }
 }

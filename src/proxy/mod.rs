@@ -202,7 +202,7 @@ fn record_for_console(
             caller: RecentCaller {
                 kind,
                 key_id,
-                name: None,
+                name: caller.key_name.clone(),
                 subject: caller.subject.clone(),
                 scopes: caller.scopes.iter().cloned().collect(),
             },

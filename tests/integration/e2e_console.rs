@@ -306,6 +306,7 @@ async fn e2e_console_recent_requests_list_real_calls_and_the_history_survives_a_
         assert_eq!(entry["model"], "claude-sonnet-4-5");
         assert_eq!(entry["caller"]["kind"], "key");
         assert_eq!(entry["caller"]["key_id"], issued["id"]);
+        assert_eq!(entry["caller"]["name"], "support-bot");
         assert_eq!(entry["explainable"], false);
     }
     assert!(!recent.json.to_string().contains("zebra"), "a conversation was kept: {}", recent.json);
