@@ -807,6 +807,7 @@ class Bench:
                     out = subprocess.run([perf, "report", "-i", data_path, "--stdio", "--no-inline", "-g", "none",
                                           "--sort", "symbol", "--percent-limit", "0.7", *flags],
                                          capture_output=True, text=True, timeout=900).stdout
+                    out = tidy_perf_report(out)
                     path = os.path.join(self.results_dir, f"{system}-{kind}.txt")
                     with open(path, "w") as f:
                         f.write(out)
@@ -815,6 +816,18 @@ class Bench:
             say(f"profile {system}: {us:.0f} µs CPU per request at {rate:.0f}/s (other CPU "
                 f"{result['cpu']['other']:.2f} cores), p99 {result['latency_ms']['p99']:.2f} ms")
             self.save()
+
+
+def tidy_perf_report(text):
+    """perf's --stdio table pads every row to its longest (Rust) symbol and appends empty IPC
+    columns: keep the figures, one row per line, without the padding."""
+    rows = []
+    for line in text.splitlines():
+        line = re.sub(r"\s+-\s+-\s*$", "", line).rstrip()
+        if line.startswith("# ....") or line.startswith("# Overhead"):
+            continue
+        rows.append(re.sub(r"  +", "  ", line.strip()) if not line.startswith("#") else line)
+    return "\n".join(rows) + "\n"
 
 
 def main():
