@@ -55,10 +55,17 @@ async fn upstream_answers_come_back_unmodified_errors_included() {
             "x-should-retry",
             "anthropic-ratelimit-requests-limit",
             "anthropic-ratelimit-requests-remaining",
-            "anthropic-ratelimit-requests-reset",
         ] {
             assert_eq!(direct.headers().get(name), proxied.headers().get(name), "{model}: {name}");
         }
+        // The mock says when its window resets, to the second, from its own clock: two requests
+        // a moment apart may straddle a second. Passed through, it is the mock's time, not ours.
+        let reset = |response: &reqwest::Response| {
+            let text = response.headers()["anthropic-ratelimit-requests-reset"].to_str().unwrap().to_owned();
+            memgate::clock::parse_rfc3339_ms(&text).unwrap()
+        };
+        let (direct_reset, proxied_reset) = (reset(&direct), reset(&proxied));
+        assert!((0..=2_000).contains(&(proxied_reset - direct_reset)), "{model}: {direct_reset} then {proxied_reset}");
         let request_id = proxied.headers().get("request-id").unwrap().to_str().unwrap().to_owned();
         assert!(request_id.starts_with("req_mock_"), "{model}: request-id {request_id}");
         assert!(proxied.headers().contains_key("x-memory-request-id"));
