@@ -18,7 +18,7 @@
 # STREAM_RATES, BIG_RATES (comma lists, req/s); RECORDS (the big tenant), FUNNEL_RECORDS;
 # SCENARIOS (subset of sweep,stream,newq,litellm,big); RECORDS_CACHE=0 (import again even when a
 # store with RECORDS records is cached); SOAK_SECONDS, SOAK_RATE, SOAK_SAMPLE; PROFILE_RATE,
-# PROFILE_HZ (profile, which needs `perf`: apt-get install linux-perf); MEMGATE_LOG_LEVEL
+# PROFILE_HZ, PROFILE_TENANT=big (profile, which needs `perf`: apt-get install linux-perf); MEMGATE_LOG_LEVEL
 # (default info, as shipped); IMPORT_CHUNK (1000 lines a request), IMPORT_PACED=0 (send the
 # import requests back to back); RSS_LIMIT_MB (8000: a server above it is killed); RESULTS_DIR;
 # KEEP_WORK=1 (keep the temp dir with every log).

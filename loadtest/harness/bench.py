@@ -765,19 +765,30 @@ class Bench:
 
     def profile(self):
         """Where memgate's CPU goes per request: pass-through and the funnel with warm query
-        embeddings (FUNNEL_RECORDS records), each at PROFILE_RATE (500) req/s for DURATION (15) s
+        embeddings (FUNNEL_RECORDS records; PROFILE_TENANT=big: RECORDS records instead), each at
+        PROFILE_RATE (500) req/s for DURATION (15) s
         with `perf record` (PROFILE_HZ samples/s, DWARF call graphs) attached to memgate. Writes
         the CPU per request and the hottest functions (self and inclusive) into
         loadtest/results/profile/; the perf.data files stay in the temp dir (KEEP_WORK=1)."""
         s = self.s
         perf = shutil.which("perf")
         self.start_mock(record=False)
-        passthrough = self.start_memgate("memgate-pass", "passthrough")
-        funnel = self.start_funnel("memgate-funnel", s["funnel_records"])
-        t = self.targets(self.mock, passthrough=passthrough, funnel=funnel)
-        self.prime(funnel, self.path("warm.jsonl"))
+        if os.environ.get("PROFILE_TENANT") == "big":
+            # PROFILE_TENANT=big: the funnel with warm questions over RECORDS records (the cache
+            # that `prepare` makes), instead of pass-through and FUNNEL_RECORDS.
+            big = self.start_big()
+            t = self.targets(self.mock, funnel=big)
+            t["funnel-big"] = t["funnel-warm"]
+            self.prime(big, self.path("warm.jsonl"))
+            systems = (("funnel-big", big),)
+        else:
+            passthrough = self.start_memgate("memgate-pass", "passthrough")
+            funnel = self.start_funnel("memgate-funnel", s["funnel_records"])
+            t = self.targets(self.mock, passthrough=passthrough, funnel=funnel)
+            self.prime(funnel, self.path("warm.jsonl"))
+            systems = (("memgate-pass", passthrough), ("funnel-warm", funnel))
         self.results["profiles"] = {}
-        for system, proc in (("memgate-pass", passthrough), ("funnel-warm", funnel)):
+        for system, proc in systems:
             self.smoke(system, *t[system])
             url = proc.url + "/v1/messages"
             rate = s["profile_rate"]
