@@ -31,6 +31,9 @@ pub struct Packed {
     pub tokens: usize,
 }
 
+/// How many of the best hits are selected and sorted first.
+const FIRST: usize = 64;
+
 pub fn pack(
     index: &TenantIndex,
     hits: Vec<Hit>,
@@ -52,15 +55,49 @@ pub fn pack(
             })
         })
         .collect();
-    ranked.sort_by(|a, b| {
+    let order = |a: &Chosen, b: &Chosen| {
         b.score
             .total_cmp(&a.score)
             .then(b.item.record.priority.cmp(&a.item.record.priority))
             .then(b.item.record.updated_at_ms.cmp(&a.item.record.updated_at_ms))
             .then(a.item.record.id.cmp(&b.item.record.id))
-    });
+    };
+    // With thousands of hits (a low threshold over a large tenant) only the first few are ever
+    // packed: select the best `FIRST` and sort those; the rest is sorted only if packing gets
+    // that far without filling the block and the stubs (a trace lists removals in rank order, so
+    // a detailed run sorts everything).
+    let mut sorted_upto = ranked.len();
+    if !detailed && ranked.len() > FIRST {
+        ranked.select_nth_unstable_by(FIRST, order);
+        ranked[..FIRST].sort_by(order);
+        sorted_upto = FIRST;
+    } else {
+        ranked.sort_by(order);
+    }
     let mut packed = Packed { injected: Vec::new(), stubs: Vec::new(), overflow: 0, tokens: 0 };
-    for chosen in ranked {
+    let mut position = 0;
+    while position < ranked.len() {
+        if position == sorted_upto {
+            if packed.injected.len() >= budget.max_items {
+                // The block is full: what is left can only be a stub (priority 4 or 5), in rank
+                // order; everything else there only counts as removed.
+                let mut tail = ranked.split_off(position);
+                let rest = tail.len();
+                packed.overflow += rest;
+                log.add_uncounted_removals(rest);
+                let room = budget.max_stubs.saturating_sub(packed.stubs.len());
+                tail.retain(|c| c.item.record.priority >= 4);
+                if room > 0 && !tail.is_empty() {
+                    tail.sort_by(order);
+                    packed.stubs.extend(tail.into_iter().take(room));
+                }
+                break;
+            }
+            ranked[position..].sort_by(order);
+            sorted_upto = ranked.len();
+        }
+        let chosen = ranked[position].clone();
+        position += 1;
         let cost = chosen.item.tokens;
         let record = &chosen.item.record;
         if packed.injected.len() < budget.max_items && packed.tokens + cost <= budget.tokens {

@@ -414,3 +414,37 @@ fn hybrid_retrieval_passes_strong_word_matches_and_explains_each_rankings_part()
     assert!(weak.reason.contains("words"), "{}", weak.reason);
     assert!(!format!("{:?}", hybrid.trace.ranked).contains("hidden"));
 }
+
+/// The token-density layer selects the best hits before sorting when there are many (and no
+/// trace is wanted); what it packs must be what a full sort packs, for any budget.
+#[test]
+fn packing_many_hits_by_selection_packs_what_a_full_sort_packs() {
+    use super::density::{Budget, pack};
+    let mut rng = Rng(41);
+    let mut index = TenantIndex::default();
+    let count = 700u32;
+    for i in 0..count {
+        let mut r = record(&format!("r{i:03}"), &["public"], (0, OPEN_END_MS), "v1");
+        r.priority = (i % 5 + 1) as u8;
+        r.updated_at_ms = NOW - i64::from(i % 7) * DAY;
+        let mut it = IndexedRecord::new(r, None);
+        it.tokens = 10 + rng.below(400);
+        index.upsert(Arc::new(it));
+    }
+    let hits: Vec<Hit> = (0..count)
+        .map(|slot| {
+            // Ties on purpose (scores in steps of 1/50), so the tie-breakers matter too.
+            let score = rng.below(50) as f32 / 50.0;
+            Hit { slot, similarity: score, exact: slot % 97 == 0, score, lexical: None }
+        })
+        .collect();
+    let ids = |chosen: &[super::density::Chosen]| chosen.iter().map(|c| c.item.record.id.clone()).collect::<Vec<_>>();
+    for (tokens, max_items, max_stubs) in [(3000, 5, 3), (150, 5, 3), (0, 5, 3), (100_000, 200, 0), (3000, 0, 2), (800, 3, 50)] {
+        let budget = Budget { tokens, max_items, max_stubs };
+        let fast = pack(&index, hits.clone(), &budget, false, &mut Trace::default());
+        let full = pack(&index, hits.clone(), &budget, true, &mut Trace::default());
+        assert_eq!(ids(&fast.injected), ids(&full.injected), "{tokens} {max_items} {max_stubs}");
+        assert_eq!(ids(&fast.stubs), ids(&full.stubs), "{tokens} {max_items} {max_stubs}");
+        assert_eq!((fast.tokens, fast.overflow), (full.tokens, full.overflow));
+    }
+}
