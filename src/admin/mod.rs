@@ -10,6 +10,7 @@ pub mod memories;
 pub mod releases;
 pub mod transfer;
 
+use crate::clock::now_ms;
 use crate::error::{ApiError, Code};
 use crate::identity::DEFAULT_TENANT;
 use crate::memory::MemoryError;
@@ -44,7 +45,7 @@ pub async fn require_admin(State(state): State<AppState>, request: Request, next
     }
     let https = state.is_https(&parts);
     let auth = crate::console::ConsoleHost::console_auth(&state);
-    match crate::console::authorize(&parts.headers, &parts.method, &parts.uri, https, state.store(), auth).await {
+    match crate::console::authorize(&parts.headers, &parts.method, &parts.uri, https, state.store(), auth, now_ms()).await {
         Ok(principal) => {
             parts.extensions.insert(principal);
             next.run(Request::from_parts(parts, body)).await

@@ -165,23 +165,12 @@ impl IntoResponse for Refusal {
     }
 }
 
-/// The admin API's check, for every `/admin/v1/…` request: the bearer token if the request has an
-/// `Authorization` header (no CSRF rule), else the session cookie (then the CSRF rule), then the
-/// viewer's limits. `https`: the request came over TLS or through a trusted proxy that said so
-/// (`forwarded_https`); it decides the scheme of the request's own origin.
+/// The admin API's check, for every `/admin/v1/…` request, at `now_ms` (sessions expire): the
+/// bearer token if the request has an `Authorization` header (no CSRF rule), else the session
+/// cookie (then the CSRF rule), then the viewer's limits. `https`: the request came over TLS or
+/// through a trusted proxy that said so (`forwarded_https`); it decides the scheme of the
+/// request's own origin.
 pub async fn authorize(
-    headers: &HeaderMap,
-    method: &Method,
-    uri: &Uri,
-    https: bool,
-    store: &Store,
-    auth: &ConsoleAuth,
-) -> Result<Principal, Refusal> {
-    authorize_at(headers, method, uri, https, store, auth, crate::clock::now_ms()).await
-}
-
-/// `authorize` at a given time (for tests of expiry).
-pub async fn authorize_at(
     headers: &HeaderMap,
     method: &Method,
     uri: &Uri,

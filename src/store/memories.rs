@@ -277,9 +277,8 @@ impl Store {
     }
 
     /// Erases every record that names `scope`, and every changelog entry that ever named it: no
-    /// trace is left. Returns how many records and changes went.
-    /// Erases a scope's records and their history; returns the ids, how many changes went, and
-    /// the sequence number of the removals.
+    /// trace is left. Returns the erased ids, how many changes went, and the sequence number of
+    /// the removals.
     pub async fn forget_scope(
         &self,
         tenant: &str,

@@ -107,7 +107,7 @@ async fn admin_guard(State(host): State<Host>, request: Request, next: Next) -> 
     let (parts, body) = request.into_parts();
     let https = host.is_https(&parts);
     let auth = host.console_auth();
-    match auth::authorize(&parts.headers, &parts.method, &parts.uri, https, host.console_store(), auth).await
+    match auth::authorize(&parts.headers, &parts.method, &parts.uri, https, host.console_store(), auth, memgate::clock::now_ms()).await
     {
         Ok(principal) => {
             let mut request = Request::from_parts(parts, body);
@@ -370,7 +370,7 @@ async fn sessions_end_after_their_lifetime_or_when_idle(db: TestDb) {
     let uri: axum::http::Uri = "/admin/v1/memories".parse().unwrap();
     let at = |now: i64| {
         let (headers, uri, store, auth) = (&headers, &uri, &store, &auth);
-        async move { auth::authorize_at(headers, &axum::http::Method::GET, uri, false, store, auth, now).await }
+        async move { auth::authorize(headers, &axum::http::Method::GET, uri, false, store, auth, now).await }
     };
     // Idle: 59 minutes without a request is fine, and that request counts as activity...
     assert!(at(t0 + 59 * minute).await.is_ok());
