@@ -262,6 +262,9 @@ test('the console, screen by screen', async (t) => {
     await a11y('records');
     await page.locator('#flt-q').fill(RUN);
     await page.getByRole('button', { name: 'Search' }).click();
+    // The unfiltered list already shows the record: wait for the search's answer to replace it
+    // (one row left), not merely for the row.
+    await page.waitForFunction(() => document.querySelectorAll('table.records tbody tr').length === 1);
     await page.locator(`tr[data-record="${RECORD_ID}"]`).waitFor();
     assert.equal(await page.locator('table.records tbody tr').count(), 1);
     await page.locator(`tr[data-record="${RECORD_ID}"] a`).click();
