@@ -43,7 +43,6 @@ use common::{
 use memgate::clock::format_ms;
 use memgate::embed::Embedder;
 use memgate::index::IndexedRecord;
-use memgate::slots::SlotSet;
 use memgate::inject::{RenderItem, Templates};
 use memgate::lexical::fusion::{self, FusedHit, Fusion, Gate};
 use memgate::lexical::{
@@ -51,6 +50,7 @@ use memgate::lexical::{
 };
 use memgate::memory::passage_text;
 use memgate::record::Record;
+use memgate::slots::SlotSet;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
