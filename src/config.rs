@@ -817,7 +817,9 @@ impl RawConfig {
         if history_retention_days == 0 {
             return Err(invalid("metrics.history_retention_days", "keep at least 1 day".into()));
         }
-        if minute_history_hours == 0 || u64::from(minute_history_hours) > u64::from(history_retention_days) * 24 {
+        if minute_history_hours == 0
+            || u64::from(minute_history_hours) > u64::from(history_retention_days) * 24
+        {
             return Err(invalid(
                 "metrics.minute_history_hours",
                 "keep at least 1 hour, and at most metrics.history_retention_days".into(),
@@ -911,7 +913,8 @@ mod tests {
     #[test]
     fn trusted_proxies_come_from_the_environment_too() {
         let config =
-            load_toml("", &[("MEMGATE_TRUSTED_PROXIES", "10.0.0.0/8, 192.168.1.7")], ConfigFlags::default()).unwrap();
+            load_toml("", &[("MEMGATE_TRUSTED_PROXIES", "10.0.0.0/8, 192.168.1.7")], ConfigFlags::default())
+                .unwrap();
         let mut headers = axum::http::HeaderMap::new();
         headers.insert("x-forwarded-for", "203.0.113.9".parse().unwrap());
         let via_proxy = config.client_addrs.resolve(Some("10.1.2.3".parse().unwrap()), &headers);
@@ -939,7 +942,11 @@ mod tests {
             .filter(|(a, b)| a != b)
             .map(|(a, b)| format!("example: {}\ndefault: {}", a.trim(), b.trim()))
             .collect();
-        assert!(differences.is_empty(), "memgate.example.toml differs from the defaults:\n{}", differences.join("\n"));
+        assert!(
+            differences.is_empty(),
+            "memgate.example.toml differs from the defaults:\n{}",
+            differences.join("\n")
+        );
         assert_eq!(example.lines().count(), defaults.lines().count());
     }
 

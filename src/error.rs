@@ -254,9 +254,11 @@ impl Code {
                 ErrorKind::Permission
             }
             Code::NotFound | Code::NoRoute | Code::AdminApiOff => ErrorKind::NotFound,
-            Code::Conflict | Code::RevisionConflict | Code::IdTaken | Code::TopicTaken | Code::ActionQueued => {
-                ErrorKind::Conflict
-            }
+            Code::Conflict
+            | Code::RevisionConflict
+            | Code::IdTaken
+            | Code::TopicTaken
+            | Code::ActionQueued => ErrorKind::Conflict,
             Code::Unprocessable | Code::ValidationFailed | Code::ImportInvalid => ErrorKind::Unprocessable,
             Code::RequestTooLarge => ErrorKind::RequestTooLarge,
             Code::BodyTimeout => ErrorKind::RequestTimeout,

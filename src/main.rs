@@ -387,39 +387,51 @@ async fn actions(command: ActionsCommand) -> Result<(), String> {
         tokio_util::task::TaskTracker::new(),
         memgate::triggers::TriggerMetrics::default(),
     )
-    .map_err(|errors| errors.into_iter().map(|e| format!("{}: {}", e.key, e.message)).collect::<Vec<_>>().join("; "))?;
+    .map_err(|errors| {
+        errors.into_iter().map(|e| format!("{}: {}", e.key, e.message)).collect::<Vec<_>>().join("; ")
+    })?;
     match command {
         ActionsCommand::List { state, since, limit, target } => {
-            let state = match state.as_deref() {
-                None => None,
-                Some(text) => Some(OutboxState::parse(text).ok_or_else(|| {
-                    format!("--state `{text}`: use pending, retrying, delivered or dead")
-                })?),
-            };
+            let state =
+                match state.as_deref() {
+                    None => None,
+                    Some(text) => Some(OutboxState::parse(text).ok_or_else(|| {
+                        format!("--state `{text}`: use pending, retrying, delivered or dead")
+                    })?),
+                };
             let since_ms = match since.as_deref() {
                 None => None,
-                Some(text) => Some(
-                    memgate::admin::actions::parse_since(text, memgate::clock::now_ms())
-                        .map_err(|_| format!("--since `{text}`: a time (RFC 3339) or an age such as 30m, 1h, 7d"))?,
-                ),
+                Some(text) => {
+                    Some(memgate::admin::actions::parse_since(text, memgate::clock::now_ms()).map_err(
+                        |_| format!("--since `{text}`: a time (RFC 3339) or an age such as 30m, 1h, 7d"),
+                    )?)
+                }
             };
             let filter = OutboxFilter { state, since_ms, ..OutboxFilter::default() };
-            let actions = triggers.list(&target.tenant, filter, None, limit.clamp(1, 10_000)).await.map_err(|e| e.to_string())?;
+            let actions = triggers
+                .list(&target.tenant, filter, None, limit.clamp(1, 10_000))
+                .await
+                .map_err(|e| e.to_string())?;
             for action in actions {
                 println!("{}", action.to_json());
             }
             Ok(())
         }
-        ActionsCommand::Replay { id, target } => match triggers.replay(&target.tenant, &id).await.map_err(|e| e.to_string())? {
-            Replay::Replayed(action) => {
-                println!("{}", action.to_json());
-                eprintln!("memgate: {id} is due again; a running memgate (or `memgate actions deliver`) sends it");
-                Ok(())
+        ActionsCommand::Replay { id, target } => {
+            match triggers.replay(&target.tenant, &id).await.map_err(|e| e.to_string())? {
+                Replay::Replayed(action) => {
+                    println!("{}", action.to_json());
+                    eprintln!(
+                        "memgate: {id} is due again; a running memgate (or `memgate actions deliver`) sends it"
+                    );
+                    Ok(())
+                }
+                Replay::AlreadyQueued(action) => Err(format!(
+                    "{id} is still {}: it will be delivered without a replay",
+                    action.state.as_str()
+                )),
             }
-            Replay::AlreadyQueued(action) => {
-                Err(format!("{id} is still {}: it will be delivered without a replay", action.state.as_str()))
-            }
-        },
+        }
         ActionsCommand::Deliver(_) => {
             let tried = triggers.delivery().deliver_due(1_000).await.map_err(|e| e.to_string())?;
             println!("{tried}");

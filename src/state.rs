@@ -4,6 +4,9 @@
 use crate::body::budget::BodyBudget;
 use crate::client_addr::ClientAddrs;
 use crate::config::{Config, Limits};
+use crate::console::{
+    AdminTokens, ConsoleAuth, HistoryRetention, MetricsRecorder, RecentRequests, SessionPolicy,
+};
 use crate::embed::Embedder;
 use crate::embed::shared::SharedVectors;
 use crate::error::StartupError;
@@ -21,7 +24,6 @@ use crate::rollout::release::load_releases;
 use crate::store::Store;
 use crate::triggers::{TriggerMetrics, Triggers};
 use crate::upstream::Upstream;
-use crate::console::{AdminTokens, ConsoleAuth, HistoryRetention, MetricsRecorder, RecentRequests, SessionPolicy};
 use axum::extract::ConnectInfo;
 use secrecy::SecretString;
 use std::net::SocketAddr;
@@ -160,14 +162,24 @@ impl AppState {
         let inner = Inner {
             fanout,
             rollout: Arc::new(rollout),
-            recaller: Recaller::new(memories, templates, metrics.clone(), config.memory.clone(), triggers.clone()),
+            recaller: Recaller::new(
+                memories,
+                templates,
+                metrics.clone(),
+                config.memory.clone(),
+                triggers.clone(),
+            ),
             triggers,
             console_auth: ConsoleAuth {
                 tokens: AdminTokens::new(config.admin.token.clone(), config.admin.viewer_token.clone()),
                 policy: SessionPolicy::default(),
             },
             recorder: MetricsRecorder::new(replica.clone(), retention),
-            recent: RecentRequests::new(replica, config.console.recent_requests, config.console.recent_request_ttl),
+            recent: RecentRequests::new(
+                replica,
+                config.console.recent_requests,
+                config.console.recent_request_ttl,
+            ),
             admin_token: config.admin.token.clone(),
             max_import_bytes: config.admin.max_import_bytes,
             limits: config.limits.clone(),

@@ -51,7 +51,11 @@ pub async fn replay(
         Replay::Replayed(action) => Ok(Json(action.to_json())),
         Replay::AlreadyQueued(action) => Err(ApiError::coded(
             Code::ActionQueued,
-            format!("action `{}` is still {}: it will be delivered without a replay", action.id, action.state.as_str()),
+            format!(
+                "action `{}` is still {}: it will be delivered without a replay",
+                action.id,
+                action.state.as_str()
+            ),
         )),
     }
 }
@@ -90,9 +94,10 @@ impl ListParams {
                 "endpoint" => params.filter.endpoint = Some(bounded("endpoint", value)?),
                 "record_id" => params.filter.record_id = Some(bounded("record_id", value)?),
                 "limit" => {
-                    params.limit = value.parse::<u32>().ok().filter(|n| (1..=MAX_LIMIT).contains(n)).ok_or_else(
-                        || ApiError::invalid_request(format!("`limit` must be 1 to {MAX_LIMIT}")),
-                    )?;
+                    params.limit =
+                        value.parse::<u32>().ok().filter(|n| (1..=MAX_LIMIT).contains(n)).ok_or_else(
+                            || ApiError::invalid_request(format!("`limit` must be 1 to {MAX_LIMIT}")),
+                        )?;
                 }
                 "cursor" => {
                     let cursor = value

@@ -93,7 +93,8 @@ pub async fn explain(
         }
         scopes.insert(format!("user:{subject}"));
     }
-    let caller_json = json!({"subject": input.caller.subject, "scopes": scopes, "key_id": input.caller.key_id});
+    let caller_json =
+        json!({"subject": input.caller.subject, "scopes": scopes, "key_id": input.caller.key_id});
     let mut caller = Caller::new(&ctx.tenant, scopes);
     caller.subject = input.caller.subject;
     let release = match &input.release {
@@ -148,7 +149,8 @@ pub async fn explain(
 /// For every record the answer names (a layer's kept or removed, injected, stubs): what it is, so
 /// the console need not fetch each one. Explain is an admin's view of the whole tenant.
 fn summaries(state: &AppState, tenant: &str, recalled: &crate::recall::Recalled) -> Value {
-    let mut ids: BTreeSet<&str> = recalled.injected_ids.iter().chain(&recalled.stub_ids).map(String::as_str).collect();
+    let mut ids: BTreeSet<&str> =
+        recalled.injected_ids.iter().chain(&recalled.stub_ids).map(String::as_str).collect();
     if let Some(trace) = &recalled.trace {
         for layer in &trace.layers {
             ids.extend(layer.kept.iter().map(|k| k.id.as_str()));

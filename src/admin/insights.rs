@@ -20,7 +20,8 @@ pub async fn metrics_history(
 ) -> Result<Json<history::History>, ApiError> {
     let params = HistoryParams::parse(query.as_deref(), true, Window::Hour)?;
     include_unwritten(&state).await;
-    let answer = history::history(state.store(), &ctx.tenant, &params, &release_names(&state), now_ms()).await?;
+    let answer =
+        history::history(state.store(), &ctx.tenant, &params, &release_names(&state), now_ms()).await?;
     Ok(Json(answer))
 }
 
@@ -33,7 +34,8 @@ pub async fn metrics_releases(
     let params = HistoryParams::parse(query.as_deref(), false, Window::Day)?;
     include_unwritten(&state).await;
     let answer =
-        history::releases(state.store(), &ctx.tenant, params.window, &release_names(&state), now_ms()).await?;
+        history::releases(state.store(), &ctx.tenant, params.window, &release_names(&state), now_ms())
+            .await?;
     Ok(Json(answer))
 }
 
@@ -44,7 +46,8 @@ pub async fn data_health(
     ctx: AdminContext,
 ) -> Result<Json<health::DataHealth>, ApiError> {
     let answer =
-        health::data_health_from_store(state.store(), &ctx.tenant, state.memories().schemas(), now_ms()).await?;
+        health::data_health_from_store(state.store(), &ctx.tenant, state.memories().schemas(), now_ms())
+            .await?;
     Ok(Json(answer))
 }
 

@@ -45,7 +45,17 @@ pub async fn require_admin(State(state): State<AppState>, request: Request, next
     }
     let https = state.is_https(&parts);
     let auth = crate::console::ConsoleHost::console_auth(&state);
-    match crate::console::authorize(&parts.headers, &parts.method, &parts.uri, https, state.store(), auth, now_ms()).await {
+    match crate::console::authorize(
+        &parts.headers,
+        &parts.method,
+        &parts.uri,
+        https,
+        state.store(),
+        auth,
+        now_ms(),
+    )
+    .await
+    {
         Ok(principal) => {
             parts.extensions.insert(principal);
             next.run(Request::from_parts(parts, body)).await

@@ -150,10 +150,12 @@ impl IntoResponse for Refusal {
             )
             .into_response(),
             Refusal::SessionEnded => {
-                ApiError::coded(Code::SessionEnded, "the console session has ended; log in again").into_response()
+                ApiError::coded(Code::SessionEnded, "the console session has ended; log in again")
+                    .into_response()
             }
             Refusal::Csrf => {
-                ApiError::coded(Code::CsrfRefused, "console requests must come from the console itself").into_response()
+                ApiError::coded(Code::CsrfRefused, "console requests must come from the console itself")
+                    .into_response()
             }
             Refusal::ReadOnly => ApiError::coded(
                 Code::ReadOnlyRole,

@@ -132,7 +132,11 @@ mod tests {
         assert_ne!(key, a.key("e5", "globex", "where is my parcel"), "another tenant");
         assert_ne!(
             key,
-            SharedVectors::new(slot, "memgate", "secret-two", Duration::from_millis(10)).key("e5", "acme", "where is my parcel")
+            SharedVectors::new(slot, "memgate", "secret-two", Duration::from_millis(10)).key(
+                "e5",
+                "acme",
+                "where is my parcel"
+            )
         );
         assert_ne!(a.key("e5", "ab", "c"), a.key("e5", "a", "bc"));
         assert_eq!(key, a.key("e5", "acme", "where is my parcel"));

@@ -133,7 +133,10 @@ pub fn run(
             .iter()
             .chain(&packed.stubs)
             .take(trace::MAX_LISTED)
-            .map(|chosen| trace::Kept { tokens: Some(chosen.item.tokens), ..trace::Kept::id(&chosen.item.record.id) })
+            .map(|chosen| trace::Kept {
+                tokens: Some(chosen.item.tokens),
+                ..trace::Kept::id(&chosen.item.record.id)
+            })
             .collect();
     }
     if detailed {

@@ -438,8 +438,12 @@ fn packing_many_hits_by_selection_packs_what_a_full_sort_packs() {
             Hit { slot, similarity: score, exact: slot % 97 == 0, score, lexical: None }
         })
         .collect();
-    let ids = |chosen: &[super::density::Chosen]| chosen.iter().map(|c| c.item.record.id.clone()).collect::<Vec<_>>();
-    for (tokens, max_items, max_stubs) in [(3000, 5, 3), (150, 5, 3), (0, 5, 3), (100_000, 200, 0), (3000, 0, 2), (800, 3, 50)] {
+    let ids = |chosen: &[super::density::Chosen]| {
+        chosen.iter().map(|c| c.item.record.id.clone()).collect::<Vec<_>>()
+    };
+    for (tokens, max_items, max_stubs) in
+        [(3000, 5, 3), (150, 5, 3), (0, 5, 3), (100_000, 200, 0), (3000, 0, 2), (800, 3, 50)]
+    {
         let budget = Budget { tokens, max_items, max_stubs };
         let fast = pack(&index, hits.clone(), &budget, false, &mut Trace::default());
         let full = pack(&index, hits.clone(), &budget, true, &mut Trace::default());

@@ -299,7 +299,10 @@ impl MemoryService {
         let problems = crate::triggers::check_conditions(&envelope.content);
         if !problems.is_empty() {
             return Err(MemoryError::Invalid(
-                problems.into_iter().map(|p| Problem { path: p.path, kind: p.kind, message: p.message }).collect(),
+                problems
+                    .into_iter()
+                    .map(|p| Problem { path: p.path, kind: p.kind, message: p.message })
+                    .collect(),
             ));
         }
         Ok(envelope)

@@ -122,8 +122,11 @@ async fn forward_messages_request(state: &AppState, request: Request) -> Result<
     let is_messages = parts.uri.path() == "/v1/messages";
     // Trigger actions only for a Messages request the model answered: a refused or failed one is
     // retried by the client, and the retry decides the same ids (`turn_id`).
-    let triggered =
-        if told && is_messages && status.is_success() { fire_triggers(state, &caller, &recalled, &wish) } else { 0 };
+    let triggered = if told && is_messages && status.is_success() {
+        fire_triggers(state, &caller, &recalled, &wish)
+    } else {
+        0
+    };
     if is_messages {
         record_for_console(state, &caller, &release, &recalled, &response, &facts, started, upstream_time);
     }
@@ -137,7 +140,12 @@ async fn forward_messages_request(state: &AppState, request: Request) -> Result<
 
 /// Decides the actions of the records whose conditions this request met and hands them to the
 /// outbox's writer, off the answer's path. Returns how many were decided (`X-Memory-Triggered`).
-fn fire_triggers(state: &AppState, caller: &crate::identity::Caller, recalled: &Recalled, wish: &recall::Wish) -> usize {
+fn fire_triggers(
+    state: &AppState,
+    caller: &crate::identity::Caller,
+    recalled: &Recalled,
+    wish: &recall::Wish,
+) -> usize {
     let Some((words, turn)) = &recalled.trigger_words else { return 0 };
     let triggers = state.triggers();
     let subject = caller.subject.as_deref();

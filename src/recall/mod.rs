@@ -184,10 +184,14 @@ pub fn wish(headers: &HeaderMap, caller: &Caller) -> Result<Wish, ApiError> {
         None => BTreeMap::new(),
         Some(value) => {
             let text = value.to_str().map_err(|_| {
-                ApiError::coded(Code::InvalidHeader, "X-Memory-Values must be visible ASCII (JSON or k=v pairs)")
+                ApiError::coded(
+                    Code::InvalidHeader,
+                    "X-Memory-Values must be visible ASCII (JSON or k=v pairs)",
+                )
             })?;
-            crate::triggers::parse_values(text)
-                .map_err(|message| ApiError::coded(Code::InvalidHeader, format!("X-Memory-Values: {message}")))?
+            crate::triggers::parse_values(text).map_err(|message| {
+                ApiError::coded(Code::InvalidHeader, format!("X-Memory-Values: {message}"))
+            })?
         }
     };
     Ok(Wish { off, trace, budget: None, shadow: false, triggers: true, values })

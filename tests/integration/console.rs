@@ -107,7 +107,16 @@ async fn admin_guard(State(host): State<Host>, request: Request, next: Next) -> 
     let (parts, body) = request.into_parts();
     let https = host.is_https(&parts);
     let auth = host.console_auth();
-    match auth::authorize(&parts.headers, &parts.method, &parts.uri, https, host.console_store(), auth, memgate::clock::now_ms()).await
+    match auth::authorize(
+        &parts.headers,
+        &parts.method,
+        &parts.uri,
+        https,
+        host.console_store(),
+        auth,
+        memgate::clock::now_ms(),
+    )
+    .await
     {
         Ok(principal) => {
             let mut request = Request::from_parts(parts, body);

@@ -86,7 +86,8 @@ async fn login(gw: &Proc, token: &str, actor: &str) -> (Answer, Option<String>) 
 
 /// A request carrying the session cookie, with the app's CSRF header when `console_header`.
 fn with_cookie(gw: &Proc, method: Method, path: &str, cookie: &str, console_header: bool) -> RequestBuilder {
-    let request = client().request(method, gw.url(path)).header("cookie", format!("memgate_console={cookie}"));
+    let request =
+        client().request(method, gw.url(path)).header("cookie", format!("memgate_console={cookie}"));
     if console_header { request.header("x-memgate-console", "1") } else { request }
 }
 
@@ -139,7 +140,8 @@ async fn e2e_console_is_served_and_an_admin_session_works_the_admin_api_until_lo
     assert_eq!(list.json["data"], json!([]));
     assert_eq!(list.header("cache-control"), "no-store");
     let created =
-        send(with_cookie(&gw, Method::POST, "/admin/v1/memories", &cookie, true).json(&fact("mem-by-alice"))).await;
+        send(with_cookie(&gw, Method::POST, "/admin/v1/memories", &cookie, true).json(&fact("mem-by-alice")))
+            .await;
     assert_eq!(created.status, 201, "{}", created.json);
     // The session names who made the change, whatever X-Memory-Actor says.
     let history = send(
@@ -150,7 +152,9 @@ async fn e2e_console_is_served_and_an_admin_session_works_the_admin_api_until_lo
     assert_eq!(history.json["data"][0]["actor"], "console:alice", "{}", history.json);
 
     // Without the CSRF header a cookie alone changes nothing, and reads nothing either.
-    let forged = send(with_cookie(&gw, Method::POST, "/admin/v1/memories", &cookie, false).json(&fact("mem-forged"))).await;
+    let forged =
+        send(with_cookie(&gw, Method::POST, "/admin/v1/memories", &cookie, false).json(&fact("mem-forged")))
+            .await;
     assert_eq!((forged.status, forged.code()), (StatusCode::FORBIDDEN, "csrf_refused"), "{}", forged.json);
     let read = send(with_cookie(&gw, Method::GET, "/admin/v1/memories", &cookie, false)).await;
     assert_eq!((read.status, read.code()), (StatusCode::FORBIDDEN, "csrf_refused"));
@@ -179,7 +183,9 @@ async fn e2e_console_is_served_and_an_admin_session_works_the_admin_api_until_lo
 async fn e2e_console_a_viewer_reads_everything_and_changes_nothing() {
     let mock = Proc::mock(&[]);
     let gw = gateway(&mock, None, None);
-    let seeded = send(client().post(gw.url("/admin/v1/memories")).bearer_auth(ADMIN_TOKEN).json(&fact("mem-seen"))).await;
+    let seeded =
+        send(client().post(gw.url("/admin/v1/memories")).bearer_auth(ADMIN_TOKEN).json(&fact("mem-seen")))
+            .await;
     assert_eq!(seeded.status, 201);
     let before = send(client().get(gw.url("/admin/v1/memories/mem-seen")).bearer_auth(ADMIN_TOKEN)).await;
 
@@ -201,11 +207,17 @@ async fn e2e_console_a_viewer_reads_everything_and_changes_nothing() {
     ];
     for (method, path, body) in refused {
         let answer = send(with_cookie(&gw, method.clone(), path, &cookie, true).json(&body)).await;
-        assert_eq!((answer.status, answer.code()), (StatusCode::FORBIDDEN, "read_only_role"), "{method} {path}");
+        assert_eq!(
+            (answer.status, answer.code()),
+            (StatusCode::FORBIDDEN, "read_only_role"),
+            "{method} {path}"
+        );
         assert_eq!(answer.json["error"]["type"], "permission_error");
     }
     // The same role for the viewer token as a bearer (a monitoring script's read-only token).
-    let bearer = send(client().post(gw.url("/admin/v1/memories")).bearer_auth(VIEWER_TOKEN).json(&fact("mem-b"))).await;
+    let bearer =
+        send(client().post(gw.url("/admin/v1/memories")).bearer_auth(VIEWER_TOKEN).json(&fact("mem-b")))
+            .await;
     assert_eq!((bearer.status, bearer.code()), (StatusCode::FORBIDDEN, "read_only_role"));
 
     // Nothing changed.
@@ -224,7 +236,12 @@ async fn e2e_console_a_wrong_login_token_is_an_admin_strike() {
     let gw = gateway(&mock, None, Some((&dir, "[admin]\nrate_limit_per_minute = 3\n")));
     for _ in 0..3 {
         let (answer, cookie) = login(&gw, "not-the-admin-token-at-all", "eve").await;
-        assert_eq!((answer.status, answer.code()), (StatusCode::UNAUTHORIZED, "admin_token_invalid"), "{}", answer.json);
+        assert_eq!(
+            (answer.status, answer.code()),
+            (StatusCode::UNAUTHORIZED, "admin_token_invalid"),
+            "{}",
+            answer.json
+        );
         assert_eq!(answer.json["error"]["type"], "authentication_error");
         assert!(cookie.is_none());
     }
@@ -252,7 +269,8 @@ async fn e2e_console_schemas_list_both_versions_and_serve_each_document() {
         list.json["data"].as_array().unwrap().iter().map(|v| v["schema_version"].as_str().unwrap()).collect();
     assert_eq!(versions, ["v1", "v2"]);
     for version in &list.json["data"].as_array().unwrap()[..] {
-        let types: Vec<&str> = version["types"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+        let types: Vec<&str> =
+            version["types"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
         for wanted in ["customer_profile", "fact", "internal_sop", "preference"] {
             assert!(types.contains(&wanted), "{wanted} missing from {version}");
         }
@@ -294,7 +312,8 @@ async fn e2e_console_recent_requests_list_real_calls_and_the_history_survives_a_
 
     let (_, cookie) = login(&gw, ADMIN_TOKEN, "alice").await;
     let cookie = cookie.unwrap();
-    let recent = send(with_cookie(&gw, Method::GET, "/admin/v1/requests/recent?limit=10", &cookie, true)).await;
+    let recent =
+        send(with_cookie(&gw, Method::GET, "/admin/v1/requests/recent?limit=10", &cookie, true)).await;
     assert_eq!(recent.status, 200, "{}", recent.json);
     let listed = recent.json["data"].as_array().unwrap();
     let listed_ids: Vec<&str> = listed.iter().map(|r| r["request_id"].as_str().unwrap()).collect();
@@ -310,7 +329,8 @@ async fn e2e_console_recent_requests_list_real_calls_and_the_history_survives_a_
         assert_eq!(entry["explainable"], false);
     }
     assert!(!recent.json.to_string().contains("zebra"), "a conversation was kept: {}", recent.json);
-    let limited = send(with_cookie(&gw, Method::GET, "/admin/v1/requests/recent?limit=1", &cookie, true)).await;
+    let limited =
+        send(with_cookie(&gw, Method::GET, "/admin/v1/requests/recent?limit=1", &cookie, true)).await;
     assert_eq!(limited.json["data"].as_array().unwrap().len(), 1);
 
     // A graceful shutdown writes the minutes not yet written; a new memgate on the same database
@@ -329,11 +349,15 @@ async fn e2e_console_recent_requests_list_real_calls_and_the_history_survives_a_
     assert_eq!(history.json["buckets"].as_array().unwrap().len(), 60);
     let totals = &history.json["totals"];
     assert_eq!(totals["calls"], 3, "{}", history.json);
-    assert_eq!(totals["errors"], json!({"upstream": 0, "memory": 0, "rate_limited": 0, "client": 0, "internal": 0}));
+    assert_eq!(
+        totals["errors"],
+        json!({"upstream": 0, "memory": 0, "rate_limited": 0, "client": 0, "internal": 0})
+    );
     let calls_in_buckets: u64 =
         history.json["buckets"].as_array().unwrap().iter().map(|b| b["calls"].as_u64().unwrap()).sum();
     assert_eq!(calls_in_buckets, 3);
-    let releases = send(with_cookie(&gw, Method::GET, "/admin/v1/metrics/releases?window=1h", &cookie, true)).await;
+    let releases =
+        send(with_cookie(&gw, Method::GET, "/admin/v1/metrics/releases?window=1h", &cookie, true)).await;
     let v1 = releases.json["data"].as_array().unwrap().iter().find(|r| r["release"] == "v1").unwrap().clone();
     assert_eq!((v1["calls"].clone(), v1["share"].clone()), (json!(3), json!(1.0)), "{}", releases.json);
     let recent = send(with_cookie(&gw, Method::GET, "/admin/v1/requests/recent", &cookie, true)).await;
@@ -359,7 +383,8 @@ async fn e2e_console_data_health_counts_paused_records_and_what_was_injected() {
     let (key, _) = issue_key(&gw, "default", json!({"name": "shop"})).await;
     let mut body = messages_body("claude-sonnet-4-5", false);
     body["messages"][0]["content"] = json!("How long until my refund is paid back?");
-    let answer = client().post(gw.url("/v1/messages")).header("x-api-key", &key).json(&body).send().await.unwrap();
+    let answer =
+        client().post(gw.url("/v1/messages")).header("x-api-key", &key).json(&body).send().await.unwrap();
     assert_eq!(answer.headers()["x-memory-injected"], "1");
 
     // The paused record counts (the index no longer holds it), and once the access counts are

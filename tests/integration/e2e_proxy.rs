@@ -65,7 +65,10 @@ async fn upstream_answers_come_back_unmodified_errors_included() {
             memgate::clock::parse_rfc3339_ms(&text).unwrap()
         };
         let (direct_reset, proxied_reset) = (reset(&direct), reset(&proxied));
-        assert!((0..=2_000).contains(&(proxied_reset - direct_reset)), "{model}: {direct_reset} then {proxied_reset}");
+        assert!(
+            (0..=2_000).contains(&(proxied_reset - direct_reset)),
+            "{model}: {direct_reset} then {proxied_reset}"
+        );
         let request_id = proxied.headers().get("request-id").unwrap().to_str().unwrap().to_owned();
         assert!(request_id.starts_with("req_mock_"), "{model}: request-id {request_id}");
         assert!(proxied.headers().contains_key("x-memory-request-id"));

@@ -52,7 +52,8 @@ impl Receiver {
         let seen = self.seen.lock().unwrap();
         seen.iter()
             .map(|(headers, body)| {
-                let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+                let get =
+                    |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
                 signing::verify(
                     &secret,
                     &get("webhook-id"),
@@ -136,15 +137,19 @@ async fn say(gateway: &Proc, key: &str, text: &str, values: Option<&str>) -> (u1
         request = request.header("x-memory-values", values);
     }
     let response = request.send().await.unwrap();
-    let triggered = response
-        .headers()
-        .get("x-memory-triggered")
-        .map_or(0, |v| v.to_str().unwrap().parse().unwrap());
+    let triggered =
+        response.headers().get("x-memory-triggered").map_or(0, |v| v.to_str().unwrap().parse().unwrap());
     (response.status().as_u16(), triggered)
 }
 
 /// An admin call in `tenant`; its status and JSON answer (`Null` when it has none).
-async fn admin(gateway: &Proc, method: reqwest::Method, path: &str, tenant: &str, body: Option<Value>) -> (u16, Value) {
+async fn admin(
+    gateway: &Proc,
+    method: reqwest::Method,
+    path: &str,
+    tenant: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
     let mut request = client()
         .request(method, gateway.url(&format!("/admin/v1{path}")))
         .bearer_auth(ADMIN_TOKEN)
@@ -158,7 +163,8 @@ async fn admin(gateway: &Proc, method: reqwest::Method, path: &str, tenant: &str
 }
 
 async fn actions(gateway: &Proc, query: &str) -> Vec<Value> {
-    let (status, answer) = admin(gateway, reqwest::Method::GET, &format!("/actions{query}"), "default", None).await;
+    let (status, answer) =
+        admin(gateway, reqwest::Method::GET, &format!("/actions{query}"), "default", None).await;
     assert_eq!(status, 200, "{answer}");
     answer["data"].as_array().cloned().unwrap()
 }
@@ -171,7 +177,8 @@ async fn a_threat_fires_the_seeds_sop_for_callers_who_may_see_it_and_the_webhook
     let mock = Proc::mock(&[]);
     let gateway = gateway(&mock, &config, &db);
     write_sop(&gateway, seed_actions()).await;
-    let (support, _) = issue_key(&gateway, "default", json!({"name": "support", "scopes": ["team:support"]})).await;
+    let (support, _) =
+        issue_key(&gateway, "default", json!({"name": "support", "scopes": ["team:support"]})).await;
     let (outsider, _) = issue_key(&gateway, "default", json!({"name": "shop", "scopes": []})).await;
 
     // Someone who cannot see the SOP fires nothing, whatever they say.
@@ -194,14 +201,23 @@ async fn a_threat_fires_the_seeds_sop_for_callers_who_may_see_it_and_the_webhook
     // A client's retry of the same turn decides the same ids: still two actions.
     assert_eq!(say(&gateway, &support, "I'm going to talk to my lawyer about this", None).await, (200, 2));
     // A value the client passes meets the comparison.
-    assert_eq!(say(&gateway, &support, "The sofa arrived broken", Some("satisfaction_score=1")).await, (200, 2));
-    assert_eq!(say(&gateway, &support, "The sofa arrived fine", Some("satisfaction_score=4")).await, (200, 0));
+    assert_eq!(
+        say(&gateway, &support, "The sofa arrived broken", Some("satisfaction_score=1")).await,
+        (200, 2)
+    );
+    assert_eq!(
+        say(&gateway, &support, "The sofa arrived fine", Some("satisfaction_score=4")).await,
+        (200, 0)
+    );
     let listed = eventually(WAIT, "four actions delivered", || async {
         let listed = actions(&gateway, "?state=delivered").await;
         (listed.len() == 4).then_some(listed)
     })
     .await;
-    assert!(listed.iter().all(|a| a["record_id"] == "sop-escalation" && a.get("body").is_none()), "{listed:?}");
+    assert!(
+        listed.iter().all(|a| a["record_id"] == "sop-escalation" && a.get("body").is_none()),
+        "{listed:?}"
+    );
     assert_eq!(actions(&gateway, "").await.len(), 4, "the retried turn added nothing");
     eventually(WAIT, "four deliveries", || async { (receiver.deliveries().len() == 4).then_some(()) }).await;
 
@@ -219,7 +235,8 @@ async fn a_threat_fires_the_seeds_sop_for_callers_who_may_see_it_and_the_webhook
         .collect();
     assert_eq!(would, [("ticketing", true), ("ops_chat", true)]);
     // Each layer names what it let through, and every record named is summarized.
-    let scope = explained["trace"]["layers"].as_array().unwrap().iter().find(|l| l["layer"] == "scope").unwrap();
+    let scope =
+        explained["trace"]["layers"].as_array().unwrap().iter().find(|l| l["layer"] == "scope").unwrap();
     assert_eq!(scope["kept"][0]["id"], "sop-escalation", "{scope}");
     assert_eq!(explained["records"]["sop-escalation"]["type"], "internal_sop", "{explained}");
     assert_eq!(actions(&gateway, "").await.len(), 4, "explain decided nothing");
@@ -234,7 +251,8 @@ async fn an_action_for_an_unconfigured_endpoint_is_dead_and_a_replay_sends_it_ag
     let mock = Proc::mock(&[]);
     let gateway = gateway(&mock, &config, &db);
     write_sop(&gateway, json!([{"service": "crm", "method": "flag_account"}])).await;
-    let (support, _) = issue_key(&gateway, "default", json!({"name": "support", "scopes": ["team:support"]})).await;
+    let (support, _) =
+        issue_key(&gateway, "default", json!({"name": "support", "scopes": ["team:support"]})).await;
     // Still decided (and counted): an operator sees it dead, with the reason, and can replay it.
     assert_eq!(say(&gateway, &support, "we will sue", None).await, (200, 1));
     let dead = eventually(WAIT, "a dead action", || async {
@@ -252,7 +270,8 @@ async fn an_action_for_an_unconfigured_endpoint_is_dead_and_a_replay_sends_it_ag
     let (status, _) = admin(&gateway, reqwest::Method::GET, &format!("/actions/{id}"), "globex", None).await;
     assert_eq!(status, 404);
     // A bad filter is named.
-    let (status, answer) = admin(&gateway, reqwest::Method::GET, "/actions?state=gone", "default", None).await;
+    let (status, answer) =
+        admin(&gateway, reqwest::Method::GET, "/actions?state=gone", "default", None).await;
     assert_eq!(status, 400, "{answer}");
     // A malformed X-Memory-Values header is the caller's error, before anything goes upstream.
     assert_eq!(say(&gateway, &support, "hello", Some("no equals sign")).await.0, 400);
@@ -270,7 +289,8 @@ async fn an_action_decided_by_a_memgate_killed_before_delivering_is_delivered_by
     let mock = Proc::mock(&[]);
     let first = gateway(&mock, &config, &db);
     write_sop(&first, seed_actions()).await;
-    let (support, _) = issue_key(&first, "default", json!({"name": "support", "scopes": ["team:support"]})).await;
+    let (support, _) =
+        issue_key(&first, "default", json!({"name": "support", "scopes": ["team:support"]})).await;
     assert_eq!(say(&first, &support, "I'm going to talk to my lawyer", None).await, (200, 2));
     eventually(WAIT, "a failed attempt", || async {
         let listed = actions(&first, "").await;
