@@ -28,14 +28,7 @@ command -v node >/dev/null && command -v npm >/dev/null || fail "node and npm ar
 export MEMGATE_BIN="${MEMGATE_BIN:-$repo/target/debug/memgate}"
 [[ -x "$MEMGATE_BIN" ]] || fail "no memgate binary at $MEMGATE_BIN: run 'cargo build' or set MEMGATE_BIN"
 
-# `npm ci` when the lock file differs from the one last installed (a stamp inside node_modules).
-stamp="$console/node_modules/.package-lock.sha256"
-want="$(sha256sum "$console/package-lock.json" | cut -d' ' -f1)"
-if [[ "$want" != "$(cat "$stamp" 2>/dev/null || true)" ]]; then
-    echo "console e2e: installing console/package-lock.json (npm ci)" >&2
-    (cd "$console" && npm ci --no-audit --no-fund --loglevel=error) >&2
-    printf '%s\n' "$want" >"$stamp"
-fi
+scripts/npm-ci-if-changed "$console" "console e2e"
 
 if [[ -z "${MEMGATE_MODEL_DIR:-}" || -z "${ORT_DYLIB_PATH:-}" ]]; then
     scripts/fetch-assets >&2

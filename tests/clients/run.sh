@@ -25,15 +25,7 @@ if (( major < 20 )); then
     exit 1
 fi
 
-# `npm ci` when the lock file differs from the one last installed (a stamp inside node_modules).
-stamp="$clients/node_modules/.package-lock.sha256"
-want="$(sha256sum "$clients/package-lock.json" | cut -d' ' -f1)"
-have="$(cat "$stamp" 2>/dev/null || true)"
-if [[ "$want" != "$have" ]]; then
-    echo "tests/clients: installing tests/clients/package-lock.json (npm ci)" >&2
-    (cd "$clients" && npm ci --no-audit --no-fund --loglevel=error) >&2
-    printf '%s\n' "$want" >"$stamp"
-fi
+scripts/npm-ci-if-changed "$clients" "tests/clients"
 
 if [[ -z "${MEMGATE_MODEL_DIR:-}" || -z "${ORT_DYLIB_PATH:-}" ]]; then
     scripts/fetch-assets >&2
