@@ -558,3 +558,28 @@ pub fn rss_kb() -> u64 {
         .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
         .unwrap_or(0)
 }
+
+/// Runs `bench` on a fresh PostgreSQL database beside `pg_url` (`memgate_bench_<random>`) and
+/// always drops it afterwards, also after a failure (FORCE ends any pool connection still
+/// closing in the background). The result says which database it was.
+pub fn with_scratch_postgres(
+    pg_url: &str,
+    bench: impl FnOnce(&str) -> Result<Value, BoxError>,
+) -> Result<Value, BoxError> {
+    use sqlx::Connection;
+    let admin = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let name = format!("memgate_bench_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let mut conn = admin.block_on(sqlx::PgConnection::connect(pg_url))?;
+    admin.block_on(sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn))?;
+    let mut url = url::Url::parse(pg_url)?;
+    url.set_path(&format!("/{name}"));
+    let outcome = bench(url.as_str());
+    let dropped = admin.block_on(
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))).execute(&mut conn),
+    );
+    admin.block_on(conn.close())?;
+    let mut value = outcome?;
+    dropped?;
+    value["database"] = json!(format!("{name} (dropped)"));
+    Ok(value)
+}

@@ -78,7 +78,6 @@ fn main() -> Result<(), BoxError> {
     let machine_before = common::machine();
     let recording = record_cost(&args);
     let health = health_cost(&args)?;
-    let admin = runtime()?;
     let mut results = Vec::new();
     for backend in args.backends.split(',').map(str::trim).filter(|b| !b.is_empty()) {
         let result = match backend {
@@ -91,28 +90,12 @@ fn main() -> Result<(), BoxError> {
                     &args,
                 ))?
             }
-            "postgres" => {
-                let name = format!("memgate_bench_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-                let mut conn = admin.block_on(sqlx::PgConnection::connect(&args.pg_url))?;
-                admin.block_on(
-                    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn),
-                )?;
-                let mut url = url::Url::parse(&args.pg_url)?;
-                url.set_path(&format!("/{name}"));
+            "postgres" => common::with_scratch_postgres(&args.pg_url, |url| {
                 let phase = runtime()?;
-                let outcome =
-                    phase.block_on(bench_backend("postgres (local, default settings)", url.as_str(), &args));
+                let outcome = phase.block_on(bench_backend("postgres (local, default settings)", url, &args));
                 phase.shutdown_background();
-                let dropped = admin.block_on(
-                    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
-                        .execute(&mut conn),
-                );
-                admin.block_on(conn.close())?;
-                let mut value = outcome?;
-                dropped?;
-                value["database"] = json!(format!("{name} (dropped)"));
-                value
-            }
+                outcome
+            })?,
             other => return Err(format!("unknown backend `{other}`: use sqlite or postgres").into()),
         };
         if !args.json {

@@ -32,7 +32,6 @@ use memgate::memory::checks::schemas::SchemaSet;
 use memgate::store::Store;
 use memgate::store::memories::Created;
 use serde_json::{Value, json};
-use sqlx::Connection;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -74,7 +73,6 @@ fn main() -> Result<(), BoxError> {
     // Loaded outside any runtime (it blocks); the embedding thread serves every runtime below.
     let embedder = Embedder::load(&common::embed_config(args.threads, 4096))?;
     let schemas = Arc::new(SchemaSet::load(None)?);
-    let admin = runtime()?;
     let mut results = Vec::new();
     for backend in args.backends.split(',').map(str::trim).filter(|b| !b.is_empty()) {
         let result = match backend {
@@ -89,33 +87,9 @@ fn main() -> Result<(), BoxError> {
                     &schemas,
                 )?
             }
-            "postgres" => {
-                let name = format!("memgate_bench_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-                let mut conn = admin.block_on(sqlx::PgConnection::connect(&args.pg_url))?;
-                admin.block_on(
-                    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn),
-                )?;
-                let mut url = url::Url::parse(&args.pg_url)?;
-                url.set_path(&format!("/{name}"));
-                let outcome = bench_backend(
-                    "postgres (local, default settings)",
-                    url.as_str(),
-                    &args,
-                    &embedder,
-                    &schemas,
-                );
-                // Always drop the database, also after a failure; FORCE ends any pool connection
-                // still closing in the background.
-                let dropped = admin.block_on(
-                    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
-                        .execute(&mut conn),
-                );
-                admin.block_on(conn.close())?;
-                let mut value = outcome?;
-                dropped?;
-                value["database"] = json!(format!("{name} (dropped)"));
-                value
-            }
+            "postgres" => common::with_scratch_postgres(&args.pg_url, |url| {
+                bench_backend("postgres (local, default settings)", url, &args, &embedder, &schemas)
+            })?,
             other => return Err(format!("unknown backend `{other}`: use sqlite or postgres").into()),
         };
         if !args.json {
