@@ -14,23 +14,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"
 
 venv="$repo/.venv-sdk"
-requirements="$repo/tests/sdk/requirements.txt"
-stamp="$venv/.requirements.sha256"
-
-if [[ ! -x "$venv/bin/python" ]]; then
-    echo "tests/sdk: creating virtualenv $venv" >&2
-    python3 -m venv "$venv"
-    # Keep git status clean without touching the repository's .gitignore.
-    printf '*\n' >"$venv/.gitignore"
-fi
-
-want="$("$venv/bin/python" -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$requirements")"
-have="$(cat "$stamp" 2>/dev/null || true)"
-if [[ "$want" != "$have" ]]; then
-    echo "tests/sdk: installing $requirements" >&2
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements"
-    printf '%s\n' "$want" >"$stamp"
-fi
+scripts/venv-if-changed "$venv" "$repo/tests/sdk/requirements.txt" "tests/sdk"
 
 # `memgate serve` loads an embedding model and ONNX Runtime: fetch them (idempotent; only a hash
 # check when they are in place) unless the caller says where they are.

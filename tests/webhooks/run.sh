@@ -16,23 +16,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"
 
 venv="$repo/.venv-webhooks"
-requirements="$repo/tests/webhooks/requirements.txt"
-stamp="$venv/.requirements.sha256"
-
-if [[ ! -x "$venv/bin/python" ]]; then
-    echo "tests/webhooks: creating virtualenv $venv" >&2
-    python3 -m venv "$venv"
-    # Keep git status clean without touching the repository's .gitignore.
-    printf '*\n' >"$venv/.gitignore"
-fi
-
-want="$("$venv/bin/python" -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$requirements")"
-have="$(cat "$stamp" 2>/dev/null || true)"
-if [[ "$want" != "$have" ]]; then
-    echo "tests/webhooks: installing $requirements" >&2
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements"
-    printf '%s\n' "$want" >"$stamp"
-fi
+scripts/venv-if-changed "$venv" "$repo/tests/webhooks/requirements.txt" "tests/webhooks"
 
 if [[ -z "${MEMGATE_INTEGRATION_BIN:-}" ]]; then
     # The path of the integration-test executable, from cargo's own report of what it built.
