@@ -98,9 +98,11 @@ async fn forward_messages_request(state: &AppState, request: Request) -> Result<
     let upstream_time = response.extensions().get::<UpstreamLatency>().map_or(Duration::ZERO, |l| l.0);
     // A call the upstream refused for its credential says nothing about the release, nor does
     // one memory was not allowed to touch: counted, a flood of bad keys would dilute a bad
-    // canary's error rate until the guard never fired.
-    let judged = memory_allowed && !matches!(status.as_u16(), 401 | 403);
-    if judged {
+    // canary's error rate until the guard never fired. Nor does it say anything about memory to
+    // the caller: the headers would tell whoever holds a refused key whether a record matched.
+    let told = memory_allowed && !matches!(status.as_u16(), 401 | 403);
+    let added_latency = started.elapsed().saturating_sub(upstream_time);
+    if told {
         state.rollout().record(
             &release.name,
             &Outcome {
@@ -108,18 +110,15 @@ async fn forward_messages_request(state: &AppState, request: Request) -> Result<
                 memory_error: recalled.status == recall::MemoryStatus::Degraded,
                 injected_records: recalled.injected_ids.len(),
                 injected_tokens: recalled.tokens,
-                added_latency: started.elapsed().saturating_sub(upstream_time),
+                added_latency,
             },
         );
     }
+    let is_messages = parts.uri.path() == "/v1/messages";
     // Records reached the model only when it answered a Messages request (count_tokens counts).
-    if status.is_success() && parts.uri.path() == "/v1/messages" {
+    if status.is_success() && is_messages {
         state.memories().note_accesses(&caller.tenant, &recalled.injected_ids);
     }
-    // An answer refusing the caller's credential says nothing about memory: the headers would
-    // tell whoever holds a refused key whether a record matched its text.
-    let told = memory_allowed && !matches!(status.as_u16(), 401 | 403);
-    let is_messages = parts.uri.path() == "/v1/messages";
     // Trigger actions only for a Messages request the model answered: a refused or failed one is
     // retried by the client, and the retry decides the same ids (`turn_id`).
     let triggered = if told && is_messages && status.is_success() {
@@ -128,7 +127,7 @@ async fn forward_messages_request(state: &AppState, request: Request) -> Result<
         0
     };
     if is_messages {
-        record_for_console(state, &caller, &release, &recalled, &response, &facts, started, upstream_time);
+        record_for_console(state, &caller, &release, &recalled, &response, &facts, added_latency);
     }
     let stale = state.index_staleness();
     add_memory_headers(response.headers_mut(), &release, &recalled, wish.trace.is_on() && told, told, stale);
@@ -158,7 +157,6 @@ fn fire_triggers(
 }
 
 /// The console's history and its recent requests: one answered `POST /v1/messages`.
-#[allow(clippy::too_many_arguments)]
 fn record_for_console(
     state: &AppState,
     caller: &crate::identity::Caller,
@@ -166,8 +164,7 @@ fn record_for_console(
     recalled: &Recalled,
     response: &Response,
     facts: &crate::body::MessagesFacts,
-    started: Instant,
-    upstream_time: Duration,
+    added_latency: Duration,
 ) {
     use crate::console::{CallError, CallOutcome, MemoryOutcome, RecentCaller, RecentRequest};
     let status = response.status().as_u16();
@@ -187,7 +184,7 @@ fn record_for_console(
             injected_records: injected_records as u32,
             injected_tokens: u32::try_from(recalled.tokens).unwrap_or(u32::MAX),
             visible_tokens: recalled.visible_tokens,
-            added_latency: started.elapsed().saturating_sub(upstream_time),
+            added_latency,
         },
     );
     let (kind, key_id) = match caller.rate_key.split_once(':') {
