@@ -575,7 +575,8 @@ pub fn with_scratch_postgres(
     url.set_path(&format!("/{name}"));
     let outcome = bench(url.as_str());
     let dropped = admin.block_on(
-        sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))).execute(&mut conn),
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+            .execute(&mut conn),
     );
     admin.block_on(conn.close())?;
     let mut value = outcome?;
