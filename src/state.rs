@@ -25,7 +25,6 @@ use crate::store::Store;
 use crate::triggers::{TriggerMetrics, Triggers};
 use crate::upstream::Upstream;
 use axum::extract::ConnectInfo;
-use secrecy::SecretString;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,7 +52,6 @@ struct Inner {
     draining: AtomicBool,
     /// The memory step of a request: records, model, templates (`recall`).
     recaller: Recaller,
-    admin_token: Option<SecretString>,
     max_import_bytes: u64,
     rollout: Arc<Rollout>,
     /// Records that start business work: evaluation, the outbox and its delivery worker.
@@ -180,7 +178,6 @@ impl AppState {
                 config.console.recent_requests,
                 config.console.recent_request_ttl,
             ),
-            admin_token: config.admin.token.clone(),
             max_import_bytes: config.admin.max_import_bytes,
             limits: config.limits.clone(),
             body_budget: BodyBudget::new(
@@ -281,10 +278,6 @@ impl AppState {
         let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
         let trusted = peer.is_some_and(|p| self.inner.client_addrs.is_trusted(p));
         crate::console::auth::forwarded_https(&parts.headers, trusted)
-    }
-
-    pub fn admin_token(&self) -> Option<&SecretString> {
-        self.inner.admin_token.as_ref()
     }
 
     pub fn max_import_bytes(&self) -> u64 {
