@@ -1,0 +1,70 @@
+//! Linear time as a property: every parser of untrusted text costs CPU time proportional to the
+//! size of its input, whatever the input's shape. A parser that is quadratic in some shape (a
+//! scan restarted at every `<`, a duplicate check that walks every earlier finding) is a way to
+//! stop the gateway with one request, and it hides until someone sends that shape.
+//!
+//! Each test builds its worst shapes at 1, 4 and 16 MiB and measures the CPU time of the calling
+//! thread (not wall time, so other tests running beside it do not count). The cost per byte at
+//! 16 MiB may be at most `SLACK` times the cost per byte at 1 MiB: a linear parser stays near 1
+//! (cache misses on larger inputs lift it a little), a quadratic one is at 16. The best of
+//! `RUNS` runs is taken at each size, so one preempted or cold run does not decide.
+
+use std::time::Duration;
+
+pub const MIB: usize = 1 << 20;
+/// The sizes every shape runs at.
+pub const SIZES: [usize; 3] = [MIB, 4 * MIB, 16 * MIB];
+/// How much more a byte may cost at 16 MiB than at 1 MiB.
+const SLACK: f64 = 4.0;
+const RUNS: usize = 3;
+
+/// CPU time the calling thread has used so far.
+fn thread_cpu() -> Duration {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `now` is a valid, writable timespec; the clock id is a constant Linux knows.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
+/// The least CPU time `run(input)` took over `RUNS` runs.
+fn best_of<T>(input: &T, run: &impl Fn(&T)) -> Duration {
+    (0..RUNS)
+        .map(|_| {
+            let started = thread_cpu();
+            run(input);
+            thread_cpu() - started
+        })
+        .min()
+        .unwrap_or_default()
+}
+
+/// Asserts that `run` costs linear CPU time over `make(n)` for every size in `SIZES`, where
+/// `make(n)` builds an input of about `n` bytes of the shape named `shape`.
+pub fn assert_linear<T>(shape: &str, make: impl Fn(usize) -> T, run: impl Fn(&T)) {
+    let mut per_byte = Vec::with_capacity(SIZES.len());
+    for size in SIZES {
+        let input = make(size);
+        let took = best_of(&input, &run);
+        per_byte.push((size, took, took.as_secs_f64() / size as f64));
+    }
+    // Fixed costs (a first allocation, a lazily built table) make small inputs dear per byte;
+    // the baseline is the cheapest per byte, so only growth with size counts against the parser.
+    let base = per_byte.iter().map(|(_, _, p)| *p).fold(f64::INFINITY, f64::min).max(1e-12);
+    let report: Vec<String> =
+        per_byte.iter().map(|(size, took, _)| format!("{} MiB: {took:?}", size / MIB)).collect();
+    for (size, _, cost) in &per_byte {
+        assert!(
+            *cost <= base * SLACK,
+            "{shape}: a byte costs {:.1}x more at {} MiB than at the cheapest size ({})",
+            cost / base,
+            size / MIB,
+            report.join(", ")
+        );
+    }
+}
+
+/// `piece` repeated until the text holds at least `size` bytes.
+pub fn repeat_to(piece: &str, size: usize) -> String {
+    piece.repeat(size.div_ceil(piece.len().max(1)))
+}
