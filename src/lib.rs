@@ -19,7 +19,6 @@ pub mod index;
 pub mod inject;
 pub mod lexical;
 pub mod memory;
-pub mod mock_upstream;
 pub mod observability;
 pub mod proxy;
 pub mod query;

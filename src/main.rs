@@ -35,7 +35,7 @@ enum Command {
     #[command(subcommand)]
     Actions(ActionsCommand),
     /// A stand-in Anthropic API for tests, demos and load tests (see docs/mock-upstream.md).
-    MockUpstream(memgate::mock_upstream::MockArgs),
+    MockUpstream(memgate_mock_upstream::MockArgs),
 }
 
 #[derive(Subcommand)]
@@ -163,7 +163,7 @@ fn main() -> ExitCode {
             Command::Key(command) => key(command).await,
             Command::Actions(command) => actions(command).await,
             Command::Release(command) => release(command).await,
-            Command::MockUpstream(args) => memgate::mock_upstream::run(args, |addr| {
+            Command::MockUpstream(args) => memgate_mock_upstream::run(args, |addr| {
                 println!("mock-upstream listening on http://{addr}");
             })
             .await
