@@ -32,12 +32,16 @@ pub const RAW_DEDUPE: f32 = 0.96;
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 32 * 1024 * 1024;
 /// Messages bodies held at once: four of the largest with their injected copies.
 pub const DEFAULT_INFLIGHT_BODY_BYTES: u64 = 8 * DEFAULT_MAX_BODY_BYTES;
+/// What one client address, or one caller, may hold of that: two of the largest bodies, half of
+/// the whole.
+pub const DEFAULT_INFLIGHT_BODY_BYTES_PER_HOLDER: u64 = 4 * DEFAULT_MAX_BODY_BYTES;
 
 /// The file's shape: every key optional, unknown keys refused with their path.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     pub listen: Option<String>,
+    pub allowed_hosts: Option<Vec<String>>,
     #[serde(default)]
     pub upstream: RawUpstream,
     #[serde(default)]
@@ -218,6 +222,11 @@ pub struct RawLimits {
     pub max_inflight_body_bytes: Option<u64>,
     pub max_inflight_requests: Option<usize>,
     pub inflight_wait_ms: Option<u64>,
+    pub body_idle_timeout_ms: Option<u64>,
+    pub max_inflight_body_bytes_per_address: Option<u64>,
+    pub max_inflight_body_bytes_per_caller: Option<u64>,
+    pub header_read_timeout_ms: Option<u64>,
+    pub connection_idle_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -274,6 +283,9 @@ pub enum LogFormat {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: SocketAddr,
+    /// The `Host` names memgate answers for; the default depends on the listener
+    /// (`allowed_hosts::HostList::for_listener`).
+    pub allowed_hosts: crate::allowed_hosts::HostList,
     pub upstream: UpstreamConfig,
     pub auth_mode: AuthMode,
     pub identity: IdentityConfig,
@@ -373,6 +385,15 @@ pub struct Limits {
     pub max_inflight_requests: usize,
     /// How long a request waits for its share before a 529.
     pub inflight_wait: Duration,
+    /// The longest silence allowed between two chunks of a Messages body.
+    pub body_idle_timeout: Duration,
+    /// What one client address, and one caller, may hold of `max_inflight_body_bytes`.
+    pub max_inflight_body_bytes_per_address: u64,
+    pub max_inflight_body_bytes_per_caller: u64,
+    /// From a request's first byte to the end of its headers (HTTP/1), on a connection.
+    pub header_read_timeout: Duration,
+    /// How long a connection with nothing in flight is kept open for a next request.
+    pub connection_idle_timeout: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -424,6 +445,10 @@ impl RawConfig {
             }
         };
         set(&mut self.listen, "MEMGATE_LISTEN");
+        if let Some(list) = env("MEMGATE_ALLOWED_HOSTS").filter(|v| !v.is_empty()) {
+            self.allowed_hosts =
+                Some(list.split(',').map(str::trim).filter(|h| !h.is_empty()).map(str::to_owned).collect());
+        }
         set(&mut self.upstream.url, "MEMGATE_UPSTREAM_URL");
         set(&mut self.upstream.api_key, "ANTHROPIC_API_KEY");
         set(&mut self.auth.mode, "MEMGATE_AUTH_MODE");
@@ -480,6 +505,10 @@ impl RawConfig {
                 format!("`{listen_text}` is not an address like 127.0.0.1:8080 (MEMGATE_LISTEN)"),
             )
         })?;
+
+        let allowed_hosts =
+            crate::allowed_hosts::HostList::parse(self.allowed_hosts.as_deref().unwrap_or_default())
+                .map_err(|message| invalid("allowed_hosts", message))?;
 
         let url_text = self.upstream.url.unwrap_or_else(|| "https://api.anthropic.com".to_owned());
         let base_url =
@@ -552,6 +581,29 @@ impl RawConfig {
                 .unwrap_or(DEFAULT_INFLIGHT_BODY_BYTES),
             max_inflight_requests: self.limits.max_inflight_requests.unwrap_or(1024),
             inflight_wait: millis("limits.inflight_wait_ms", self.limits.inflight_wait_ms, 5_000)?,
+            body_idle_timeout: millis(
+                "limits.body_idle_timeout_ms",
+                self.limits.body_idle_timeout_ms,
+                10_000,
+            )?,
+            max_inflight_body_bytes_per_address: self
+                .limits
+                .max_inflight_body_bytes_per_address
+                .unwrap_or(DEFAULT_INFLIGHT_BODY_BYTES_PER_HOLDER),
+            max_inflight_body_bytes_per_caller: self
+                .limits
+                .max_inflight_body_bytes_per_caller
+                .unwrap_or(DEFAULT_INFLIGHT_BODY_BYTES_PER_HOLDER),
+            header_read_timeout: millis(
+                "limits.header_read_timeout_ms",
+                self.limits.header_read_timeout_ms,
+                30_000,
+            )?,
+            connection_idle_timeout: millis(
+                "limits.connection_idle_timeout_ms",
+                self.limits.connection_idle_timeout_ms,
+                75_000,
+            )?,
         };
         if limits.max_inflight_body_bytes < 2 * max_body_bytes {
             return Err(invalid(
@@ -562,6 +614,20 @@ impl RawConfig {
                     limits.max_inflight_body_bytes
                 ),
             ));
+        }
+        for (key, value) in [
+            ("limits.max_inflight_body_bytes_per_address", limits.max_inflight_body_bytes_per_address),
+            ("limits.max_inflight_body_bytes_per_caller", limits.max_inflight_body_bytes_per_caller),
+        ] {
+            if value < 2 * max_body_bytes {
+                return Err(invalid(
+                    key,
+                    format!(
+                        "{value} cannot hold one request of limits.max_body_bytes ({max_body_bytes}) and its copy; \
+                         use at least twice that"
+                    ),
+                ));
+            }
         }
         if limits.max_inflight_requests == 0 {
             return Err(invalid("limits.max_inflight_requests", "use at least 1".into()));
@@ -853,6 +919,7 @@ impl RawConfig {
             admin,
             records,
             listen,
+            allowed_hosts,
             upstream,
             auth_mode,
             identity,
@@ -1000,6 +1067,17 @@ mod tests {
             ("[auth]\nmode = \"open\"", "auth.mode"),
             ("[auth]\nmode = \"managed\"", "upstream.api_key"),
             ("[limits]\nmax_body_bytes = 10", "limits.max_body_bytes"),
+            (
+                "[limits]\nmax_inflight_body_bytes_per_address = 1024",
+                "limits.max_inflight_body_bytes_per_address",
+            ),
+            (
+                "[limits]\nmax_inflight_body_bytes_per_caller = 1024",
+                "limits.max_inflight_body_bytes_per_caller",
+            ),
+            ("[limits]\nbody_idle_timeout_ms = 0", "limits.body_idle_timeout_ms"),
+            ("[limits]\nheader_read_timeout_ms = 0", "limits.header_read_timeout_ms"),
+            ("allowed_hosts = [\"localhost:8080\"]", "allowed_hosts"),
             ("[log]\nformat = \"xml\"", "log.format"),
             ("[upstream]\nconnect_timeout_ms = 0", "upstream.connect_timeout_ms"),
             ("[database]\npoll_interval_ms = 5", "database.poll_interval_ms"),

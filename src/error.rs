@@ -122,6 +122,8 @@ pub enum Code {
     CsrfRefused,
     /// The viewer role may only read.
     ReadOnlyRole,
+    /// The `Host` header names a host memgate does not answer for (`allowed_hosts`).
+    HostNotAllowed,
     /// A managed caller without the permission a `/v1/*` path needs (`batches`, `files`, …).
     PathNotAllowed,
     NotFound,
@@ -162,7 +164,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in the order docs/admin-api.md lists them.
-    pub const ALL: [Code; 34] = [
+    pub const ALL: [Code; 35] = [
         Code::InvalidRequest,
         Code::InvalidJson,
         Code::InvalidHeader,
@@ -176,6 +178,7 @@ impl Code {
         Code::PathNotAllowed,
         Code::CsrfRefused,
         Code::ReadOnlyRole,
+        Code::HostNotAllowed,
         Code::NotFound,
         Code::NoRoute,
         Code::AdminApiOff,
@@ -212,6 +215,7 @@ impl Code {
             Code::SessionEnded => "no_session",
             Code::CsrfRefused => "csrf_refused",
             Code::ReadOnlyRole => "read_only_role",
+            Code::HostNotAllowed => "host_not_allowed",
             Code::ActionQueued => "action_queued",
             Code::PermissionDenied => "permission_denied",
             Code::PathNotAllowed => "path_not_allowed",
@@ -250,9 +254,11 @@ impl Code {
             Code::AuthenticationFailed | Code::AdminTokenInvalid | Code::SessionEnded => {
                 ErrorKind::Authentication
             }
-            Code::PermissionDenied | Code::PathNotAllowed | Code::CsrfRefused | Code::ReadOnlyRole => {
-                ErrorKind::Permission
-            }
+            Code::PermissionDenied
+            | Code::PathNotAllowed
+            | Code::CsrfRefused
+            | Code::ReadOnlyRole
+            | Code::HostNotAllowed => ErrorKind::Permission,
             Code::NotFound | Code::NoRoute | Code::AdminApiOff => ErrorKind::NotFound,
             Code::Conflict
             | Code::RevisionConflict

@@ -3,6 +3,7 @@
 //! `routes` holds the route table and draws a request's path through the layers; start there.
 
 pub mod admin;
+pub mod allowed_hosts;
 pub mod assets;
 pub mod body;
 pub mod client_addr;

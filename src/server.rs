@@ -6,13 +6,17 @@
 //! listener stops accepting; requests and streams in flight run on. When the last one ends the
 //! process exits; if some are still running after `shutdown.grace_ms`, they are cut and the
 //! process exits anyway.
+//!
+//! Connections (`connection`): hyper's server, HTTP/1 and HTTP/2, with TCP_NODELAY, the client's
+//! address on each request, and deadlines on a request's headers and on an idle connection.
+
+mod connection;
 
 use crate::config::Config;
 use crate::error::StartupError;
 use crate::fanout::Topic;
 use crate::routes::{build_admin_app, build_app, build_public_app};
 use crate::state::AppState;
-use axum::serve::ListenerExt;
 use std::net::SocketAddr;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -121,19 +125,27 @@ pub async fn run(
         let _ = signalled_tx.send(());
         stop_accepting.cancel();
     };
-    // `/admin` and `/metrics` on a listener of their own, off the public one, when configured.
-    let (app, admin_server) = match admin_listener {
-        Some(admin_listener) => {
-            let admin_app =
-                build_admin_app(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
-            let admin_server = axum::serve(admin_listener.tap_io(no_delay), admin_app)
-                .with_graceful_shutdown(async move { stop_admin.cancelled().await });
-            (build_public_app(state), Some(tokio::spawn(async move { admin_server.await })))
-        }
-        None => (build_app(state), None),
+    let timeouts = connection::Timeouts {
+        header_read: config.limits.header_read_timeout,
+        idle: config.limits.connection_idle_timeout,
     };
-    let app = app.into_make_service_with_connect_info::<SocketAddr>();
-    let server = axum::serve(listener.tap_io(no_delay), app).with_graceful_shutdown(signalled);
+    // `/admin` and `/metrics` on a listener of their own, off the public one, when configured.
+    let (app, admin_server) = match (admin_listener, admin_addr) {
+        (Some(admin_listener), Some(admin_addr)) => {
+            let hosts = config.allowed_hosts.for_listener(admin_addr);
+            let admin_server = connection::serve(
+                admin_listener,
+                build_admin_app(state.clone()),
+                hosts,
+                timeouts,
+                async move { stop_admin.cancelled().await },
+            );
+            (build_public_app(state), Some(tokio::spawn(admin_server)))
+        }
+        _ => (build_app(state), None),
+    };
+    let server =
+        connection::serve(listener, app, config.allowed_hosts.for_listener(addr), timeouts, signalled);
 
     let grace = config.shutdown_grace;
     let deadline = async move {
@@ -144,7 +156,7 @@ pub async fn run(
         }
     };
     tokio::select! {
-        result = server => result?,
+        () = server => {}
         () = deadline => {
             tracing::warn!(grace_ms = grace.as_millis() as u64, "grace period over; cutting the requests still in flight");
         }
@@ -170,15 +182,6 @@ pub async fn run(
     drop(deliveries);
     tracing::info!("memgate stopped");
     Ok(())
-}
-
-/// Small writes go out at once: an SSE event is a few hundred bytes, and Nagle's algorithm would
-/// hold each one back until the client's delayed ACK (~40 ms added to time to first token,
-/// measured in docs/benchmarks-load.md).
-fn no_delay(tcp: &mut tokio::net::TcpStream) {
-    if let Err(err) = tcp.set_nodelay(true) {
-        tracing::debug!(error = %err, "could not set TCP_NODELAY on a connection");
-    }
 }
 
 /// Takes in, until `stop`, every change another replica announces on `topic`.

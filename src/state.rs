@@ -181,7 +181,11 @@ impl AppState {
             max_import_bytes: config.admin.max_import_bytes,
             limits: config.limits.clone(),
             body_budget: BodyBudget::new(
-                config.limits.max_inflight_body_bytes,
+                crate::body::budget::Caps {
+                    total: config.limits.max_inflight_body_bytes,
+                    per_address: config.limits.max_inflight_body_bytes_per_address,
+                    per_caller: config.limits.max_inflight_body_bytes_per_caller,
+                },
                 config.limits.max_inflight_requests,
                 config.limits.inflight_wait,
             ),

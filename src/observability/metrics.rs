@@ -116,6 +116,9 @@ pub struct Metrics {
     fleet_seen: std::sync::Mutex<crate::identity::fleet::FleetStats>,
     /// Seconds since the in-memory index last took in the store's changes.
     index_age: prometheus_client::metrics::gauge::Gauge,
+    /// The Messages body budget as last read (`set_body_budget`).
+    body_bytes_held: prometheus_client::metrics::gauge::Gauge,
+    bodies_waiting: prometheus_client::metrics::gauge::Gauge,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -224,6 +227,18 @@ impl Metrics {
             "Seconds since this replica's memory index last took in the store's changes (grows while the database is unreachable)",
             index_age.clone(),
         );
+        let body_bytes_held = prometheus_client::metrics::gauge::Gauge::default();
+        registry.register(
+            "request_body_bytes_held",
+            "Bytes of Messages bodies held against limits.max_inflight_body_bytes (each body byte counts twice: the body and its copy with memory)",
+            body_bytes_held.clone(),
+        );
+        let bodies_waiting = prometheus_client::metrics::gauge::Gauge::default();
+        registry.register(
+            "request_bodies_waiting",
+            "Messages requests waiting for their share of the body budget (they get 529 when the wait ends)",
+            bodies_waiting.clone(),
+        );
         for mode in ["fleet", "local"] {
             let _ = rate_limit_checks.get_or_create(&ModeLabels { mode });
         }
@@ -231,6 +246,8 @@ impl Metrics {
             rate_limit_checks,
             fleet_seen: std::sync::Mutex::default(),
             index_age,
+            body_bytes_held,
+            bodies_waiting,
             registry,
             requests,
             upstream_latency,
@@ -337,6 +354,11 @@ impl Metrics {
 
     pub fn set_index_age(&self, age: Duration) {
         self.index_age.set(i64::try_from(age.as_secs()).unwrap_or(i64::MAX));
+    }
+
+    pub fn set_body_budget(&self, (held, waiting): (u64, usize)) {
+        self.body_bytes_held.set(i64::try_from(held).unwrap_or(i64::MAX));
+        self.bodies_waiting.set(i64::try_from(waiting).unwrap_or(i64::MAX));
     }
 
     /// The OpenMetrics text exposition.

@@ -51,16 +51,10 @@ async fn forward_messages_request(state: &AppState, request: Request) -> Result<
     let (parts, body) = request.into_parts();
     let client = state.client_addr(&parts);
     let mut caller = state.identity().authenticate(&parts.headers, client).await?;
-    let limits = state.limits();
     // Held until the request has left for the upstream: see `budget`.
-    let (bytes, budget_permit) = crate::body::read_budgeted(
-        &parts.headers,
-        body,
-        limits.max_body_bytes,
-        limits.body_read_timeout,
-        state.body_budget(),
-    )
-    .await?;
+    let holder = crate::body::budget::Holder::new(client, &caller.rate_key);
+    let (bytes, budget_permit) =
+        crate::body::read_budgeted(&parts.headers, body, state.limits(), state.body_budget(), holder).await?;
     let facts = crate::body::check_messages_request(&bytes)?;
     let mut wish = recall::wish(&parts.headers, &caller)?;
     // Passthrough: no memory work for a key the upstream has not accepted (`verify`), and no

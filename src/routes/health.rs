@@ -33,6 +33,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     state.metrics().sync_embedding(state.memories().embedder().stats());
     state.metrics().sync_fleet(state.identity().fleet_stats());
     state.metrics().set_index_age(state.memories().index_age());
+    state.metrics().set_body_budget(state.body_budget().usage());
     match state.metrics().render() {
         Ok(text) => ([(CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
             .into_response(),

@@ -5,13 +5,17 @@
 //! `rollout`, `memory`, `identity`, `funnel`, `inject`, `upstream`, `body`, …) → `store`.
 //!
 //! A request's path through memgate, outermost first:
+//! 0. `server` — the connection: header-read and idle timeouts, the client's address, which
+//!    hosts this listener answers for.
 //! 1. `observe::observe` — request id, metrics, one log line.
-//! 2. routing — `/v1/messages` and `count_tokens` to the checked proxy, other `/v1/*` to the
+//! 2. `allowed_hosts` — a `Host` the listener does not answer for is refused (DNS rebinding).
+//! 3. routing — `/v1/messages` and `count_tokens` to the checked proxy, other `/v1/*` to the
 //!    streaming passthrough, health and metrics, a 404 in Anthropic's shape for the rest.
-//! 3. `identity` — who is calling and which credential goes upstream.
-//! 4. `body` — size limit, read deadline, JSON and shape checks (Messages only).
-//! 5. `recall` — the memory block for this caller and release, placed in the body.
-//! 6. `upstream` — pooled client, timeouts; the answer relayed chunk by chunk.
+//! 4. `identity` — who is calling and which credential goes upstream.
+//! 5. `body` — size limit, read deadlines, bytes held against the budget as they arrive, JSON
+//!    and shape checks (Messages only).
+//! 6. `recall` — the memory block for this caller and release, placed in the body.
+//! 7. `upstream` — pooled client, timeouts; the answer relayed chunk by chunk.
 //!
 //! `/admin/v1/…` goes through `admin::require_admin` (bearer token or console session) to handlers
 //! that call `memory::MemoryService`, which checks records (`memory::checks`) and writes them
@@ -110,6 +114,8 @@ fn finish(routes: Router<AppState>, state: AppState) -> Router {
         .method_not_allowed_fallback(proxy::method_not_allowed)
         // Body limits are enforced by the handlers, which answer in Anthropic's error shape.
         .layer(DefaultBodyLimit::disable())
+        // A request naming a host its listener does not answer for ends here (`allowed_hosts`).
+        .layer(axum::middleware::from_fn(crate::allowed_hosts::refuse_other_hosts))
         .layer(axum::middleware::from_fn_with_state(state.clone(), observe::observe))
         .with_state(state)
 }

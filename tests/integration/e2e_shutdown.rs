@@ -93,7 +93,7 @@ async fn truncated_and_garbage_requests_neither_hang_nor_crash_memgate() {
     let addr = gateway.base.trim_start_matches("http://").to_owned();
 
     // A body shorter than its content-length, then the client stops sending.
-    let truncated = b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{\"model\":\"claude-test\",\"mess";
+    let truncated = b"POST /v1/messages HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{\"model\":\"claude-test\",\"mess";
     let answer = raw_exchange(&addr, truncated).await;
     assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 400"), "{answer}");
 
@@ -103,7 +103,7 @@ async fn truncated_and_garbage_requests_neither_hang_nor_crash_memgate() {
 
     // A chunked body cut mid-chunk.
     let chunked =
-        b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n10\r\n{\"model\":";
+        b"POST /v1/messages HTTP/1.1\r\nhost: 127.0.0.1\r\ntransfer-encoding: chunked\r\n\r\n10\r\n{\"model\":";
     let answer = raw_exchange(&addr, chunked).await;
     assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 400"), "{answer}");
 
@@ -122,7 +122,7 @@ async fn a_client_that_stalls_mid_body_gets_408() {
     let addr = gateway.base.trim_start_matches("http://").to_owned();
     let mut stream = TcpStream::connect(&addr).await.unwrap();
     stream
-        .write_all(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: 500\r\n\r\n{\"model\":")
+        .write_all(b"POST /v1/messages HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 500\r\n\r\n{\"model\":")
         .await
         .unwrap();
     // Keep the connection open without sending the rest.

@@ -4,7 +4,9 @@
 
 mod admin_limits;
 mod bodies;
+mod connections;
 mod guard;
+mod hosts;
 mod passthrough;
 mod paths;
 mod rate_limits;
