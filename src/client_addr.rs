@@ -6,19 +6,33 @@
 //! come from the address the proxy wrote in `client_ip.header` (`X-Forwarded-For` by default),
 //! read right to left, skipping the trusted proxies' own addresses. A header from any other peer
 //! is ignored: a client cannot choose its own address by sending the header itself.
+//!
+//! The per-address limits count an IPv6 client by its network, not its address
+//! (`limit_key`, `client_ip.ipv6_limit_prefix`, /64 by default): a single host or customer line
+//! is handed a /64 and can take any of its 2^64 addresses, so limits keyed by the full address
+//! would give it as many fresh allowances as it cares to use.
 
 use axum::http::{HeaderMap, HeaderName};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
+
+/// The IPv6 network a client is counted by in the per-address limits: what one host or one
+/// customer line is handed.
+pub const DEFAULT_IPV6_LIMIT_PREFIX: u8 = 64;
 
 #[derive(Debug, Clone)]
 pub struct ClientAddrs {
     trusted: Vec<Cidr>,
     header: HeaderName,
+    ipv6_limit_prefix: u8,
 }
 
 impl Default for ClientAddrs {
     fn default() -> Self {
-        ClientAddrs { trusted: Vec::new(), header: HeaderName::from_static("x-forwarded-for") }
+        ClientAddrs {
+            trusted: Vec::new(),
+            header: HeaderName::from_static("x-forwarded-for"),
+            ipv6_limit_prefix: DEFAULT_IPV6_LIMIT_PREFIX,
+        }
     }
 }
 
@@ -31,7 +45,30 @@ impl ClientAddrs {
             .collect::<Result<_, _>>()?;
         let header = HeaderName::from_bytes(header.to_ascii_lowercase().as_bytes())
             .map_err(|_| format!("`{header}` is not a header name"))?;
-        Ok(ClientAddrs { trusted, header })
+        Ok(ClientAddrs { trusted, header, ipv6_limit_prefix: DEFAULT_IPV6_LIMIT_PREFIX })
+    }
+
+    /// Counts IPv6 clients by their first `prefix` bits (32 to 128; 128: each address alone).
+    pub fn with_ipv6_limit_prefix(mut self, prefix: u8) -> Result<ClientAddrs, String> {
+        if !(32..=128).contains(&prefix) {
+            return Err(format!("{prefix} is not an IPv6 prefix length from 32 to 128"));
+        }
+        self.ipv6_limit_prefix = prefix;
+        Ok(self)
+    }
+
+    /// What the per-address limits count `client` under: an IPv4 address as it is, an IPv6 one
+    /// as its network (`2001:db8:1:2::/64`), and `unknown` without an address.
+    pub fn limit_key(&self, client: Option<IpAddr>) -> String {
+        match client.map(canonical) {
+            None => "unknown".to_owned(),
+            Some(IpAddr::V4(v4)) => v4.to_string(),
+            Some(IpAddr::V6(v6)) if self.ipv6_limit_prefix >= 128 => v6.to_string(),
+            Some(IpAddr::V6(v6)) => {
+                let mask = u128::MAX << (128 - u32::from(self.ipv6_limit_prefix));
+                format!("{}/{}", Ipv6Addr::from(u128::from(v6) & mask), self.ipv6_limit_prefix)
+            }
+        }
     }
 
     pub fn is_trusted(&self, addr: IpAddr) -> bool {
@@ -126,6 +163,7 @@ impl Cidr {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
@@ -140,6 +178,29 @@ mod tests {
 
     fn ip(text: &str) -> Option<IpAddr> {
         Some(text.parse().unwrap())
+    }
+
+    #[test]
+    fn limits_count_an_ipv6_client_by_its_network() {
+        let addrs = ClientAddrs::default();
+        let key = |text: &str| addrs.limit_key(ip(text));
+        assert_eq!(key("2001:db8:1:2::1"), "2001:db8:1:2::/64");
+        // Every address of one /64 is one client...
+        assert_eq!(key("2001:db8:1:2:ffff:ffff:ffff:ffff"), key("2001:db8:1:2::1"));
+        assert_eq!(key("2001:db8:1:2:dead:beef:0:7"), key("2001:db8:1:2::1"));
+        // ...the next /64 another.
+        assert_ne!(key("2001:db8:1:3::1"), key("2001:db8:1:2::1"));
+        // IPv4, also as a dual-stack socket reports it, is its address.
+        assert_eq!(key("203.0.113.9"), "203.0.113.9");
+        assert_eq!(key("::ffff:203.0.113.9"), "203.0.113.9");
+        assert_eq!(addrs.limit_key(None), "unknown");
+
+        let per_address = ClientAddrs::default().with_ipv6_limit_prefix(128).unwrap();
+        assert_ne!(per_address.limit_key(ip("2001:db8::1")), per_address.limit_key(ip("2001:db8::2")));
+        let per_48 = ClientAddrs::default().with_ipv6_limit_prefix(48).unwrap();
+        assert_eq!(per_48.limit_key(ip("2001:db8:1:ffff::1")), "2001:db8:1::/48");
+        assert!(ClientAddrs::default().with_ipv6_limit_prefix(0).unwrap_err().contains("32 to 128"));
+        assert!(ClientAddrs::default().with_ipv6_limit_prefix(129).is_err());
     }
 
     #[test]

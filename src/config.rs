@@ -166,6 +166,7 @@ pub struct RawAdmin {
     pub listen: Option<String>,
     pub max_import_bytes: Option<u64>,
     pub rate_limit_per_minute: Option<u32>,
+    pub session_secret: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -194,6 +195,7 @@ pub struct RawAuth {
     pub rate_limit_per_minute: Option<u32>,
     pub passthrough_rate_limit_per_minute: Option<u32>,
     pub preauth_rate_limit_per_minute: Option<u32>,
+    pub stale_key_grace_secs: Option<u64>,
     #[serde(default)]
     pub jwt: RawJwt,
 }
@@ -234,6 +236,7 @@ pub struct RawLimits {
 pub struct RawClientIp {
     pub trusted_proxies: Option<Vec<String>>,
     pub header: Option<String>,
+    pub ipv6_limit_prefix: Option<u8>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -363,6 +366,9 @@ pub struct AdminConfig {
     pub max_import_bytes: u64,
     /// Failed admin authentications allowed per client address and minute.
     pub rate_limit_per_minute: u32,
+    /// The key console sessions are bound to their token under (`console::AdminTokens`); `None`:
+    /// a random one the store keeps, shared by every replica on the database.
+    pub session_secret: Option<SecretString>,
 }
 
 #[derive(Debug, Clone)]
@@ -459,6 +465,7 @@ impl RawConfig {
         set(&mut self.admin.token, "MEMGATE_ADMIN_TOKEN");
         set(&mut self.admin.viewer_token, "MEMGATE_ADMIN_VIEWER_TOKEN");
         set(&mut self.admin.listen, "MEMGATE_ADMIN_LISTEN");
+        set(&mut self.admin.session_secret, "MEMGATE_ADMIN_SESSION_SECRET");
         if let Some(dir) = env("MEMGATE_MODEL_DIR").filter(|v| !v.is_empty()) {
             self.embedding.model_dir = Some(dir.into());
         }
@@ -636,7 +643,11 @@ impl RawConfig {
             self.client_ip.trusted_proxies.as_deref().unwrap_or_default(),
             self.client_ip.header.as_deref().unwrap_or("x-forwarded-for"),
         )
-        .map_err(|message| invalid("client_ip", message))?;
+        .map_err(|message| invalid("client_ip", message))?
+        .with_ipv6_limit_prefix(
+            self.client_ip.ipv6_limit_prefix.unwrap_or(crate::client_addr::DEFAULT_IPV6_LIMIT_PREFIX),
+        )
+        .map_err(|message| invalid("client_ip.ipv6_limit_prefix", message))?;
 
         let shutdown_grace = Duration::from_millis(self.shutdown.grace_ms.unwrap_or(30_000));
         let drain_delay = Duration::from_millis(self.shutdown.drain_delay_ms.unwrap_or(5_000));
@@ -725,7 +736,17 @@ impl RawConfig {
                 "the viewer token must differ from the admin token: one token cannot be both roles".into(),
             ));
         }
+        let session_secret = self.admin.session_secret.filter(|s| !s.is_empty());
+        if session_secret.as_ref().is_some_and(|s| s.len() < 32) {
+            return Err(invalid(
+                "admin.session_secret",
+                "the session secret must be at least 32 characters, the same on every replica \
+                 (MEMGATE_ADMIN_SESSION_SECRET); unset, the store keeps one"
+                    .into(),
+            ));
+        }
         let admin = AdminConfig {
+            session_secret: session_secret.map(SecretString::from),
             token: admin_token.map(SecretString::from),
             viewer_token: viewer_token.map(SecretString::from),
             listen: admin_listen,
@@ -762,7 +783,22 @@ impl RawConfig {
             default_rate_limit_per_minute: self.auth.rate_limit_per_minute.unwrap_or(600),
             passthrough_rate_limit_per_minute: self.auth.passthrough_rate_limit_per_minute.unwrap_or(0),
             preauth_rate_limit_per_minute: self.auth.preauth_rate_limit_per_minute.unwrap_or(120),
+            stale_key_grace: Duration::from_secs(
+                self.auth
+                    .stale_key_grace_secs
+                    .unwrap_or(crate::identity::keys::DEFAULT_STALE_GRACE.as_secs()),
+            ),
         };
+        if identity.stale_key_grace < Duration::from_secs(5)
+            || identity.stale_key_grace > Duration::from_secs(3600)
+        {
+            return Err(invalid(
+                "auth.stale_key_grace_secs",
+                "use 5 to 3600 seconds: a verified key's cache lasts 5 s anyway, and a replica cut off \
+                 from the database honours a key revoked elsewhere for this long"
+                    .into(),
+            ));
+        }
         if identity
             .jwt
             .hmac_secret
@@ -949,6 +985,7 @@ fn validate_upstream_url(text: &str) -> Result<String, String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use secrecy::ExposeSecret;
@@ -975,6 +1012,10 @@ mod tests {
         assert_eq!(config.upstream.base_url, "https://api.anthropic.com");
         assert_eq!(config.auth_mode, AuthMode::Passthrough);
         assert_eq!(config.limits.max_body_bytes, 32 * 1024 * 1024);
+        assert_eq!(config.identity.stale_key_grace, Duration::from_secs(60));
+        assert!(config.admin.session_secret.is_none());
+        let v6 = Some("2001:db8:1:2::9".parse().unwrap());
+        assert_eq!(config.client_addrs.limit_key(v6), "2001:db8:1:2::/64");
     }
 
     #[test]
@@ -1083,6 +1124,10 @@ mod tests {
             ("[database]\npoll_interval_ms = 5", "database.poll_interval_ms"),
             ("[redis]\nurl = \"http://cache:6379\"", "redis.url"),
             ("[redis]\nurl = \"redis://cache\"\nkey_prefix = \"\"", "redis.key_prefix"),
+            ("[client_ip]\nipv6_limit_prefix = 16", "client_ip.ipv6_limit_prefix"),
+            ("[auth]\nstale_key_grace_secs = 1", "auth.stale_key_grace_secs"),
+            ("[auth]\nstale_key_grace_secs = 86400", "auth.stale_key_grace_secs"),
+            ("[admin]\nsession_secret = \"short\"", "admin.session_secret"),
         ];
         for (text, key) in cases {
             match load_toml(text, &[], ConfigFlags::default()) {

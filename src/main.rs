@@ -34,6 +34,9 @@ enum Command {
     /// Trigger actions in the outbox: list, replay, deliver what is due (docs/triggers.md).
     #[command(subcommand)]
     Actions(ActionsCommand),
+    /// The console's sessions (docs/console.md).
+    #[command(subcommand)]
+    Console(ConsoleCommand),
     /// A stand-in Anthropic API for tests, demos and load tests (see docs/mock-upstream.md).
     MockUpstream(memgate_mock_upstream::MockArgs),
 }
@@ -128,6 +131,12 @@ enum ActionsCommand {
     Deliver(ConfigFlags),
 }
 
+#[derive(Subcommand)]
+enum ConsoleCommand {
+    /// End every console session at once, on every replica; prints how many there were.
+    LogoutAll(ConfigFlags),
+}
+
 #[derive(Args)]
 struct Target {
     #[arg(long, default_value = memgate::identity::DEFAULT_TENANT)]
@@ -162,6 +171,7 @@ fn main() -> ExitCode {
             Command::Memory(command) => memory(command).await,
             Command::Key(command) => key(command).await,
             Command::Actions(command) => actions(command).await,
+            Command::Console(command) => console(command).await,
             Command::Release(command) => release(command).await,
             Command::MockUpstream(args) => memgate_mock_upstream::run(args, |addr| {
                 println!("mock-upstream listening on http://{addr}");
@@ -344,6 +354,16 @@ async fn key(command: KeyCommand) -> Result<(), String> {
     });
     println!("{answer}");
     eprintln!("memgate: keep the key now; it is not stored and cannot be shown again");
+    Ok(())
+}
+
+async fn console(command: ConsoleCommand) -> Result<(), String> {
+    let ConsoleCommand::LogoutAll(flags) = command;
+    let config = load_config(&flags)?;
+    let store = open_store(&config).await?;
+    let ended = memgate::console::session::end_all(&store).await.map_err(|e| e.to_string())?;
+    println!("{ended}");
+    eprintln!("memgate: ended {ended} console session(s); every console logs in again");
     Ok(())
 }
 

@@ -27,6 +27,16 @@ pub async fn run(
     on_ready: impl FnOnce(SocketAddr, Option<SocketAddr>),
 ) -> Result<(), StartupError> {
     let state = AppState::new(&config).await?;
+    // Sessions opened by a token no longer configured (rotated, or a viewer token removed) end
+    // here, before the first request; every check refuses them as well (`console::session`).
+    let tokens = &crate::console::ConsoleHost::console_auth(&state).tokens;
+    match crate::console::session::end_unbound(state.store(), tokens).await {
+        Ok(0) => {}
+        Ok(ended) => tracing::info!(ended, "ended console sessions of tokens no longer configured"),
+        Err(err) => {
+            tracing::warn!(error = %err, "could not delete console sessions of old tokens; each is refused when used")
+        }
+    }
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|source| StartupError::Bind { addr: config.listen, source })?;

@@ -116,6 +116,19 @@ impl AppState {
             }
             None => Fanout::disabled(),
         };
+        // What console sessions are bound to their token under: the configured secret, else one
+        // the store makes once and every replica on the database reads (`console::session`).
+        let mut tokens = AdminTokens::new(config.admin.token.clone(), config.admin.viewer_token.clone());
+        if tokens.admin_api_on() {
+            let key = match &config.admin.session_secret {
+                Some(secret) => secrecy::ExposeSecret::expose_secret(secret).to_owned(),
+                None => store.shared_secret("console_sessions").await.map_err(|err| StartupError::Store {
+                    url: crate::store::redact_url(&config.database_url),
+                    message: format!("reading the deployment's secrets: {err}"),
+                })?,
+            };
+            tokens = tokens.with_session_key(key.as_bytes());
+        }
         let memories = MemoryService::new(
             store,
             Arc::new(schemas),
@@ -168,10 +181,7 @@ impl AppState {
                 triggers.clone(),
             ),
             triggers,
-            console_auth: ConsoleAuth {
-                tokens: AdminTokens::new(config.admin.token.clone(), config.admin.viewer_token.clone()),
-                policy: SessionPolicy::default(),
-            },
+            console_auth: ConsoleAuth { tokens, policy: SessionPolicy::default() },
             recorder: MetricsRecorder::new(replica.clone(), retention),
             recent: RecentRequests::new(
                 replica,
@@ -216,6 +226,12 @@ impl AppState {
     pub fn client_addr(&self, parts: &axum::http::request::Parts) -> Option<std::net::IpAddr> {
         let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
         self.inner.client_addrs.resolve(peer, &parts.headers)
+    }
+
+    /// What the client's per-address limits count under (`ClientAddrs::limit_key`): its address,
+    /// an IPv6 one by its network.
+    pub fn client_limit_key(&self, parts: &axum::http::request::Parts) -> String {
+        self.inner.client_addrs.limit_key(self.client_addr(parts))
     }
 
     /// How stale the in-memory index is, when its store has been unreachable for a while.
@@ -311,8 +327,12 @@ impl crate::console::ConsoleHost for AppState {
         AppState::admin_strikes(self)
     }
 
-    fn client_addr(&self, parts: &axum::http::request::Parts) -> Option<std::net::IpAddr> {
-        AppState::client_addr(self, parts)
+    fn strike_key(&self, parts: &axum::http::request::Parts) -> String {
+        self.client_limit_key(parts)
+    }
+
+    fn body_read_timeout(&self) -> std::time::Duration {
+        self.inner.limits.body_read_timeout
     }
 
     fn is_https(&self, parts: &axum::http::request::Parts) -> bool {

@@ -15,7 +15,7 @@ use crate::error::{ApiError, Code};
 use crate::identity::DEFAULT_TENANT;
 use crate::memory::MemoryError;
 use crate::state::AppState;
-use axum::extract::{FromRequest, FromRequestParts, Request, State};
+use axum::extract::{FromRequest, FromRequestParts, OriginalUri, Request, State};
 use axum::http::HeaderMap;
 use axum::http::request::Parts;
 use axum::middleware::Next;
@@ -27,27 +27,27 @@ const MAX_ADMIN_BODY_BYTES: u64 = 1024 * 1024;
 
 /// Refuses any admin request without the admin token or a console session (`console::authorize`:
 /// the bearer token, else the session cookie with the CSRF rule, then the viewer's read-only
-/// limits). Failed attempts count per client address (`admin.rate_limit_per_minute`); past the
-/// limit the address is refused for a while before any token is compared, so guessing is slow,
-/// and an admin who keeps sending the right token is never counted at all.
+/// limits). Failed attempts count per client address (`admin.rate_limit_per_minute`): a wrong
+/// bearer token, or a cookie that opens no live session; a request with no credential at all is
+/// refused without counting (any site can make a browser send those). Past the limit the address
+/// is refused for a while before any token is compared, so guessing is slow; a live session goes
+/// on through such a block (its cookie is nothing one could guess), and an admin who keeps sending
+/// the right token is never counted at all.
 pub async fn require_admin(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
-    let client = state.client_addr(&parts).map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
-    if let Err(wait) = state.admin_strikes().check(&client) {
+    let client = state.client_limit_key(&parts);
+    let presents_token = parts.headers.contains_key(axum::http::header::AUTHORIZATION);
+    if presents_token && let Err(wait) = state.admin_strikes().check(&client) {
         return too_many_failures(wait).into_response();
     }
     let https = state.is_https(&parts);
     let auth = crate::console::ConsoleHost::console_auth(&state);
-    match crate::console::authorize(
-        &parts.headers,
-        &parts.method,
-        &parts.uri,
-        https,
-        state.store(),
-        auth,
-        now_ms(),
-    )
-    .await
+    // Nested under `/admin/v1`, this layer sees the path without its prefix; the viewer's rules
+    // name the full path.
+    let uri =
+        parts.extensions.get::<OriginalUri>().map_or_else(|| parts.uri.clone(), |OriginalUri(u)| u.clone());
+    match crate::console::authorize(&parts.headers, &parts.method, &uri, https, state.store(), auth, now_ms())
+        .await
     {
         Ok(principal) => {
             parts.extensions.insert(principal);

@@ -51,15 +51,49 @@ impl Role {
 /// The admin token (`admin.token`, `MEMGATE_ADMIN_TOKEN`) and the optional viewer token
 /// (`admin.viewer_token`, `MEMGATE_ADMIN_VIEWER_TOKEN`). Without an admin token the admin API and
 /// console logins are off (the console's files are still served).
+///
+/// Each token also has a fingerprint, the HMAC-SHA256 of the token under the deployment's session
+/// key (`with_session_key`): a session stores the fingerprint of the token that opened it, and is
+/// live only while that is the fingerprint of the token configured now for its role, so a rotated
+/// token takes its sessions with it (`session`). The key keeps the fingerprint from being a plain
+/// hash of the token that a copy of the sessions table could be tested against.
 pub struct AdminTokens {
     admin: Option<SecretString>,
     viewer: Option<SecretString>,
+    admin_fingerprint: Option<String>,
+    viewer_fingerprint: Option<String>,
 }
 
 impl AdminTokens {
+    /// The tokens, with fingerprints under an empty key until `with_session_key` gives the real one.
     pub fn new(admin: Option<SecretString>, viewer: Option<SecretString>) -> AdminTokens {
         let set = |t: Option<SecretString>| t.filter(|t| !t.expose_secret().is_empty());
-        AdminTokens { admin: set(admin), viewer: set(viewer) }
+        AdminTokens {
+            admin: set(admin),
+            viewer: set(viewer),
+            admin_fingerprint: None,
+            viewer_fingerprint: None,
+        }
+        .with_session_key(b"")
+    }
+
+    /// Fingerprints the tokens under `key`: the same on every replica, and across restarts.
+    pub fn with_session_key(mut self, key: &[u8]) -> AdminTokens {
+        let print = |role: Role, token: &Option<SecretString>| {
+            token.as_ref().map(|token| fingerprint(key, role, token.expose_secret()))
+        };
+        self.admin_fingerprint = print(Role::Admin, &self.admin);
+        // Without an admin token no role is on, the viewer's included.
+        self.viewer_fingerprint = print(Role::Viewer, &self.viewer).filter(|_| self.admin.is_some());
+        self
+    }
+
+    /// The fingerprint a live session of `role` carries; `None` while that role is off.
+    pub fn fingerprint(&self, role: Role) -> Option<&str> {
+        match role {
+            Role::Admin => self.admin_fingerprint.as_deref(),
+            Role::Viewer => self.viewer_fingerprint.as_deref(),
+        }
     }
 
     pub fn admin_api_on(&self) -> bool {
@@ -83,6 +117,19 @@ impl AdminTokens {
             None
         }
     }
+}
+
+/// HMAC-SHA256 of `role` and `token` under `key`, hex. The role is in it so that a token moved
+/// from one role to the other does not carry the sessions of the first along.
+fn fingerprint(key: &[u8], role: Role, token: &str) -> String {
+    use hmac::Mac as _;
+    // HMAC takes a key of any length; `new_from_slice` cannot fail for it.
+    let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(key) else { return String::new() };
+    mac.update(b"memgate console session\0");
+    mac.update(role.as_str().as_bytes());
+    mac.update(b"\0");
+    mac.update(token.as_bytes());
+    mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The tokens and the session rules: what `authorize` and the session handlers need.
@@ -129,10 +176,12 @@ pub enum Refusal {
 
 impl Refusal {
     /// Whether this refusal counts as a failed admin authentication from the client's address
-    /// (`admin.rate_limit_per_minute`), as `require_admin` counts a wrong or missing token today.
-    /// A dead session cookie does not: it carries 256 random bits, there is nothing to guess.
+    /// (`admin.rate_limit_per_minute`): a credential was presented and it was wrong — a bearer
+    /// token that is neither token, or a session cookie that opens no live session. A request
+    /// with no credential at all is not one: any page on any site can make a browser send such
+    /// requests, and counting them would let that page lock the address's admins out.
     pub fn is_strike(&self) -> bool {
-        matches!(self, Refusal::WrongToken | Refusal::NoCredential)
+        matches!(self, Refusal::WrongToken | Refusal::SessionEnded)
     }
 }
 
@@ -190,8 +239,7 @@ pub async fn authorize(
         Principal { role, via: Via::Bearer, actor: None }
     } else {
         let cookie = session_cookie(headers).ok_or(Refusal::NoCredential)?;
-        let session =
-            session::find(store, cookie, &auth.policy, now_ms).await?.ok_or(Refusal::SessionEnded)?;
+        let session = session::find(store, cookie, auth, now_ms).await?.ok_or(Refusal::SessionEnded)?;
         check_csrf(headers, uri, https)?;
         session::touch(store, cookie, &session, &auth.policy, now_ms).await?;
         Principal { role: session.role, via: Via::Session, actor: Some(session.actor) }
@@ -341,6 +389,31 @@ mod tests {
     }
 
     #[test]
+    fn fingerprints_follow_the_token_the_role_and_the_session_key() {
+        let tokens = |admin: &str, viewer: Option<&str>, key: &[u8]| {
+            AdminTokens::new(Some(admin.into()), viewer.map(Into::into)).with_session_key(key)
+        };
+        let a = tokens("admin-token-0123456789", Some("viewer-token-0123456789"), b"key-1");
+        let admin = a.fingerprint(Role::Admin).unwrap();
+        let viewer = a.fingerprint(Role::Viewer).unwrap();
+        assert_eq!(admin.len(), 64);
+        assert!(!admin.contains("admin-token"), "the fingerprint is not the token");
+        assert_ne!(admin, viewer);
+        // The same token and key on another replica, or after a restart: the same fingerprint.
+        let again = tokens("admin-token-0123456789", None, b"key-1");
+        assert_eq!(again.fingerprint(Role::Admin), Some(admin));
+        assert_eq!(again.fingerprint(Role::Viewer), None, "no viewer token, no viewer sessions");
+        // Another token, another key, or the same token in the other role: another fingerprint.
+        assert_ne!(tokens("admin-token-9876543210", None, b"key-1").fingerprint(Role::Admin), Some(admin));
+        assert_ne!(tokens("admin-token-0123456789", None, b"key-2").fingerprint(Role::Admin), Some(admin));
+        let swapped = tokens("viewer-token-0123456789", Some("admin-token-0123456789"), b"key-1");
+        assert_ne!(swapped.fingerprint(Role::Viewer), Some(admin));
+        // With the admin API off, no session of either role is live.
+        let off = AdminTokens::new(None, Some("viewer-token-0123456789".into())).with_session_key(b"key-1");
+        assert_eq!((off.fingerprint(Role::Admin), off.fingerprint(Role::Viewer)), (None, None));
+    }
+
+    #[test]
     fn the_viewer_reads_explains_and_previews_only() {
         let may = |method: Method, path: &str| viewer_may(&method, &uri(path));
         assert!(may(Method::GET, "/admin/v1/memories?q=x"));
@@ -435,7 +508,8 @@ mod tests {
             let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
             assert_eq!(body["error"]["code"].as_str(), code, "{body}");
         }
-        assert!(Refusal::WrongToken.is_strike() && Refusal::NoCredential.is_strike());
-        assert!(!Refusal::SessionEnded.is_strike() && !Refusal::Csrf.is_strike());
+        assert!(Refusal::WrongToken.is_strike() && Refusal::SessionEnded.is_strike());
+        assert!(!Refusal::NoCredential.is_strike() && !Refusal::Csrf.is_strike());
+        assert!(!Refusal::ReadOnly.is_strike() && !Refusal::AdminOff.is_strike());
     }
 }

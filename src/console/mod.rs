@@ -38,7 +38,7 @@ use axum::Router;
 use axum::http::request::Parts;
 use axum::routing::get;
 use sha2::{Digest, Sha256};
-use std::net::IpAddr;
+use std::time::Duration;
 
 /// What the session handlers need from the application's state. `AppState` implements it by
 /// handing out what it holds already (docs/console.md, "Hooks").
@@ -49,8 +49,11 @@ pub trait ConsoleHost: Clone + Send + Sync + 'static {
     fn console_store(&self) -> &Store;
     /// The admin API's failed-authentication counter: a wrong token at login counts in it.
     fn admin_strikes(&self) -> &Strikes;
-    /// The client's address (behind trusted proxies, the one they name), for the strikes.
-    fn client_addr(&self, parts: &Parts) -> Option<IpAddr>;
+    /// What the client's failures count under in the strikes: its address (behind trusted
+    /// proxies, the one they name), an IPv6 one by its network (`client_ip.ipv6_limit_prefix`).
+    fn strike_key(&self, parts: &Parts) -> String;
+    /// How long a client may take to send a login body (`limits.body_read_timeout_ms`).
+    fn body_read_timeout(&self) -> Duration;
     /// Whether the request came over HTTPS: TLS here, or a trusted proxy's
     /// `X-Forwarded-Proto: https` (`auth::forwarded_https`). Decides the cookie's `Secure` and
     /// the scheme of the request's own origin in the CSRF rule.

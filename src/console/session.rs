@@ -8,25 +8,33 @@
 //! whichever comes first. `last_seen_at` is written at most once per `touch_after` (60 s) per
 //! session, not on every request, so a console polling charts costs one read per call and one
 //! write a minute; the idle timeout is exact to within that minute.
+//!
+//! A session is bound to the token that opened it: its row keeps that token's fingerprint
+//! (`AdminTokens::fingerprint`, an HMAC under the deployment's session key), and `find` takes it
+//! as live only while it is the fingerprint of the token configured now for the session's role;
+//! any other is deleted on sight. So a rotated admin token, or a viewer token removed, ends the
+//! sessions it opened on every replica that runs with the new configuration, and `memgate serve`
+//! deletes them all at start (`end_unbound`). `end_all` (`memgate console logout-all`) ends every
+//! session at once.
 
 use super::ConsoleHost;
 use super::assets::security_headers;
-use super::auth::{self, ConsoleAuth, Refusal, Role, SESSION_COOKIE};
+use super::auth::{self, AdminTokens, ConsoleAuth, Refusal, Role, SESSION_COOKIE};
 use crate::clock::{format_ms, now_ms};
 use crate::error::{ApiError, Code, ErrorKind};
 use crate::store::{Store, StoreError};
 use axum::extract::{Request, State};
 use axum::http::header::{CACHE_CONTROL, SET_COOKIE};
-use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use serde_json::{Value, json};
 use sqlx::Row;
 use std::time::Duration;
+use subtle::ConstantTimeEq;
 
 /// The largest login body read: a token and an actor name.
-const MAX_LOGIN_BODY_BYTES: usize = 16 * 1024;
+const MAX_LOGIN_BODY_BYTES: u64 = 16 * 1024;
 
 /// How long sessions last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,26 +89,31 @@ pub fn cookie_hash(value: &str) -> String {
     super::sha256_hex(value.as_bytes())
 }
 
-/// Stores a new session and returns the cookie value that opens it.
+/// Stores a new session of `role`, bound to the token configured now for it, and returns the
+/// cookie value that opens it. The caller has checked that the presented token is that one.
 pub async fn create(
     store: &Store,
+    auth: &ConsoleAuth,
     role: Role,
     actor: &str,
-    policy: &SessionPolicy,
     now_ms: i64,
 ) -> Result<(String, Session), StoreError> {
+    let Some(fingerprint) = auth.tokens.fingerprint(role) else {
+        return Err(StoreError::Corrupt(format!("no {} token to bind a session to", role.as_str())));
+    };
     let value = new_cookie_value()
         .map_err(|err| StoreError::Corrupt(format!("no random bytes for a session: {err}")))?;
     let session = Session {
         role,
         actor: actor.to_owned(),
         created_at_ms: now_ms,
-        expires_at_ms: now_ms.saturating_add(ms(policy.lifetime)),
+        expires_at_ms: now_ms.saturating_add(ms(auth.policy.lifetime)),
         last_seen_at_ms: now_ms,
     };
     sqlx::query(
-        "INSERT INTO console_sessions (token_hash, role, actor, created_at, expires_at, last_seen_at) \
-         VALUES ($1, $2, $3, $4, $5, $6)",
+        "INSERT INTO console_sessions \
+         (token_hash, role, actor, created_at, expires_at, last_seen_at, token_fingerprint) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
     )
     .bind(cookie_hash(&value))
     .bind(role.as_str())
@@ -108,20 +121,24 @@ pub async fn create(
     .bind(session.created_at_ms)
     .bind(session.expires_at_ms)
     .bind(session.last_seen_at_ms)
+    .bind(fingerprint)
     .execute(store.pool())
     .await?;
     Ok((value, session))
 }
 
-/// The live session `cookie` opens at `now_ms`, if any: not past its end, not idle too long.
+/// The live session `cookie` opens at `now_ms`, if any: not past its end, not idle too long, and
+/// opened by the token configured now for its role. A session of another token (rotated, or a
+/// viewer token since removed) is deleted.
 pub async fn find(
     store: &Store,
     cookie: &str,
-    policy: &SessionPolicy,
+    auth: &ConsoleAuth,
     now_ms: i64,
 ) -> Result<Option<Session>, StoreError> {
     let row = sqlx::query(
-        "SELECT role, actor, created_at, expires_at, last_seen_at FROM console_sessions WHERE token_hash = $1",
+        "SELECT role, actor, created_at, expires_at, last_seen_at, token_fingerprint \
+         FROM console_sessions WHERE token_hash = $1",
     )
     .bind(cookie_hash(cookie))
     .fetch_optional(store.pool())
@@ -129,6 +146,15 @@ pub async fn find(
     let Some(row) = row else { return Ok(None) };
     let role: String = row.try_get("role")?;
     let Some(role) = Role::parse(&role) else { return Ok(None) };
+    let stored: String = row.try_get("token_fingerprint")?;
+    let bound = auth
+        .tokens
+        .fingerprint(role)
+        .is_some_and(|current| bool::from(current.as_bytes().ct_eq(stored.as_bytes())));
+    if !bound {
+        end(store, cookie).await?;
+        return Ok(None);
+    }
     let session = Session {
         role,
         actor: row.try_get("actor")?,
@@ -136,7 +162,7 @@ pub async fn find(
         expires_at_ms: row.try_get("expires_at")?,
         last_seen_at_ms: row.try_get("last_seen_at")?,
     };
-    let idle_until = session.last_seen_at_ms.saturating_add(ms(policy.idle_timeout));
+    let idle_until = session.last_seen_at_ms.saturating_add(ms(auth.policy.idle_timeout));
     Ok((now_ms < session.expires_at_ms && now_ms < idle_until).then_some(session))
 }
 
@@ -167,6 +193,30 @@ pub async fn end(store: &Store, cookie: &str) -> Result<(), StoreError> {
         .execute(store.pool())
         .await?;
     Ok(())
+}
+
+/// Deletes every session not opened by the token configured now for its role (and, with the
+/// admin API off, every session): `memgate serve` does at start, so that a rotated token's
+/// sessions are gone before the first request. Returns how many.
+pub async fn end_unbound(store: &Store, tokens: &AdminTokens) -> Result<u64, StoreError> {
+    // A fingerprint is 64 hex digits; "-" matches no row (not even the '' of rows older than
+    // fingerprints), where a NULL would make the condition unknown and keep every row.
+    let done = sqlx::query(
+        "DELETE FROM console_sessions WHERE NOT ( \
+             (role = 'admin' AND token_fingerprint = $1) OR (role = 'viewer' AND token_fingerprint = $2))",
+    )
+    .bind(tokens.fingerprint(Role::Admin).unwrap_or("-"))
+    .bind(tokens.fingerprint(Role::Viewer).unwrap_or("-"))
+    .execute(store.pool())
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Deletes every session (`memgate console logout-all`): every console is logged out at its next
+/// request, on every replica. Returns how many there were.
+pub async fn end_all(store: &Store) -> Result<u64, StoreError> {
+    let done = sqlx::query("DELETE FROM console_sessions").execute(store.pool()).await?;
+    Ok(done.rows_affected())
 }
 
 /// Deletes sessions that have ended (past their end, or idle too long). Every login does.
@@ -286,10 +336,6 @@ fn session_actor(body: &Value) -> Result<String, ApiError> {
     }
 }
 
-fn strike_key<H: ConsoleHost>(host: &H, parts: &Parts) -> String {
-    host.client_addr(parts).map_or_else(|| "unknown".to_owned(), |ip| ip.to_string())
-}
-
 fn too_many_failures(wait: u64) -> ApiError {
     ApiError::coded(
         Code::TooManyFailures,
@@ -311,11 +357,19 @@ async fn login_inner<H: ConsoleHost>(host: &H, request: Request) -> Result<Respo
     if !console.tokens.admin_api_on() {
         return Err(Refusal::AdminOff.into());
     }
-    let client = strike_key(host, &parts);
+    let client = host.strike_key(&parts);
     host.admin_strikes().check(&client).map_err(too_many_failures)?;
-    let bytes = axum::body::to_bytes(body, MAX_LOGIN_BODY_BYTES)
-        .await
-        .map_err(|_| ApiError::new(ErrorKind::RequestTooLarge, "a login body is at most 16 KiB"))?;
+    // Read under the deadline of every body memgate reads (`limits.body_read_timeout_ms`): a
+    // client that starts a login and stalls gets a 408, not a connection held open.
+    let bytes =
+        crate::body::read_limited(&parts.headers, body, MAX_LOGIN_BODY_BYTES, host.body_read_timeout())
+            .await
+            .map_err(|err| match err.kind() {
+                ErrorKind::RequestTooLarge => {
+                    ApiError::new(ErrorKind::RequestTooLarge, "a login body is at most 16 KiB")
+                }
+                _ => err,
+            })?;
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let Some(token) = body.get("token").and_then(Value::as_str) else {
         return Err(ApiError::coded(
@@ -339,7 +393,7 @@ async fn login_inner<H: ConsoleHost>(host: &H, request: Request) -> Result<Respo
     if let Err(err) = prune(store, &console.policy, now).await {
         tracing::warn!(error = %err, "could not delete ended console sessions");
     }
-    let (cookie, session) = create(store, role, &actor, &console.policy, now).await?;
+    let (cookie, session) = create(store, console, role, &actor, now).await?;
     let tenants = tenants(store).await?;
     let response = axum::Json(session_answer(&session, &tenants, &console.policy)).into_response();
     Ok(with_cookie(response, &set_cookie(&cookie, &console.policy, https)))
@@ -360,7 +414,7 @@ async fn status_inner<H: ConsoleHost>(host: &H, request: Request) -> Result<Resp
     let Some(cookie) = auth::session_cookie(&parts.headers) else { return Ok(logged_out()) };
     let store = host.console_store();
     let now = now_ms();
-    let Some(session) = find(store, cookie, &console.policy, now).await? else { return Ok(logged_out()) };
+    let Some(session) = find(store, cookie, console, now).await? else { return Ok(logged_out()) };
     auth::check_csrf(&parts.headers, &parts.uri, host.is_https(&parts))?;
     touch(store, cookie, &session, &console.policy, now).await?;
     let tenants = tenants(store).await?;

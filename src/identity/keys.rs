@@ -4,7 +4,11 @@
 //!
 //! Revocation: the revoking replica drops its cache entry at once and tells the others through
 //! the change fan-out (`Topic::Keys`), which drop their whole cache; without Redis they see it
-//! within `CACHE_TTL`. The cache carries an epoch that every revocation bumps, and a lookup that
+//! within `CACHE_TTL`. While the database is unreachable a key verified here goes on working for
+//! `stale_grace` after it was last read (`auth.stale_key_grace_secs`, 60 s by default, never less
+//! than `CACHE_TTL`): a replica cut off from the database and from Redis cannot learn of a
+//! revocation made elsewhere, so this is how long it may honour a revoked key, and how long its
+//! callers ride out a database outage. The cache carries an epoch that every revocation bumps, and a lookup that
 //! read the store before a revocation may not put its (now stale) answer into the cache after
 //! it: otherwise a verification racing a revocation could bring the revoked key back for
 //! another `CACHE_TTL`.
@@ -22,8 +26,8 @@ use subtle::ConstantTimeEq;
 /// Every gateway key starts with this.
 pub const KEY_PREFIX: &str = "mgk_";
 const CACHE_TTL: Duration = Duration::from_secs(5);
-/// How long a verified key stays usable while the database is unreachable.
-const STALE_FOR: Duration = Duration::from_secs(3600);
+/// How long a verified key stays usable while the database is unreachable, unless configured.
+pub const DEFAULT_STALE_GRACE: Duration = Duration::from_secs(60);
 const CACHE_MAX: usize = 10_000;
 
 /// What a key may do beyond reading its own scopes' records. `batches`, `files` and
@@ -54,6 +58,9 @@ pub enum KeyError {
 pub struct GatewayKeys {
     store: Store,
     cache: Mutex<KeyCache>,
+    /// How long after it was read from the store a cached answer still counts while the store
+    /// is unreachable (see the module comment).
+    stale_grace: Duration,
 }
 
 #[derive(Default)]
@@ -71,7 +78,14 @@ const STORE_RETRY_AFTER: Duration = Duration::from_secs(2);
 
 impl GatewayKeys {
     pub fn new(store: Store) -> GatewayKeys {
-        GatewayKeys { store, cache: Mutex::new(KeyCache::default()) }
+        GatewayKeys { store, cache: Mutex::new(KeyCache::default()), stale_grace: DEFAULT_STALE_GRACE }
+    }
+
+    /// How long a verified key keeps working while the database is unreachable (at least
+    /// `CACHE_TTL`, for which any cached answer counts anyway).
+    pub fn with_stale_grace(mut self, grace: Duration) -> GatewayKeys {
+        self.stale_grace = grace.max(CACHE_TTL);
+        self
     }
 
     /// Issues a key; the returned secret is shown once and never stored.
@@ -153,8 +167,8 @@ impl GatewayKeys {
                         record
                     }
                     // The database is down: a key this replica verified within the last
-                    // `STALE_FOR` keeps working (no revocation can be written meanwhile either),
-                    // so callers go on being served from the in-memory index.
+                    // `stale_grace` keeps working, so callers go on being served from the
+                    // in-memory index through a short outage.
                     Err(err) if err.is_unavailable() => {
                         self.lock_cache().store_down_until = Some(Instant::now() + STORE_RETRY_AFTER);
                         match self.stale(id) {
@@ -182,10 +196,14 @@ impl GatewayKeys {
         cache.entries.get(id).filter(|(_, at)| at.elapsed() < CACHE_TTL).map(|(record, _)| record.clone())
     }
 
-    /// A cached answer past its TTL but within `STALE_FOR`, for when the store is unreachable.
+    /// A cached answer past its TTL but within `stale_grace`, for when the store is unreachable.
     fn stale(&self, id: &str) -> Option<Option<KeyRecord>> {
         let cache = self.lock_cache();
-        cache.entries.get(id).filter(|(_, at)| at.elapsed() < STALE_FOR).map(|(record, _)| record.clone())
+        cache
+            .entries
+            .get(id)
+            .filter(|(_, at)| at.elapsed() < self.stale_grace)
+            .map(|(record, _)| record.clone())
     }
 
     /// Caches what the store said at `epoch`, unless a revocation came in between.
@@ -204,6 +222,7 @@ impl GatewayKeys {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -238,6 +257,48 @@ mod tests {
         // Its second half, after the revocation.
         keys.remember(&record.id, stale, epoch);
         assert!(keys.verify(&secret).await.unwrap().is_none(), "the revoked key came back from the cache");
+    }
+
+    /// Makes the cached answer for `id` as old as `age`, as if read from the store that long ago.
+    fn age_entry(keys: &GatewayKeys, id: &str, age: Duration) {
+        let mut cache = keys.lock_cache();
+        let entry = cache.entries.get_mut(id).unwrap();
+        entry.1 = Instant::now().checked_sub(age).unwrap();
+    }
+
+    /// Cut off from the database (and so from any revocation written meanwhile), a replica
+    /// honours a key it verified for the grace and not beyond: 60 s unless configured.
+    #[tokio::test]
+    async fn a_cut_off_replica_honours_a_cached_key_for_the_grace_only() {
+        let keys = keys().await;
+        let (record, secret) = keys.issue(&new_key()).await.unwrap();
+        assert!(keys.verify(&secret).await.unwrap().is_some());
+        // Revoked elsewhere, then the database goes away from this replica.
+        keys.store.revoke_key("t", &record.id, now_ms()).await.unwrap();
+        keys.store.pool().close().await;
+        age_entry(&keys, &record.id, Duration::from_secs(50));
+        assert!(keys.verify(&secret).await.unwrap().is_some(), "within the grace, the cached answer");
+        age_entry(&keys, &record.id, Duration::from_secs(61));
+        let err = keys.verify(&secret).await.unwrap_err();
+        assert!(err.is_unavailable(), "{err}");
+
+        let keys = self::keys().await.with_stale_grace(Duration::from_secs(10));
+        let (record, secret) = keys.issue(&new_key()).await.unwrap();
+        assert!(keys.verify(&secret).await.unwrap().is_some());
+        keys.store.pool().close().await;
+        age_entry(&keys, &record.id, Duration::from_secs(9));
+        assert!(keys.verify(&secret).await.unwrap().is_some());
+        age_entry(&keys, &record.id, Duration::from_secs(11));
+        assert!(keys.verify(&secret).await.is_err(), "past the configured grace");
+        // Never below the cache's own TTL: a grace of 0 still serves what was read 4 s ago.
+        let keys = self::keys().await.with_stale_grace(Duration::ZERO);
+        let (record, secret) = keys.issue(&new_key()).await.unwrap();
+        assert!(keys.verify(&secret).await.unwrap().is_some());
+        keys.store.pool().close().await;
+        age_entry(&keys, &record.id, Duration::from_secs(4));
+        assert!(keys.verify(&secret).await.unwrap().is_some());
+        age_entry(&keys, &record.id, Duration::from_secs(6));
+        assert!(keys.verify(&secret).await.is_err());
     }
 
     #[tokio::test]

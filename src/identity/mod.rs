@@ -30,7 +30,7 @@ use rate_limit::{RateLimits, Strikes};
 use secrecy::SecretString;
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
-use std::net::IpAddr;
+use std::time::Duration;
 
 /// Who holds the upstream credential.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,6 +178,9 @@ pub struct IdentityConfig {
     /// Per client address: failed credentials (managed mode), requests with a key the upstream
     /// has not yet accepted (passthrough mode).
     pub preauth_rate_limit_per_minute: u32,
+    /// How long a gateway key verified here goes on working while the database cannot be
+    /// reached (`keys`): a revocation made meanwhile elsewhere is not seen for up to this long.
+    pub stale_key_grace: Duration,
 }
 
 pub struct Authenticator {
@@ -195,7 +198,7 @@ impl Authenticator {
     pub fn new(config: IdentityConfig, store: Store) -> Result<Authenticator, String> {
         let jwt = if config.jwt.is_enabled() { Some(JwtVerifier::new(config.jwt.clone())?) } else { None };
         Ok(Authenticator {
-            keys: GatewayKeys::new(store),
+            keys: GatewayKeys::new(store).with_stale_grace(config.stale_key_grace),
             jwt,
             limits: RateLimits::default(),
             strikes: Strikes::new(config.preauth_rate_limit_per_minute),
@@ -228,22 +231,17 @@ impl Authenticator {
         &self.limits
     }
 
-    /// The caller behind `headers`, from client address `client` (for the limits before
-    /// authentication), with its rate limits charged.
-    pub async fn authenticate(
-        &self,
-        headers: &HeaderMap,
-        client: Option<IpAddr>,
-    ) -> Result<Caller, ApiError> {
-        let address = client.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
+    /// The caller behind `headers`, from the client `address` (its key in the per-address
+    /// limits before authentication: `ClientAddrs::limit_key`), with its rate limits charged.
+    pub async fn authenticate(&self, headers: &HeaderMap, address: &str) -> Result<Caller, ApiError> {
         let mut caller = match self.config.mode {
-            AuthMode::Passthrough => self.passthrough_caller(headers, &address)?,
+            AuthMode::Passthrough => self.passthrough_caller(headers, address)?,
             AuthMode::Managed => {
-                self.strikes.check(&address).map_err(|wait| too_many_failures(wait))?;
+                self.strikes.check(address).map_err(too_many_failures)?;
                 match self.managed_caller(headers).await {
                     Ok(caller) => caller,
                     Err(err) if err.kind() == ErrorKind::Authentication => {
-                        return Err(match self.strikes.fail(&address) {
+                        return Err(match self.strikes.fail(address) {
                             Ok(()) => err,
                             Err(wait) => too_many_failures(wait),
                         });

@@ -45,8 +45,10 @@ impl RateLimits {
     }
 }
 
-/// The most blocked addresses remembered; beyond it, expired entries are dropped first and new
-/// blocks wait for room (the failure limiter itself still counts them).
+/// The most blocked keys remembered. A new block always goes in: when the table is full, the
+/// blocks that ran out are dropped, and if that frees nothing, the tenth that would end soonest
+/// (one O(n) pass per n/10 new blocks). A flood of addresses thus shortens the blocks nearest
+/// their end instead of leaving every address after the 100,000th unlimited.
 const MAX_BLOCKED: usize = 100_000;
 
 /// Failures per key (a client address), `per_minute` of them allowed; past that the key is
@@ -81,19 +83,39 @@ impl Strikes {
     /// Counts one failure for `key`; `Err(seconds)` when that one went over the limit.
     pub fn fail(&self, key: &str) -> Result<(), u64> {
         let Err(wait) = self.failures.check(key, self.per_minute) else { return Ok(()) };
+        let wait = wait.max(1);
+        let now = Instant::now();
         let mut blocked = self.blocked.lock().unwrap_or_else(|p| p.into_inner());
-        if blocked.len() >= MAX_BLOCKED {
-            let now = Instant::now();
+        if blocked.len() >= MAX_BLOCKED && !blocked.contains_key(key) {
             blocked.retain(|_, until| *until > now);
+            if blocked.len() >= MAX_BLOCKED {
+                evict_soonest(&mut blocked, MAX_BLOCKED / 10);
+            }
         }
-        if blocked.len() < MAX_BLOCKED {
-            blocked.insert(key.to_owned(), Instant::now() + Duration::from_secs(wait.max(1)));
-        }
-        Err(wait.max(1))
+        blocked.insert(key.to_owned(), now + Duration::from_secs(wait));
+        Err(wait)
+    }
+
+    /// How many keys are blocked or were until lately.
+    pub fn blocked_len(&self) -> usize {
+        self.blocked.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 }
 
+/// Drops at least `count` of the blocks that end soonest.
+fn evict_soonest(blocked: &mut HashMap<String, Instant>, count: usize) {
+    let mut ends: Vec<Instant> = blocked.values().copied().collect();
+    if count >= ends.len() {
+        blocked.clear();
+        return;
+    }
+    let (_, threshold, _) = ends.select_nth_unstable(count.max(1) - 1);
+    let threshold = *threshold;
+    blocked.retain(|_, until| *until > threshold);
+}
+
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -120,5 +142,35 @@ mod tests {
         assert!(strikes.fail("10.0.0.1").is_err());
         assert!(strikes.check("10.0.0.1").is_err());
         assert_eq!(strikes.check("10.0.0.2"), Ok(()));
+    }
+
+    /// Once the table of blocked keys is full, a new key past its limit is blocked all the same
+    /// (older blocks make room), and the table stays bounded.
+    #[test]
+    fn a_full_table_still_blocks_new_keys() {
+        let strikes = Strikes::new(1);
+        for i in 0..MAX_BLOCKED {
+            let key = format!("2001:db8:{:x}:{:x}::/64", i >> 16, i & 0xffff);
+            assert_eq!(strikes.fail(&key), Ok(()));
+            assert!(strikes.fail(&key).is_err());
+        }
+        assert_eq!(strikes.blocked_len(), MAX_BLOCKED);
+        assert_eq!(strikes.fail("198.51.100.7"), Ok(()));
+        assert!(strikes.fail("198.51.100.7").is_err());
+        assert!(strikes.check("198.51.100.7").is_err(), "a new key past its limit went unblocked");
+        assert!(strikes.blocked_len() <= MAX_BLOCKED);
+    }
+
+    #[test]
+    fn eviction_drops_the_blocks_that_end_soonest() {
+        let now = Instant::now();
+        let mut blocked: HashMap<String, Instant> =
+            (0..10u64).map(|i| (format!("k{i}"), now + Duration::from_secs(i + 1))).collect();
+        evict_soonest(&mut blocked, 3);
+        let mut left: Vec<&str> = blocked.keys().map(String::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["k3", "k4", "k5", "k6", "k7", "k8", "k9"]);
+        evict_soonest(&mut blocked, 7);
+        assert!(blocked.is_empty());
     }
 }

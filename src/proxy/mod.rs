@@ -34,8 +34,7 @@ pub async fn count_tokens(State(state): State<AppState>, request: Request) -> Re
 /// Any other `/v1/*` path and method: body streamed through, nothing read.
 pub async fn passthrough(State(state): State<AppState>, request: Request) -> Result<Response, ApiError> {
     let (parts, body) = request.into_parts();
-    let client = state.client_addr(&parts);
-    let caller = state.identity().authenticate(&parts.headers, client).await?;
+    let caller = state.identity().authenticate(&parts.headers, &state.client_limit_key(&parts)).await?;
     paths::check_upstream_path(&caller, parts.uri.path())?;
     // A request without a body (GET /v1/models) must not grow a chunked empty one on the way.
     let body =
@@ -50,7 +49,7 @@ async fn forward_messages_request(state: &AppState, request: Request) -> Result<
     let started = Instant::now();
     let (parts, body) = request.into_parts();
     let client = state.client_addr(&parts);
-    let mut caller = state.identity().authenticate(&parts.headers, client).await?;
+    let mut caller = state.identity().authenticate(&parts.headers, &state.client_limit_key(&parts)).await?;
     // Held until the request has left for the upstream: see `budget`.
     let holder = crate::body::budget::Holder::new(client, &caller.rate_key);
     let (bytes, budget_permit) =

@@ -5,6 +5,7 @@
 //! run against each database. Domain operations live beside their types: `memories`.
 
 pub mod embeddings;
+pub mod health;
 pub mod keys;
 pub mod memories;
 pub mod outbox;

@@ -20,13 +20,12 @@ use memgate::identity::rate_limit::Strikes;
 use memgate::store::Store;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tower::ServiceExt;
 
-const ADMIN: &str = "admin-token-for-the-console-tests";
-const VIEWER: &str = "viewer-token-for-the-console-tests";
+pub(crate) const ADMIN: &str = "admin-token-for-the-console-tests";
+pub(crate) const VIEWER: &str = "viewer-token-for-the-console-tests";
 const HOST: &str = "memgate.test:8080";
 const ORIGIN: &str = "http://memgate.test:8080";
 
@@ -60,7 +59,7 @@ on_both_stores!(
 // ---------------------------------------------------------------- a tiny host and router
 
 #[derive(Clone)]
-struct Host(Arc<HostInner>);
+pub(crate) struct Host(Arc<HostInner>);
 
 struct HostInner {
     auth: ConsoleAuth,
@@ -78,8 +77,11 @@ impl ConsoleHost for Host {
     fn admin_strikes(&self) -> &Strikes {
         &self.0.strikes
     }
-    fn client_addr(&self, _parts: &Parts) -> Option<IpAddr> {
-        Some(IpAddr::from([127, 0, 0, 1]))
+    fn strike_key(&self, _parts: &Parts) -> String {
+        "127.0.0.1".to_owned()
+    }
+    fn body_read_timeout(&self) -> Duration {
+        Duration::from_secs(5)
     }
     fn is_https(&self, parts: &Parts) -> bool {
         // As if every peer were a trusted proxy.
@@ -87,14 +89,17 @@ impl ConsoleHost for Host {
     }
 }
 
-async fn store(db: &TestDb) -> Store {
+pub(crate) async fn store(db: &TestDb) -> Store {
     let store = Store::connect(&db.url).await.unwrap();
     store.migrate().await.unwrap();
     store
 }
 
 fn host_with(store: Store, admin: Option<&str>, policy: SessionPolicy) -> Host {
-    let tokens = AdminTokens::new(admin.map(Into::into), Some(VIEWER.into()));
+    host_with_tokens(store, AdminTokens::new(admin.map(Into::into), Some(VIEWER.into())), policy)
+}
+
+pub(crate) fn host_with_tokens(store: Store, tokens: AdminTokens, policy: SessionPolicy) -> Host {
     Host(Arc::new(HostInner { auth: ConsoleAuth { tokens, policy }, store, strikes: Strikes::new(3) }))
 }
 
@@ -139,7 +144,7 @@ async fn whoami(request: Request) -> Json<Value> {
     )
 }
 
-fn router(host: Host) -> Router {
+pub(crate) fn router(host: Host) -> Router {
     let admin = Router::new()
         .route("/admin/v1/memories", get(whoami).post(whoami))
         .route("/admin/v1/explain", post(whoami))
@@ -148,14 +153,14 @@ fn router(host: Host) -> Router {
     memgate::console::routes::<Host>().merge(admin).with_state(host)
 }
 
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Value,
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Value,
     bytes: bytes::Bytes,
 }
 
-async fn send(router: &Router, request: axum::http::Request<Body>) -> Answer {
+pub(crate) async fn send(router: &Router, request: axum::http::Request<Body>) -> Answer {
     let response = router.clone().oneshot(request).await.unwrap();
     let status = response.status();
     let headers = response.headers().clone();
@@ -165,7 +170,7 @@ async fn send(router: &Router, request: axum::http::Request<Body>) -> Answer {
 }
 
 /// A request as the console sends it: the CSRF header, the Host, and `extra` headers.
-fn console_request(
+pub(crate) fn console_request(
     method: &str,
     path: &str,
     cookie: Option<&str>,
@@ -196,7 +201,7 @@ fn console_request(
 }
 
 /// Logs in and returns the cookie value.
-async fn login(router: &Router, token: &str, actor: Option<&str>) -> String {
+pub(crate) async fn login(router: &Router, token: &str, actor: Option<&str>) -> String {
     let answer = send(
         router,
         console_request("POST", "/console/session", None, &[], Some(json!({"token": token, "actor": actor}))),
@@ -211,18 +216,18 @@ fn cookie_of(headers: &HeaderMap) -> String {
     set.strip_prefix("memgate_console=").unwrap().split(';').next().unwrap().to_owned()
 }
 
-fn assert_code(answer: &Answer, status: u16, error_type: &str, code: &str) {
+pub(crate) fn assert_code(answer: &Answer, status: u16, error_type: &str, code: &str) {
     assert_eq!(answer.status.as_u16(), status, "{}", answer.body);
     assert_eq!(answer.body["type"], "error", "{}", answer.body);
     assert_eq!(answer.body["error"]["type"], error_type, "{}", answer.body);
     assert_eq!(answer.body["error"]["code"], code, "{}", answer.body);
 }
 
-async fn count(conn: &mut sqlx::AnyConnection, sql: &'static str) -> i64 {
+pub(crate) async fn count(conn: &mut sqlx::AnyConnection, sql: &'static str) -> i64 {
     sqlx::Row::get::<i64, _>(&sqlx::query(sql).fetch_one(conn).await.unwrap(), 0)
 }
 
-async fn raw(db: &TestDb) -> sqlx::AnyConnection {
+pub(crate) async fn raw(db: &TestDb) -> sqlx::AnyConnection {
     sqlx::any::install_default_drivers();
     <sqlx::AnyConnection as sqlx::Connection>::connect(&db.url).await.unwrap()
 }
@@ -369,7 +374,7 @@ async fn sessions_end_after_their_lifetime_or_when_idle(db: TestDb) {
     let auth = ConsoleAuth { tokens: AdminTokens::new(Some(ADMIN.into()), None), policy };
     let t0 = 1_750_000_000_000_i64;
     let minute = 60_000;
-    let (cookie, _) = session::create(&store, Role::Admin, "console:a", &policy, t0).await.unwrap();
+    let (cookie, _) = session::create(&store, &auth, Role::Admin, "console:a", t0).await.unwrap();
     let headers = {
         let mut h = HeaderMap::new();
         h.insert("cookie", format!("memgate_console={cookie}").parse().unwrap());
@@ -392,25 +397,22 @@ async fn sessions_end_after_their_lifetime_or_when_idle(db: TestDb) {
     assert!(matches!(at(t0 + 12 * 60 * minute).await, Err(auth::Refusal::SessionEnded)));
 
     // A session left alone for an hour has ended.
-    let (idle, _) = session::create(&store, Role::Admin, "console:b", &policy, t0).await.unwrap();
-    assert!(session::find(&store, &idle, &policy, t0 + 60 * minute - 1).await.unwrap().is_some());
-    assert!(session::find(&store, &idle, &policy, t0 + 60 * minute).await.unwrap().is_none());
+    let (idle, _) = session::create(&store, &auth, Role::Admin, "console:b", t0).await.unwrap();
+    assert!(session::find(&store, &idle, &auth, t0 + 60 * minute - 1).await.unwrap().is_some());
+    assert!(session::find(&store, &idle, &auth, t0 + 60 * minute).await.unwrap().is_none());
     // `last_seen_at` is written at most once a minute.
-    let (quiet, _) = session::create(&store, Role::Admin, "console:c", &policy, t0).await.unwrap();
-    let found = session::find(&store, &quiet, &policy, t0 + 30_000).await.unwrap().unwrap();
+    let (quiet, _) = session::create(&store, &auth, Role::Admin, "console:c", t0).await.unwrap();
+    let found = session::find(&store, &quiet, &auth, t0 + 30_000).await.unwrap().unwrap();
     session::touch(&store, &quiet, &found, &policy, t0 + 30_000).await.unwrap();
-    assert_eq!(
-        session::find(&store, &quiet, &policy, t0 + 31_000).await.unwrap().unwrap().last_seen_at_ms,
-        t0
-    );
+    assert_eq!(session::find(&store, &quiet, &auth, t0 + 31_000).await.unwrap().unwrap().last_seen_at_ms, t0);
 
     // Through HTTP (the handlers use the clock): a session that ended is logged out.
     let router = router(host_with(store.clone(), Some(ADMIN), policy));
     let now = memgate::clock::now_ms();
     let (old, _) =
-        session::create(&store, Role::Admin, "console:d", &policy, now - 13 * 60 * minute).await.unwrap();
+        session::create(&store, &auth, Role::Admin, "console:d", now - 13 * 60 * minute).await.unwrap();
     let (idle, _) =
-        session::create(&store, Role::Admin, "console:e", &policy, now - 61 * minute).await.unwrap();
+        session::create(&store, &auth, Role::Admin, "console:e", now - 61 * minute).await.unwrap();
     for cookie in [&old, &idle] {
         let me = send(&router, console_request("GET", "/console/session", Some(cookie), &[], None)).await;
         assert_eq!(me.body, json!({"authenticated": false}));

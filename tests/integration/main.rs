@@ -5,9 +5,11 @@
 mod support;
 
 mod console;
+mod console_store;
 mod e2e_admin;
 mod e2e_anywhere;
 mod e2e_console;
+mod e2e_console_sessions;
 mod e2e_fleet;
 mod e2e_identity;
 mod e2e_memory;

@@ -63,6 +63,7 @@ async fn no_caller_ever_sees_another_tenants_or_another_scopes_records() {
             default_rate_limit_per_minute: 1_000_000,
             passthrough_rate_limit_per_minute: 0,
             preauth_rate_limit_per_minute: 0,
+            stale_key_grace: memgate::identity::keys::DEFAULT_STALE_GRACE,
         },
         store,
     )
@@ -102,7 +103,7 @@ async fn no_caller_ever_sees_another_tenants_or_another_scopes_records() {
                 let subject = ["u1", "u2", "u3"][rng.next(3)];
                 headers.insert("x-memory-subject", HeaderValue::from_static(subject));
             }
-            let caller = identity.authenticate(&headers, None).await.unwrap();
+            let caller = identity.authenticate(&headers, "unknown").await.unwrap();
             assert!(caller.scopes.contains("public"));
 
             let visible: BTreeSet<String> = match memories.index().tenant(&caller.tenant) {
