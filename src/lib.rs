@@ -1,9 +1,7 @@
 //! memgate: a gateway in front of the Anthropic Messages API that gives every request memory.
 //!
-//! `routes` holds the route table and draws a request's path through the layers; start there.
+//! `http` holds the route table and draws a request's path through the layers; start there.
 
-pub mod admin;
-pub mod allowed_hosts;
 pub mod assets;
 pub mod body;
 pub mod client_addr;
@@ -15,19 +13,17 @@ pub mod error;
 pub mod fanout;
 pub mod funnel;
 pub mod hash;
+pub mod http;
 pub mod identity;
 pub mod index;
 pub mod inject;
 pub mod lexical;
 pub mod memory;
 pub mod observability;
-pub mod proxy;
 pub mod query;
 pub mod recall;
 pub mod record;
 pub mod rollout;
-pub mod routes;
-pub mod server;
 pub mod slots;
 pub mod state;
 pub mod store;
@@ -35,7 +31,7 @@ pub mod triggers;
 pub mod upstream;
 pub mod vector;
 
-pub use routes::build_app;
+pub use http::build_app;
 pub use state::AppState;
 
 #[cfg(test)]

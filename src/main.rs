@@ -196,7 +196,7 @@ fn load_config(flags: &ConfigFlags) -> Result<Config, String> {
 async fn serve(flags: ConfigFlags) -> Result<(), String> {
     let config = load_config(&flags)?;
     memgate::observability::logging::init(config.log_format, &config.log_level);
-    memgate::server::run(config, |addr, admin| {
+    memgate::http::server::run(config, |addr, admin| {
         println!("memgate listening on http://{addr}");
         if let Some(admin) = admin {
             println!("memgate admin API listening on http://{admin}");
@@ -422,7 +422,7 @@ async fn actions(command: ActionsCommand) -> Result<(), String> {
             let since_ms = match since.as_deref() {
                 None => None,
                 Some(text) => {
-                    Some(memgate::admin::actions::parse_since(text, memgate::clock::now_ms()).map_err(
+                    Some(memgate::http::admin::actions::parse_since(text, memgate::clock::now_ms()).map_err(
                         |_| format!("--since `{text}`: a time (RFC 3339) or an age such as 30m, 1h, 7d"),
                     )?)
                 }

@@ -16,7 +16,6 @@
 //! paths for a state that implements `ConsoleHost`, and the rest are functions over explicit
 //! parameters for the admin handlers and the proxy to call (docs/console.md, "Hooks").
 
-pub mod assets;
 pub mod auth;
 pub mod health;
 pub mod history;
@@ -25,7 +24,6 @@ pub mod recorder;
 pub mod schemas;
 pub mod session;
 
-pub use assets::ConsoleAssets;
 pub use auth::{AdminTokens, ConsoleAuth, Principal, Refusal, Role, Via, authorize};
 pub use history::{HistoryParams, HistoryRetention, Window};
 pub use recent::{RecentCaller, RecentRequest, RecentRequests};
@@ -34,9 +32,7 @@ pub use session::SessionPolicy;
 
 use crate::identity::rate_limit::Strikes;
 use crate::store::Store;
-use axum::Router;
 use axum::http::request::Parts;
-use axum::routing::get;
 use sha2::{Digest, Sha256};
 use std::time::Duration;
 
@@ -58,20 +54,6 @@ pub trait ConsoleHost: Clone + Send + Sync + 'static {
     /// `X-Forwarded-Proto: https` (`auth::forwarded_https`). Decides the cookie's `Secure` and
     /// the scheme of the request's own origin in the CSRF rule.
     fn is_https(&self, parts: &Parts) -> bool;
-}
-
-/// Every `/console` route: the embedded files (`GET /console` → 308, `/console/`,
-/// `/console/index.html`, `/console/assets/{file}`, 404 for any other path) and
-/// `GET`/`POST`/`DELETE /console/session`, each answer with the console's security headers. The
-/// application mounts it with one line: `.merge(console::routes::<AppState>())`.
-pub fn routes<H: ConsoleHost>() -> Router<H> {
-    let sessions = Router::new()
-        .route(
-            "/console/session",
-            get(session::status::<H>).post(session::login::<H>).delete(session::logout::<H>),
-        )
-        .layer(axum::middleware::map_response(assets::with_security_headers));
-    ConsoleAssets::embedded().routes::<H>().merge(sessions)
 }
 
 /// The SHA-256 of `bytes`, hex.

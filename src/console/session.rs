@@ -18,7 +18,7 @@
 //! session at once.
 
 use super::ConsoleHost;
-use super::assets::security_headers;
+use crate::http::console::assets::security_headers;
 use super::auth::{self, AdminTokens, ConsoleAuth, Refusal, Role, SESSION_COOKIE};
 use crate::clock::{format_ms, now_ms};
 use crate::error::{ApiError, Code, ErrorKind};

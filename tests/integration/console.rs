@@ -150,7 +150,7 @@ pub(crate) fn router(host: Host) -> Router {
         .route("/admin/v1/explain", post(whoami))
         .route("/admin/v1/import", post(whoami))
         .layer(axum::middleware::from_fn_with_state(host.clone(), admin_guard));
-    memgate::console::routes::<Host>().merge(admin).with_state(host)
+    memgate::http::console::routes::<Host>().merge(admin).with_state(host)
 }
 
 pub(crate) struct Answer {
@@ -818,7 +818,7 @@ async fn the_files_are_served_with_their_rules() {
     };
     let security = |answer: &Answer| {
         let h = &answer.headers;
-        assert_eq!(h["content-security-policy"], memgate::console::assets::CSP);
+        assert_eq!(h["content-security-policy"], memgate::http::console::assets::CSP);
         assert_eq!(h["x-content-type-options"], "nosniff");
         assert_eq!(h["referrer-policy"], "no-referrer");
         assert_eq!(h["x-frame-options"], "DENY");

@@ -15,7 +15,7 @@ mod connection;
 use crate::config::Config;
 use crate::error::StartupError;
 use crate::fanout::Topic;
-use crate::routes::{build_admin_app, build_app, build_public_app};
+use crate::http::{build_admin_app, build_app, build_public_app};
 use crate::state::AppState;
 use std::net::SocketAddr;
 use tokio::net::TcpListener;

@@ -21,15 +21,18 @@
 //! that call `memory::MemoryService`, which checks records (`memory::checks`) and writes them
 //! through `store`. `/console/` serves the console's embedded files and its session endpoints.
 
-use crate::admin;
-use crate::proxy;
 use crate::state::AppState;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{any, get, post};
 
+pub mod admin;
+pub mod allowed_hosts;
+pub mod console;
 pub mod health;
 pub mod observe;
+pub mod proxy;
+pub mod server;
 
 /// The route table: path → handler, nothing else. Everything on one listener.
 pub fn build_app(state: AppState) -> Router {
@@ -98,7 +101,7 @@ fn operator_routes(state: &AppState) -> Router<AppState> {
         .nest("/admin/v1", admin)
         .route("/metrics", get(health::metrics))
         // The console's files and its session endpoints, beside the admin API it calls.
-        .merge(crate::console::routes::<AppState>())
+        .merge(console::routes::<AppState>())
 }
 
 async fn no_store(mut response: axum::response::Response) -> axum::response::Response {
@@ -115,7 +118,7 @@ fn finish(routes: Router<AppState>, state: AppState) -> Router {
         // Body limits are enforced by the handlers, which answer in Anthropic's error shape.
         .layer(DefaultBodyLimit::disable())
         // A request naming a host its listener does not answer for ends here (`allowed_hosts`).
-        .layer(axum::middleware::from_fn(crate::allowed_hosts::refuse_other_hosts))
+        .layer(axum::middleware::from_fn(crate::http::allowed_hosts::refuse_other_hosts))
         .layer(axum::middleware::from_fn_with_state(state.clone(), observe::observe))
         .with_state(state)
 }
