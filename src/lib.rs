@@ -28,6 +28,7 @@ pub mod slots;
 pub mod state;
 pub mod store;
 pub mod triggers;
+pub mod turn;
 pub mod upstream;
 pub mod vector;
 

@@ -23,6 +23,7 @@ use crate::rollout::Rollout;
 use crate::rollout::release::load_releases;
 use crate::store::Store;
 use crate::triggers::{TriggerMetrics, Triggers};
+use crate::turn::Turns;
 use crate::upstream::Upstream;
 use axum::extract::ConnectInfo;
 use std::net::SocketAddr;
@@ -46,8 +47,8 @@ struct Inner {
     admin_strikes: Strikes,
     /// An index older than this is stale (its store unreachable): answers say so.
     stale_after: std::time::Duration,
-    identity: Authenticator,
-    upstream: Upstream,
+    identity: Arc<Authenticator>,
+    upstream: Arc<Upstream>,
     metrics: Arc<Metrics>,
     draining: AtomicBool,
     /// The memory step of a request: records, model, templates (`recall`).
@@ -59,8 +60,10 @@ struct Inner {
     /// The console's logins and sessions, its metrics history (flushed by the server's ticker)
     /// and the recent requests its explain picker lists.
     console_auth: ConsoleAuth,
-    recorder: MetricsRecorder,
-    recent: RecentRequests,
+    recorder: Arc<MetricsRecorder>,
+    recent: Arc<RecentRequests>,
+    /// One Messages turn, begun and settled (`turn`).
+    turns: Turns,
 }
 
 impl AppState {
@@ -170,24 +173,36 @@ impl AppState {
                 message: format!("loading rollout state: {err}"),
             })?
             .with_fanout(fanout.clone());
+        let rollout = Arc::new(rollout);
+        let recaller =
+            Recaller::new(memories, templates, metrics.clone(), config.memory.clone(), triggers.clone());
+        let identity = Arc::new(identity);
+        let upstream = Arc::new(Upstream::new(&config.upstream)?);
+        let recorder = Arc::new(MetricsRecorder::new(replica.clone(), retention));
+        let recent = Arc::new(RecentRequests::new(
+            replica,
+            config.console.recent_requests,
+            config.console.recent_request_ttl,
+        ));
+        let stale_after = (config.poll_interval * 3).max(std::time::Duration::from_secs(3));
+        let turns = Turns::new(
+            recaller.clone(),
+            rollout.clone(),
+            identity.clone(),
+            upstream.clone(),
+            recorder.clone(),
+            recent.clone(),
+            stale_after,
+        );
         let inner = Inner {
             fanout,
-            rollout: Arc::new(rollout),
-            recaller: Recaller::new(
-                memories,
-                templates,
-                metrics.clone(),
-                config.memory.clone(),
-                triggers.clone(),
-            ),
+            rollout,
+            recaller,
             triggers,
             console_auth: ConsoleAuth { tokens, policy: SessionPolicy::default() },
-            recorder: MetricsRecorder::new(replica.clone(), retention),
-            recent: RecentRequests::new(
-                replica,
-                config.console.recent_requests,
-                config.console.recent_request_ttl,
-            ),
+            recorder,
+            recent,
+            turns,
             max_import_bytes: config.admin.max_import_bytes,
             limits: config.limits.clone(),
             body_budget: BodyBudget::new(
@@ -201,9 +216,9 @@ impl AppState {
             ),
             client_addrs: config.client_addrs.clone(),
             admin_strikes: Strikes::new(config.admin.rate_limit_per_minute),
-            stale_after: (config.poll_interval * 3).max(std::time::Duration::from_secs(3)),
+            stale_after,
             identity,
-            upstream: Upstream::new(&config.upstream)?,
+            upstream,
             metrics,
             draining: AtomicBool::new(false),
         };
@@ -254,6 +269,11 @@ impl AppState {
 
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
+    }
+
+    /// Messages turns: begun and settled for the proxy, begun for `explain`.
+    pub fn turns(&self) -> &Turns {
+        &self.inner.turns
     }
 
     pub fn recaller(&self) -> &Recaller {

@@ -110,14 +110,14 @@ async fn run(args: Args) -> Result<(), BoxError> {
         .await?;
     let mut headers = base_headers();
     headers.insert("x-api-key", HeaderValue::from_str(&secret)?);
-    auth.authenticate(&headers, "unknown").await?; // fills the cache
+    auth.authenticate(memgate::http::headers::credentials(&headers), "unknown").await?; // fills the cache
     rows.push(measure("gateway key, cache hit", &auth, &headers, budget, args.min_ops).await?);
 
     let mut misses = Vec::with_capacity(args.misses);
     for _ in 0..args.misses {
         let fresh = Authenticator::new(identity(jwt_config(false, None)), store.clone())?;
         let started = Instant::now();
-        fresh.authenticate(&headers, "unknown").await?;
+        fresh.authenticate(memgate::http::headers::credentials(&headers), "unknown").await?;
         misses.push(started.elapsed());
     }
     rows.push(row("gateway key, cache miss (SQLite read)", &misses, None));
@@ -234,7 +234,7 @@ async fn measure_jwt(
     for token in tokens {
         let headers = with_token(token)?;
         let t = Instant::now();
-        let caller = auth.authenticate(&headers, "unknown").await?;
+        let caller = auth.authenticate(memgate::http::headers::credentials(&headers), "unknown").await?;
         first_sight.push(t.elapsed());
         if !caller.scopes.contains("team:sales") {
             return Err(format!("{label}: claims were not mapped").into());
@@ -255,13 +255,13 @@ async fn measure(
     min_ops: usize,
 ) -> Result<Value, BoxError> {
     for _ in 0..min_ops.min(1000) {
-        auth.authenticate(headers, "unknown").await?;
+        auth.authenticate(memgate::http::headers::credentials(headers), "unknown").await?;
     }
     let mut times = Vec::with_capacity(min_ops);
     let started = Instant::now();
     while times.len() < min_ops || started.elapsed() < budget {
         let t = Instant::now();
-        let caller = auth.authenticate(headers, "unknown").await?;
+        let caller = auth.authenticate(memgate::http::headers::credentials(headers), "unknown").await?;
         times.push(t.elapsed());
         std::hint::black_box(caller);
     }

@@ -18,10 +18,10 @@
 //! session at once.
 
 use super::ConsoleHost;
-use crate::http::console::assets::security_headers;
 use super::auth::{self, AdminTokens, ConsoleAuth, Refusal, Role, SESSION_COOKIE};
 use crate::clock::{format_ms, now_ms};
 use crate::error::{ApiError, Code, ErrorKind};
+use crate::http::console::assets::security_headers;
 use crate::store::{Store, StoreError};
 use axum::extract::{Request, State};
 use axum::http::header::{CACHE_CONTROL, SET_COOKIE};

@@ -6,7 +6,9 @@
 //!
 //! `allowed_hosts` lists them. Left empty, a loopback listener answers for the loopback names
 //! (`localhost` and the loopback addresses, `127.0.0.1` and `[::1]` among them, on any port) and
-//! any other listener for every host: behind a load balancer or an ingress, which names reach
+//! for single-label names (`memgate`, the name a proxy on the same host gives its upstream by
+//! default): rebinding needs a name the page's owner controls in public DNS, and such a name has
+//! a dot. Any other listener answers for every host: behind a load balancer or an ingress, which names reach
 //! memgate is theirs to decide. Ports are not matched: the port is the listener's.
 //!
 //! `/healthz` and `/readyz` answer whatever the host: they tell nothing a page could use, and
@@ -77,7 +79,7 @@ impl AllowedHosts {
         let Some(name) = host_name(host) else { return false };
         match &self.0 {
             Rule::Any => true,
-            Rule::Loopback => is_loopback_name(&name),
+            Rule::Loopback => is_loopback_name(&name) || is_single_label(&name),
             Rule::Only(entries) => entries.iter().any(|entry| match entry {
                 Entry::Any => true,
                 Entry::Exact(exact) => *exact == name,
@@ -185,6 +187,11 @@ fn is_loopback_name(name: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
+/// A name of one label: no dot, and not an address (an IPv6 one has colons).
+fn is_single_label(name: &str) -> bool {
+    !name.contains(['.', ':', '[']) && is_dns_name(name)
+}
+
 fn is_port(text: &str) -> bool {
     !text.is_empty() && text.len() <= 5 && text.bytes().all(|b| b.is_ascii_digit())
 }
@@ -222,6 +229,9 @@ mod tests {
             "[::1]:8080",
             "[0:0::1]",
             "127.0.0.2",
+            // What nginx on the same host sends by default: its upstream block's name.
+            "memgate",
+            "memgate:8080",
         ] {
             assert!(allowed.allows(Some(host)), "{host}");
         }
@@ -230,6 +240,7 @@ mod tests {
             "evil.example:8080",
             "localhost.evil.example",
             "10.0.0.1",
+            "evil.example.",
             "",
             "a b",
             "[::1",

@@ -29,6 +29,7 @@ use axum::routing::{any, get, post};
 pub mod admin;
 pub mod allowed_hosts;
 pub mod console;
+pub mod headers;
 pub mod health;
 pub mod observe;
 pub mod proxy;

@@ -1,6 +1,7 @@
 //! Who is calling, and what they may see.
 //!
-//! `Authenticator::authenticate` turns a request's headers into a `Caller`: tenant, subject,
+//! `Authenticator::authenticate` turns what a request presents (`Credentials`, read from its
+//! headers by the edge) into a `Caller`: tenant, subject,
 //! scopes (always including `public`) and permissions. Deny by default: outside `passthrough`
 //! mode a request needs a gateway key (`x-api-key: mgk_…`) or a JWT (`Authorization: Bearer`).
 //! In `passthrough` mode the caller's own Anthropic key goes upstream and the caller sees only
@@ -23,7 +24,6 @@ use crate::error::{ApiError, Code, ErrorKind};
 use crate::record::is_valid_scope;
 use crate::store::Store;
 use accepted::{AcceptedKeys, KeyDigest};
-use axum::http::HeaderMap;
 use jwt::{JwtConfig, JwtVerifier};
 use keys::GatewayKeys;
 use rate_limit::{RateLimits, Strikes};
@@ -43,7 +43,32 @@ pub enum AuthMode {
 }
 
 pub const DEFAULT_TENANT: &str = "default";
-pub const SUBJECT_HEADER: &str = "x-memory-subject";
+
+/// A credential header as the edge read it: its text, or `Unreadable` for a value that is not
+/// visible ASCII (which no key, token or subject is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Presented<'a> {
+    Text(&'a str),
+    Unreadable,
+}
+
+impl<'a> Presented<'a> {
+    fn text(self) -> Option<&'a str> {
+        match self {
+            Presented::Text(text) => Some(text),
+            Presented::Unreadable => None,
+        }
+    }
+}
+
+/// What a request presents to say who is calling: the first `x-api-key`, `Authorization` and
+/// `X-Memory-Subject` it carries, each `None` when absent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Credentials<'a> {
+    pub api_key: Option<Presented<'a>>,
+    pub authorization: Option<Presented<'a>>,
+    pub subject: Option<Presented<'a>>,
+}
 
 /// How the upstream learns who pays for a request.
 #[derive(Clone)]
@@ -231,14 +256,14 @@ impl Authenticator {
         &self.limits
     }
 
-    /// The caller behind `headers`, from the client `address` (its key in the per-address
+    /// The caller behind `presented`, from the client `address` (its key in the per-address
     /// limits before authentication: `ClientAddrs::limit_key`), with its rate limits charged.
-    pub async fn authenticate(&self, headers: &HeaderMap, address: &str) -> Result<Caller, ApiError> {
+    pub async fn authenticate(&self, presented: Credentials<'_>, address: &str) -> Result<Caller, ApiError> {
         let mut caller = match self.config.mode {
-            AuthMode::Passthrough => self.passthrough_caller(headers, address)?,
+            AuthMode::Passthrough => self.passthrough_caller(presented, address)?,
             AuthMode::Managed => {
                 self.strikes.check(address).map_err(too_many_failures)?;
-                match self.managed_caller(headers).await {
+                match self.managed_caller(presented).await {
                     Ok(caller) => caller,
                     Err(err) if err.kind() == ErrorKind::Authentication => {
                         return Err(match self.strikes.fail(address) {
@@ -250,14 +275,14 @@ impl Authenticator {
                 }
             }
         };
-        if let Some(value) = headers.get(SUBJECT_HEADER) {
+        if let Some(value) = presented.subject {
             if !caller.permissions.assert_subject {
                 return Err(ApiError::new(
                     ErrorKind::Permission,
                     "this caller may not assert X-Memory-Subject; issue a key with the assert_subject permission",
                 ));
             }
-            let subject = value.to_str().ok().filter(|s| is_valid_subject(s)).ok_or_else(|| {
+            let subject = value.text().filter(|s| is_valid_subject(s)).ok_or_else(|| {
                 ApiError::coded(
                     Code::InvalidHeader,
                     "X-Memory-Subject must be 1 to 128 printable characters without spaces or commas",
@@ -302,13 +327,9 @@ impl Authenticator {
         }
     }
 
-    fn passthrough_caller(&self, headers: &HeaderMap, address: &str) -> Result<Caller, ApiError> {
+    fn passthrough_caller(&self, presented: Credentials<'_>, address: &str) -> Result<Caller, ApiError> {
         // The caller's Anthropic key is its identity for rate limiting; only a digest is kept.
-        let presented = headers
-            .get("x-api-key")
-            .or_else(|| headers.get("authorization"))
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
+        let presented = presented.api_key.or(presented.authorization).and_then(Presented::text).unwrap_or("");
         let digest = KeyDigest::of(presented);
         let accepted = self.accepted.contains(&digest);
         if !accepted {
@@ -340,20 +361,20 @@ impl Authenticator {
         })
     }
 
-    async fn managed_caller(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    async fn managed_caller(&self, presented: Credentials<'_>) -> Result<Caller, ApiError> {
         let Some(upstream_key) = self.config.upstream_key.clone() else {
             return Err(ApiError::internal("managed auth mode without an upstream key"));
         };
         let unauthorized = |message: &str| ApiError::new(ErrorKind::Authentication, message);
-        let bearer = headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
+        let bearer = presented
+            .authorization
+            .and_then(Presented::text)
             .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
         // SDKs send a key either as `x-api-key` or as `Authorization: Bearer` (the official
         // Python SDK does the latter): a bearer value shaped like a gateway key is one.
-        let presented_key = match headers.get("x-api-key") {
+        let presented_key = match presented.api_key {
             Some(value) => {
-                Some(value.to_str().map_err(|_| unauthorized("x-api-key is not a memgate gateway key"))?)
+                Some(value.text().ok_or_else(|| unauthorized("x-api-key is not a memgate gateway key"))?)
             }
             None => bearer.filter(|b| b.starts_with(keys::KEY_PREFIX)),
         };

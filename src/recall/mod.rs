@@ -9,7 +9,7 @@
 
 use crate::clock::{format_ms, now_ms};
 use crate::config::MemoryConfig;
-use crate::error::{ApiError, Code, ErrorKind};
+use crate::error::{ApiError, Code};
 use crate::funnel::Retrieval;
 use crate::funnel::semantic::{Hybrid, SemanticQuery};
 use crate::funnel::trace::{Detail, Trace};
@@ -21,7 +21,6 @@ use crate::observability::metrics::Metrics;
 use crate::query::Query;
 use crate::rollout::Release;
 use crate::triggers::{Fired, TriggerInput, Triggers};
-use axum::http::HeaderMap;
 use bytes::Bytes;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -158,43 +157,6 @@ pub struct Wish {
     /// `X-Memory-Values`: numbers and strings the client passes for trigger comparisons
     /// (`satisfaction < 2`).
     pub values: BTreeMap<String, Value>,
-}
-
-/// Reads `X-Memory-Mode` (`off` skips memory, `read` is the default) and `X-Memory-Debug: 1`
-/// (callers with the debug permission only).
-pub fn wish(headers: &HeaderMap, caller: &Caller) -> Result<Wish, ApiError> {
-    let off = match headers.get("x-memory-mode").map(|v| v.to_str().unwrap_or("")) {
-        None | Some("read") => false,
-        Some("off") => true,
-        Some(_) => return Err(ApiError::coded(Code::InvalidHeader, "X-Memory-Mode must be `off` or `read`")),
-    };
-    let debug = match headers.get("x-memory-debug").map(|v| v.to_str().unwrap_or("")) {
-        None | Some("0") => false,
-        Some("1") if caller.permissions.debug => true,
-        Some("1") => {
-            return Err(ApiError::new(
-                ErrorKind::Permission,
-                "X-Memory-Debug needs a caller with the debug permission",
-            ));
-        }
-        Some(_) => return Err(ApiError::coded(Code::InvalidHeader, "X-Memory-Debug must be 1 or 0")),
-    };
-    let trace = if debug { Detail::Visible } else { Detail::Off };
-    let values = match headers.get("x-memory-values") {
-        None => BTreeMap::new(),
-        Some(value) => {
-            let text = value.to_str().map_err(|_| {
-                ApiError::coded(
-                    Code::InvalidHeader,
-                    "X-Memory-Values must be visible ASCII (JSON or k=v pairs)",
-                )
-            })?;
-            crate::triggers::parse_values(text).map_err(|message| {
-                ApiError::coded(Code::InvalidHeader, format!("X-Memory-Values: {message}"))
-            })?
-        }
-    };
-    Ok(Wish { off, trace, budget: None, shadow: false, triggers: true, values })
 }
 
 impl Recaller {

@@ -23,7 +23,6 @@ use crate::observability::metrics::Metrics;
 use crate::store::releases::RolloutChange;
 use crate::store::{Store, StoreError};
 use arc_swap::ArcSwap;
-use axum::http::HeaderMap;
 pub use release::Release;
 use serde_json::{Value, json};
 use state::{RolloutState, Stage};
@@ -32,8 +31,6 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
-
-pub const VERSION_HEADER: &str = "x-memory-version";
 
 /// One consistent view of every release and its rollout state.
 struct Table {
@@ -96,22 +93,21 @@ impl Rollout {
         self.definitions.get(name).cloned()
     }
 
-    /// The release this request uses.
+    /// The release this request uses; `pin` is the release its `X-Memory-Version` names.
     pub fn route(
         &self,
         caller: &Caller,
-        headers: &HeaderMap,
+        pin: Option<&str>,
         client: Option<IpAddr>,
     ) -> Result<Arc<Release>, ApiError> {
         let table = self.table.load();
-        if let Some(pin) = headers.get(VERSION_HEADER) {
+        if let Some(name) = pin {
             if !caller.permissions.pin_release {
                 return Err(ApiError::new(
                     ErrorKind::Permission,
                     "this caller may not choose a release with X-Memory-Version; it needs the pin_release permission",
                 ));
             }
-            let name = pin.to_str().unwrap_or("");
             let usable = table.states.get(name).is_none_or(|s| s.stage != Stage::Retired);
             return match table.releases.get(name) {
                 Some(release) if usable => Ok(release.clone()),

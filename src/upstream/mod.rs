@@ -97,6 +97,14 @@ impl Upstream {
     }
 }
 
+impl Upstream {
+    /// Sends `request` and returns only the answer's status (a probe: its body is dropped
+    /// unread, which closes or returns the connection).
+    pub async fn status_of(&self, request: UpstreamRequest) -> Result<u16, ApiError> {
+        self.send(request).await.map(|answer| answer.status().as_u16())
+    }
+}
+
 fn classify_send_error(err: &reqwest::Error) -> ApiError {
     tracing::warn!(error = %err, "upstream request failed");
     if err.is_timeout() {

@@ -103,7 +103,10 @@ async fn no_caller_ever_sees_another_tenants_or_another_scopes_records() {
                 let subject = ["u1", "u2", "u3"][rng.next(3)];
                 headers.insert("x-memory-subject", HeaderValue::from_static(subject));
             }
-            let caller = identity.authenticate(&headers, "unknown").await.unwrap();
+            let caller = identity
+                .authenticate(memgate::http::headers::credentials(&headers), "unknown")
+                .await
+                .unwrap();
             assert!(caller.scopes.contains("public"));
 
             let visible: BTreeSet<String> = match memories.index().tenant(&caller.tenant) {

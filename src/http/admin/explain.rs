@@ -9,11 +9,10 @@
 
 use super::{AdminContext, AdminJson};
 use crate::error::{ApiError, Code};
-use crate::funnel::trace::Detail;
 use crate::identity::{Caller, is_valid_subject};
-use crate::recall::Wish;
 use crate::record::is_valid_scope;
 use crate::state::AppState;
+use crate::turn::{Ask, Endpoint, Purpose, TurnRequest};
 use axum::Json;
 use axum::extract::State;
 use bytes::Bytes;
@@ -98,30 +97,32 @@ pub async fn explain(
     let mut caller = Caller::new(&ctx.tenant, scopes);
     caller.subject = input.caller.subject;
     let release = match &input.release {
-        Some(name) => state
-            .rollout()
-            .release(name)
-            .ok_or_else(|| ApiError::coded(Code::UnknownRelease, format!("unknown release `{name}`")))?,
-        None => state.rollout().active(),
+        Some(name) => Some(
+            state
+                .rollout()
+                .release(name)
+                .ok_or_else(|| ApiError::coded(Code::UnknownRelease, format!("unknown release `{name}`")))?,
+        ),
+        None => None,
     };
     let body = serde_json::to_vec(&request).map_err(ApiError::internal)?;
-    crate::body::check_messages_request(&body)?;
-    let recalled = state
-        .recaller()
-        .recall(
-            &caller,
-            &release,
-            Bytes::from(body),
-            &Wish {
-                off: false,
-                trace: Detail::Full,
-                budget: Some(std::time::Duration::from_secs(10)),
-                shadow: true,
-                triggers: true,
-                values: input.values,
-            },
-        )
+    let facts = crate::body::check_messages_request(&body)?;
+    // The same beginning as a client's turn, with this release and a full trace; never sent.
+    let turn = state
+        .turns()
+        .begin(TurnRequest {
+            caller,
+            ask: Ask { values: input.values, ..Ask::default() },
+            client: None,
+            endpoint: Endpoint::Messages,
+            body: Bytes::from(body),
+            facts,
+            key_probe: None,
+            started: std::time::Instant::now(),
+            purpose: Purpose::Explain { release },
+        })
         .await?;
+    let (release, recalled) = (turn.release(), turn.recalled());
     let request: Value = serde_json::from_slice(&recalled.body).map_err(ApiError::internal)?;
     // What would fire, without deciding or sending anything.
     let triggers = state.recaller().triggers().would_fire(&recalled.fired);

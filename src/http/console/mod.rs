@@ -22,4 +22,3 @@ pub fn routes<H: ConsoleHost>() -> Router<H> {
         .layer(axum::middleware::map_response(assets::with_security_headers));
     ConsoleAssets::embedded().routes::<H>().merge(sessions)
 }
-
