@@ -150,7 +150,8 @@ fn fire_triggers(
     let subject = caller.subject.as_deref();
     let input = crate::triggers::TriggerInput::new(words, &wish.values);
     let request_id = crate::triggers::turn_id(&caller.tenant, subject, *turn, words);
-    let decisions = triggers.decide(&caller.tenant, &request_id, subject, &input, &recalled.fired);
+    let decisions =
+        triggers.decide(&caller.tenant, &request_id, subject, &caller.rate_key, &input, &recalled.fired);
     let count = decisions.len();
     triggers.enqueue(decisions);
     count

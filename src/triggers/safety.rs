@@ -134,7 +134,9 @@ impl Resolve for CheckedResolver {
             let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             let first_refused = addrs.iter().find_map(|a| refused(a.ip()).map(|r| (a.ip(), r)));
             if let (false, Some((ip, reason))) = (allow_private, first_refused) {
-                return Err(Box::new(AddressRefused { ip, reason }) as Box<dyn std::error::Error + Send + Sync>);
+                return Err(
+                    Box::new(AddressRefused { ip, reason }) as Box<dyn std::error::Error + Send + Sync>
+                );
             }
             let addrs: Addrs = Box::new(addrs.into_iter());
             Ok(addrs)

@@ -104,7 +104,7 @@ async fn fires_on_a_threat_not_on_a_question_and_decides_once_per_action() {
     let shown: Vec<(&str, bool)> = would.iter().map(|w| (w.service.as_str(), w.configured)).collect();
     assert_eq!(shown, [("ticketing", true), ("ops_chat", false)]);
 
-    let decisions = triggers.decide("t", "req-1", Some("u-789"), &threat, &fired);
+    let decisions = triggers.decide("t", "req-1", Some("u-789"), "key:k1", &threat, &fired);
     assert_eq!(decisions.len(), 2);
     assert_eq!(decisions[0].id, event_id("t", "req-1", "sop-escalation", 0));
     assert_eq!(decisions[0].undeliverable, None);
