@@ -291,6 +291,7 @@ async fn a_threat_fires_the_seeds_sop_for_callers_who_may_see_it_and_the_webhook
         .map(|w| (w["service"].as_str().unwrap(), w["configured"].as_bool().unwrap()))
         .collect();
     assert_eq!(would, [("ticketing", true), ("ops_chat", true)]);
+    assert!(explained["triggers"].as_array().unwrap().iter().all(|w| w["cooldown_seconds"] == 600));
     // Each layer names what it let through, and every record named is summarized.
     let scope =
         explained["trace"]["layers"].as_array().unwrap().iter().find(|l| l["layer"] == "scope").unwrap();

@@ -79,6 +79,13 @@ fn the_seed_records_pass_the_v1_schemas_as_written() {
         json!([{"keywords": ["refund", "退款", "возврат*"]}, {"entity": "order_number"}]);
     sop["actions"] = json!([{"service": "ticketing", "method": "create_ticket"}]);
     assert_eq!(set.validate("v1", "internal_sop", &sop, "$.content"), Ok(()));
+    // It may set its own cooldown, a whole number of seconds up to a week, beside its conditions.
+    sop["trigger_cooldown_seconds"] = json!(3600);
+    assert_eq!(set.validate("v1", "internal_sop", &sop, "$.content"), Ok(()));
+    sop["trigger_cooldown_seconds"] = json!(604_801);
+    assert!(set.validate("v1", "internal_sop", &sop, "$.content").is_err());
+    let alone = json!({"title": "Refunds", "steps": "1. …", "trigger_cooldown_seconds": 60});
+    assert!(set.validate("v1", "internal_sop", &alone, "$.content").is_err());
 }
 
 #[test]
