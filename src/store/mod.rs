@@ -10,6 +10,7 @@ pub mod keys;
 pub mod memories;
 pub mod outbox;
 pub mod releases;
+pub mod trigger_limits;
 
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::{AnyPool, Executor};

@@ -3,7 +3,8 @@
 //!
 //! Lifecycle of a row: `insert` (idempotent on the id) → `claim` (a worker leases due rows:
 //! `attempts + 1`, `locked_until = now + lease`, `lease_owner` = the claim's token) → one of
-//! `mark_delivered`, `mark_retry` (back to waiting, with `next_at`) or `mark_dead`, each only by
+//! `mark_delivered`, `mark_retry` (back to waiting, with `next_at`), `mark_dead` or `defer` (not
+//! attempted: its endpoint is at its pace; waiting again, the attempt given back), each only by
 //! the lease's owner. A worker that dies mid-delivery marks nothing: its lease runs out and the
 //! row is due again for whoever claims next, so an action decided and then interrupted is still
 //! delivered (at least once; the `webhook-id` lets receivers drop a repeat). `replay` sends a
@@ -184,7 +185,7 @@ impl Store {
     /// again; receivers dedupe by `webhook-id`). On PostgreSQL it commits without waiting for the
     /// WAL flush (`synchronous_commit = off`, this transaction only), which keeps the outbox's
     /// bookkeeping from queueing behind fsyncs. Decisions themselves are inserted durably.
-    async fn relaxed(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
+    pub(super) async fn relaxed(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
         let mut tx = self.begin_write().await?;
         if self.backend() == Backend::Postgres {
             sqlx::query("SET LOCAL synchronous_commit = off").execute(&mut *tx).await?;
@@ -205,7 +206,8 @@ impl Store {
     }
 
     /// Inserts decided actions in one transaction; a decision already there (same id) is left as
-    /// it is. Returns how many were new.
+    /// it is. Returns how many were new. No limit applies: `outbox_insert_firings` is the writer
+    /// of the request path, with the cooldowns and the tenant's cap.
     pub async fn outbox_insert(&self, actions: &[NewOutboxAction], now_ms: i64) -> Result<u64, StoreError> {
         if actions.is_empty() {
             return Ok(0);
@@ -213,31 +215,7 @@ impl Store {
         let mut tx = self.begin_write().await?;
         let mut added = 0;
         for action in actions {
-            let state = if action.dead_reason.is_some() { OutboxState::Dead } else { OutboxState::Pending };
-            let result = sqlx::query(
-                "INSERT INTO trigger_outbox (id, tenant, request_id, record_id, record_revision, action_index, \
-                 endpoint, method, subject, matched_json, body, state, attempts, next_at, last_error, replays, \
-                 created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 0, $13, $14, 0, $13, $13) \
-                 ON CONFLICT (id) DO NOTHING",
-            )
-            .bind(&action.id)
-            .bind(&action.tenant)
-            .bind(&action.request_id)
-            .bind(&action.record_id)
-            .bind(action.record_revision)
-            .bind(action.action_index)
-            .bind(&action.endpoint)
-            .bind(&action.method)
-            .bind(action.subject.as_deref())
-            .bind(action.matched.to_string())
-            .bind(&action.body)
-            .bind(state.as_str())
-            .bind(now_ms)
-            .bind(action.dead_reason.as_deref().map(excerpt))
-            .execute(&mut *tx)
-            .await?;
-            added += result.rows_affected();
+            added += insert_action(&mut tx, action, now_ms).await?;
         }
         tx.commit().await?;
         Ok(added)
@@ -348,6 +326,27 @@ impl Store {
         .bind(now_ms)
         .bind(status.map(i64::from))
         .bind(excerpt(error));
+        self.lease_guarded(query).await
+    }
+
+    /// Not attempted after all (its endpoint is at its pace): back to waiting as it was, due at
+    /// `next_at_ms`, the claim's attempt given back. False when the lease was lost.
+    pub async fn outbox_defer(
+        &self,
+        id: &str,
+        owner: &str,
+        now_ms: i64,
+        next_at_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let query = sqlx::query(
+            "UPDATE trigger_outbox SET attempts = attempts - 1, next_at = $4, updated_at = $3, \
+             locked_until = NULL, lease_owner = NULL \
+             WHERE id = $1 AND lease_owner = $2",
+        )
+        .bind(id)
+        .bind(owner)
+        .bind(now_ms)
+        .bind(next_at_ms);
         self.lease_guarded(query).await
     }
 
@@ -526,6 +525,39 @@ impl Store {
         }
         Ok(counts)
     }
+}
+
+/// Inserts one decided action in `tx` unless its id is there already; 1 when it was new.
+pub(super) async fn insert_action(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    action: &NewOutboxAction,
+    now_ms: i64,
+) -> Result<u64, StoreError> {
+    let state = if action.dead_reason.is_some() { OutboxState::Dead } else { OutboxState::Pending };
+    let result = sqlx::query(
+        "INSERT INTO trigger_outbox (id, tenant, request_id, record_id, record_revision, action_index, \
+         endpoint, method, subject, matched_json, body, state, attempts, next_at, last_error, replays, \
+         created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 0, $13, $14, 0, $13, $13) \
+         ON CONFLICT (id) DO NOTHING",
+    )
+    .bind(&action.id)
+    .bind(&action.tenant)
+    .bind(&action.request_id)
+    .bind(&action.record_id)
+    .bind(action.record_revision)
+    .bind(action.action_index)
+    .bind(&action.endpoint)
+    .bind(&action.method)
+    .bind(action.subject.as_deref())
+    .bind(action.matched.to_string())
+    .bind(&action.body)
+    .bind(state.as_str())
+    .bind(now_ms)
+    .bind(action.dead_reason.as_deref().map(excerpt))
+    .execute(&mut **tx)
+    .await?;
+    Ok(result.rows_affected())
 }
 
 /// At most `MAX_EXCERPT_BYTES` of `text`, cut at a character boundary.

@@ -36,23 +36,21 @@ pub fn parse_actions(value: &Value, path: &str) -> Result<Vec<ActionSpec>, Vec<C
             format!("actions holds 1 to {MAX_ACTIONS} actions (got {})", list.len()),
         ));
     }
-    let mut actions = Vec::with_capacity(list.len());
-    for (i, item) in list.iter().enumerate() {
+    // Past the limit the list is refused anyway: what follows it is not read.
+    let mut actions = Vec::with_capacity(list.len().min(MAX_ACTIONS));
+    for (i, item) in list.iter().enumerate().take(MAX_ACTIONS) {
         let here = format!("{path}[{i}]");
         let Value::Object(map) = item else {
             problems.push(ConditionProblem::new(here, "an action is an object {service, method, params}"));
             continue;
         };
         let before = problems.len();
-        for key in map.keys() {
-            if !["service", "method", "params"].contains(&key.as_str()) {
-                problems.push(ConditionProblem::new(
-                    format!("{here}.{}", super::conditions::path_key(key)),
-                    "an action has service, method and params only; the URL, secret and timeout are \
-                     the operator's ([triggers.endpoints.<service>])",
-                ));
-            }
-        }
+        let unknown = |key: &str| !["service", "method", "params"].contains(&key);
+        super::conditions::unknown_fields(map, &here, unknown, &mut problems, |_| {
+            "an action has service, method and params only; the URL, secret and timeout are the \
+             operator's ([triggers.endpoints.<service>])"
+                .to_owned()
+        });
         let service = map.get("service").and_then(Value::as_str).filter(|s| valid_service(s));
         if service.is_none() {
             problems.push(ConditionProblem::new(
@@ -126,6 +124,9 @@ pub struct Decision {
     /// dead, with this reason.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub undeliverable: Option<String>,
+    /// The cooldown this firing starts for its subject (or key), if its record has one.
+    #[serde(skip)]
+    pub cooldown: Option<crate::store::trigger_limits::NewCooldown>,
     /// What the body is rendered from (when the decision is written, off the request's path).
     /// Without the person's words unless the endpoint opted in.
     #[serde(skip)]

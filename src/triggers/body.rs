@@ -190,6 +190,7 @@ mod tests {
                 timeout_ms: 5_000,
                 include_conversation: false,
                 allow_private: false,
+                max_per_minute: 60,
                 template: template.map(str::to_owned),
             },
         );

@@ -166,8 +166,10 @@ impl Conditions {
                 format!("trigger_conditions holds 1 to {MAX_CONDITIONS} conditions (got {})", list.len()),
             ));
         }
-        let mut items = Vec::with_capacity(list.len());
-        for (i, item) in list.iter().enumerate() {
+        // Past the limit the list is refused anyway: what follows it is not compiled (a record
+        // of thousands of regexes would cost seconds and hundreds of MiB to say no).
+        let mut items = Vec::with_capacity(list.len().min(MAX_CONDITIONS));
+        for (i, item) in list.iter().enumerate().take(MAX_CONDITIONS) {
             if let Some(item) = parse_item(item, &format!("{path}[{i}]"), true, &mut problems) {
                 items.push(item);
             }
@@ -456,20 +458,18 @@ fn parse_object(
     top: bool,
     problems: &mut Vec<ConditionProblem>,
 ) -> (Option<String>, Option<Test>) {
-    for key in map.keys() {
-        if !OBJECT_KEYS.contains(&key.as_str()) || (key == "all" && !top) {
-            let message = if key == "all" {
-                "groups do not nest: the parts of an `all` group are plain conditions".to_owned()
-            } else {
-                format!(
-                    "`{}` is not a condition field; a condition has one of keywords, regex, entity, \
-                     field (with op and value) or all, and may have a name",
-                    key.chars().take(40).collect::<String>()
-                )
-            };
-            problems.push(ConditionProblem::new(format!("{path}.{}", path_key(key)), message));
+    let unknown = |key: &str| !OBJECT_KEYS.contains(&key) || (key == "all" && !top);
+    unknown_fields(map, path, unknown, problems, |key| {
+        if key == "all" {
+            "groups do not nest: the parts of an `all` group are plain conditions".to_owned()
+        } else {
+            format!(
+                "`{}` is not a condition field; a condition has one of keywords, regex, entity, \
+                 field (with op and value) or all, and may have a name",
+                key.chars().take(40).collect::<String>()
+            )
         }
-    }
+    });
     let name = match map.get("name") {
         None => None,
         Some(Value::String(name)) if !name.trim().is_empty() && name.chars().count() <= MAX_NAME_CHARS => {
@@ -522,12 +522,46 @@ fn parse_object(
     (name, test)
 }
 
-pub(super) fn path_key(key: &str) -> String {
+/// Unknown fields reported by path, at most; past them one problem says how many more.
+const MAX_FIELD_PROBLEMS: usize = 10;
+/// The longest field name a path quotes whole; a longer one is cut (`["aaaa…"]`).
+const MAX_PATH_KEY_CHARS: usize = 100;
+
+/// Reports the fields of `map` that `unknown` picks, each by path with `message` (at most
+/// `MAX_FIELD_PROBLEMS` of them, then how many more): an object of thousands of made-up fields
+/// gets a short answer, cheaply.
+pub(super) fn unknown_fields(
+    map: &Map<String, Value>,
+    path: &str,
+    unknown: impl Fn(&str) -> bool,
+    problems: &mut Vec<ConditionProblem>,
+    message: impl Fn(&str) -> String,
+) {
+    let mut more = 0usize;
+    let mut reported = 0;
+    for key in map.keys().filter(|key| unknown(key)) {
+        if reported == MAX_FIELD_PROBLEMS {
+            more += 1;
+            continue;
+        }
+        reported += 1;
+        problems.push(ConditionProblem::new(format!("{path}.{}", path_key(key)), message(key)));
+    }
+    if more > 0 {
+        problems.push(ConditionProblem::new(path, format!("and {more} more fields that do not belong here")));
+    }
+}
+
+fn path_key(key: &str) -> String {
     if !key.is_empty()
+        && key.len() <= MAX_PATH_KEY_CHARS
         && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         && !key.starts_with(|c: char| c.is_ascii_digit())
     {
         key.to_owned()
+    } else if key.chars().nth(MAX_PATH_KEY_CHARS).is_some() {
+        let cut: String = key.chars().take(MAX_PATH_KEY_CHARS).collect();
+        format!("[{}]", Value::String(cut + "…"))
     } else {
         format!("[{}]", Value::String(key.to_owned()))
     }

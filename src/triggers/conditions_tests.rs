@@ -233,3 +233,28 @@ fn bad_conditions_are_named_by_path() {
     assert_eq!(problems(json!("lawyer"))[0].path, base);
     assert_eq!(problems(json!(vec!["x"; MAX_CONDITIONS + 1]))[0].path, base);
 }
+
+#[test]
+fn a_hostile_definition_gets_a_short_answer() {
+    let base = "$.content.trigger_conditions";
+    // Past the limit the list is refused, and what follows the limit is not even compiled.
+    let many: Vec<Value> = (0..5_000).map(|_| json!({"regex": "("})).collect();
+    let found = problems(Value::Array(many));
+    assert_eq!(found[0].path, base);
+    assert_eq!(found.len(), 1 + MAX_CONDITIONS, "the first {MAX_CONDITIONS} items are checked, no more");
+    // Thousands of made-up fields: ten named, then a count.
+    let fields: Map<String, Value> = (0..3_000).map(|i| (format!("f{i:04}"), json!(1))).collect();
+    let mut item = fields.clone();
+    item.insert("keywords".into(), json!(["x"]));
+    let found = problems(json!([Value::Object(item)]));
+    assert_eq!(found.len(), MAX_FIELD_PROBLEMS + 1, "{found:?}");
+    assert_eq!(found[0].path, format!("{base}[0].f0000"));
+    assert_eq!(found[MAX_FIELD_PROBLEMS].path, format!("{base}[0]"));
+    assert!(found[MAX_FIELD_PROBLEMS].message.contains("2990 more"), "{found:?}");
+    // A huge field name is cut in the path.
+    let mut long = Map::new();
+    long.insert("k".repeat(100_000), json!(1));
+    long.insert("keywords".into(), json!(["x"]));
+    let found = problems(json!([Value::Object(long)]));
+    assert_eq!(found[0].path, format!("{base}[0].[\"{}…\"]", "k".repeat(MAX_PATH_KEY_CHARS)));
+}

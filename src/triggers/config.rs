@@ -3,6 +3,8 @@
 //! ```toml
 //! [triggers]
 //! max_attempts = 12            # then the action is dead (replayable)
+//! cooldown_seconds = 600       # a record fires once per subject (or key) per ten minutes
+//! max_waiting_per_tenant = 1000
 //!
 //! [triggers.endpoints.ticketing]
 //! url = "https://tickets.example.com/hooks/memgate"
@@ -10,6 +12,7 @@
 //! timeout_ms = 5000
 //! include_conversation = false # the person's words stay out of the body
 //! allow_private = false        # refuse private, loopback, link-local addresses
+//! max_per_minute = 60          # attempts, all replicas together
 //! ```
 //!
 //! A record names an endpoint (`"service": "ticketing"`), never a URL: what memgate may call is
@@ -67,6 +70,16 @@ pub struct TriggersConfig {
     pub delivered_retention_hours: u64,
     #[serde(default = "default_dead_retention_hours")]
     pub dead_retention_hours: u64,
+    /// After a record fires for a subject (or, without one, for the caller's key), it does not
+    /// fire for them again for this long, however the words change; a record may set its own
+    /// (`trigger_cooldown_seconds`). 0: no cooldown. Kept in the database: it holds across
+    /// replicas.
+    #[serde(default = "default_cooldown_seconds")]
+    pub cooldown_seconds: u64,
+    /// The most actions a tenant may have waiting (pending or retrying); past it new ones are
+    /// refused, counted and logged.
+    #[serde(default = "default_max_waiting_per_tenant")]
+    pub max_waiting_per_tenant: u64,
 }
 
 fn default_enabled() -> bool {
@@ -99,6 +112,15 @@ fn default_delivered_retention_hours() -> u64 {
 fn default_dead_retention_hours() -> u64 {
     30 * 24
 }
+fn default_cooldown_seconds() -> u64 {
+    10 * 60
+}
+fn default_max_waiting_per_tenant() -> u64 {
+    1_000
+}
+
+/// The longest cooldown, globally or on a record: a week.
+pub const MAX_COOLDOWN_SECONDS: u64 = 7 * 24 * 60 * 60;
 
 impl Default for TriggersConfig {
     fn default() -> Self {
@@ -114,6 +136,8 @@ impl Default for TriggersConfig {
             concurrency: default_concurrency(),
             delivered_retention_hours: default_delivered_retention_hours(),
             dead_retention_hours: default_dead_retention_hours(),
+            cooldown_seconds: default_cooldown_seconds(),
+            max_waiting_per_tenant: default_max_waiting_per_tenant(),
         }
     }
 }
@@ -142,10 +166,17 @@ pub struct EndpointConfig {
     /// `body::DEFAULT_TEMPLATE`. Variables: docs/triggers.md.
     #[serde(default)]
     pub template: Option<String>,
+    /// Attempts per minute to this endpoint, all replicas together, in bursts of up to as many:
+    /// what waits beyond stays queued and goes as the pace allows.
+    #[serde(default = "default_max_per_minute")]
+    pub max_per_minute: u32,
 }
 
 fn default_timeout_ms() -> u64 {
     5_000
+}
+fn default_max_per_minute() -> u32 {
+    60
 }
 
 impl EndpointConfig {
@@ -292,6 +323,18 @@ impl TriggersConfig {
         if !(1..=256).contains(&self.concurrency) {
             fail("triggers.concurrency".into(), format!("1 to 256 (got {})", self.concurrency));
         }
+        if self.cooldown_seconds > MAX_COOLDOWN_SECONDS {
+            fail(
+                "triggers.cooldown_seconds".into(),
+                format!("0 (none) to {MAX_COOLDOWN_SECONDS} (a week) (got {})", self.cooldown_seconds),
+            );
+        }
+        if !(1..=1_000_000).contains(&self.max_waiting_per_tenant) {
+            fail(
+                "triggers.max_waiting_per_tenant".into(),
+                format!("1 to 1000000 (got {})", self.max_waiting_per_tenant),
+            );
+        }
         let longest = self.endpoints.values().map(|e| e.timeout_ms).max().unwrap_or(0);
         if self.lease_ms < longest + 5_000 {
             fail(
@@ -330,6 +373,9 @@ impl TriggersConfig {
             if !(100..=60_000).contains(&endpoint.timeout_ms) {
                 fail(key("timeout_ms"), format!("100 to 60000 (got {})", endpoint.timeout_ms));
             }
+            if !(1..=60_000).contains(&endpoint.max_per_minute) {
+                fail(key("max_per_minute"), format!("1 to 60000 (got {})", endpoint.max_per_minute));
+            }
             if let Some(template) = &endpoint.template
                 && let Err(message) = super::body::check_template(template)
             {
@@ -362,6 +408,8 @@ mod tests {
         .unwrap();
         assert!(config.enabled);
         assert_eq!((config.max_attempts, config.lease_ms), (12, 60_000));
+        assert_eq!((config.cooldown_seconds, config.max_waiting_per_tenant), (600, 1_000));
+        assert_eq!(config.endpoints["ticketing"].max_per_minute, 60);
         let endpoint = &config.endpoints["ticketing"];
         assert_eq!(endpoint.timeout_ms, 5_000);
         assert!(!endpoint.include_conversation && !endpoint.allow_private);
@@ -408,11 +456,14 @@ mod tests {
             r#"
             max_attempts = 0
             lease_ms = 10000
+            cooldown_seconds = 604801
+            max_waiting_per_tenant = 0
             [endpoints.t]
             url = "https://x.example"
             secrets = []
             timeout_ms = 30000
             template = "{{ nope"
+            max_per_minute = 0
             "#,
         )
         .unwrap();
@@ -421,13 +472,18 @@ mod tests {
             keys,
             [
                 "triggers.max_attempts",
+                "triggers.cooldown_seconds",
+                "triggers.max_waiting_per_tenant",
                 "triggers.lease_ms",
                 "triggers.endpoints.t.secrets",
+                "triggers.endpoints.t.max_per_minute",
                 "triggers.endpoints.t.template",
             ]
         );
         config.endpoints.clear();
         config.max_attempts = 3;
+        config.cooldown_seconds = 0;
+        config.max_waiting_per_tenant = 1;
         config.validate().unwrap();
     }
 }

@@ -9,19 +9,29 @@
 //! and waits for the deliveries in flight (each bounded by its endpoint's timeout). A replica
 //! killed mid-delivery leaves leases that run out: the actions are due again for any replica.
 //!
+//! Pace. Before an attempt the endpoint's pace is taken (`Store::trigger_pace_take`, shared by
+//! every replica: `max_per_minute` attempts a minute, in bursts of up to as many). An endpoint at
+//! its pace gets nothing: the action goes back to waiting, its attempt given back, due at the
+//! next free slot (`limits::Paces` spreads a backlog one per slot), and is counted as deferred.
+//!
 //! One attempt: resolve the endpoint's host (checked by `safety`), POST the stored body with the
 //! Standard Webhooks headers (a fresh timestamp and signature per attempt, the same `webhook-id`),
 //! follow no redirect, read at most 1 KiB of the answer. A 2xx is delivered. `410 Gone` and a
 //! refused address are dead at once. Anything else is retried after an exponential backoff with
 //! full jitter (`backoff_ms`), or after `Retry-After` (seconds or an HTTP date) on a 429 or 503,
-//! until `max_attempts`; then the action is dead, replayable from the admin API.
+//! until `max_attempts`; then the action is dead, replayable from the admin API. What an attempt
+//! records (`last_error`, `last_response`) and logs names the endpoint, never its URL, and quotes
+//! the receiver's answer cleaned of control characters (`redact`).
 
 use super::config::{EndpointConfig, TriggersConfig};
+use super::limits::Paces;
 use super::metrics::TriggerMetrics;
+use super::redact::{MAX_QUOTED_REPLY_CHARS, clean_reply, without_url};
 use super::safety::{CheckedResolver, check_literal, refusal_in};
 use super::signing;
-use crate::clock::now_ms;
+use crate::clock::{format_ms, now_ms};
 use crate::store::outbox::{MAX_EXCERPT_BYTES, OutboxAction};
+use crate::store::trigger_limits::Pace;
 use crate::store::{Store, StoreError};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, RETRY_AFTER, USER_AGENT};
 use std::collections::HashMap;
@@ -62,6 +72,7 @@ pub struct Delivery {
     wake: Arc<Notify>,
     /// One HTTP client per endpoint, made on first use: its own timeout, resolver and pool.
     clients: Mutex<HashMap<String, reqwest::Client>>,
+    paces: Paces,
 }
 
 impl Delivery {
@@ -72,7 +83,14 @@ impl Delivery {
         metrics: TriggerMetrics,
         wake: Arc<Notify>,
     ) -> Delivery {
-        Delivery { store, config, metrics, wake, clients: Mutex::new(HashMap::new()) }
+        Delivery {
+            store,
+            config,
+            metrics,
+            wake,
+            clients: Mutex::new(HashMap::new()),
+            paces: Paces::default(),
+        }
     }
 
     /// Starts the worker on `tasks`; it runs until `stop` is cancelled, then finishes the
@@ -184,6 +202,9 @@ impl Delivery {
             Ok(removed) => tracing::info!(removed, "pruned old trigger actions"),
             Err(err) => tracing::warn!(error = %err, "pruning trigger actions failed"),
         }
+        if let Err(err) = self.store.trigger_cooldowns_prune(now).await {
+            tracing::warn!(error = %err, "pruning trigger cooldowns failed");
+        }
     }
 
     /// Claims up to `limit` due actions and delivers them, waiting for every one: for the CLI and
@@ -197,9 +218,17 @@ impl Delivery {
         Ok(count)
     }
 
-    /// One claimed action: attempt it and record the outcome.
+    /// One claimed action: attempt it and record the outcome, unless its endpoint is at its pace
+    /// (then it waits again, unattempted).
     async fn deliver(&self, action: OutboxAction, owner: &str) {
         let max = i64::from(self.config.max_attempts);
+        if action.attempts <= max
+            && let Some(endpoint) = self.config.endpoints.get(&action.endpoint)
+            && let Some(at) = self.paced(&action.endpoint, endpoint).await
+        {
+            self.defer(&action, owner, at).await;
+            return;
+        }
         let outcome = if action.attempts > max {
             // The claim that made the last allowed attempt never finished (its replica stopped).
             Attempt::Refused {
@@ -268,21 +297,85 @@ impl Delivery {
         }
     }
 
-    /// One HTTP attempt.
+    /// `None` when a delivery to `name` may go now (one is counted); else when it may.
+    async fn paced(&self, name: &str, endpoint: &EndpointConfig) -> Option<i64> {
+        let per_minute = endpoint.max_per_minute.max(1);
+        let interval = (60_000 / i64::from(per_minute)).max(1);
+        let burst = 60_000 - interval;
+        let now = now_ms();
+        if let Some(slot) = self.paces.known_full(name, now, interval) {
+            return Some(slot);
+        }
+        match self.store.trigger_pace_take(name, now, interval, burst).await {
+            Ok(Pace::Taken) => None,
+            Ok(Pace::Full { allowed_at_ms }) => {
+                let (slot, newly) = self.paces.full(name, now, allowed_at_ms, interval);
+                if newly {
+                    tracing::info!(endpoint = %name, max_per_minute = per_minute, until = %format_ms(allowed_at_ms), "a trigger endpoint is at its pace; its deliveries wait in the outbox");
+                }
+                Some(slot)
+            }
+            Err(err) => {
+                // Availability over the pace: the database that failed here is likely to fail
+                // the outcome too, and the lease then brings the action back anyway.
+                tracing::warn!(endpoint = %name, error = %err, "reading a trigger endpoint's pace failed; delivering without it");
+                None
+            }
+        }
+    }
+
+    /// Puts a claimed action back, unattempted, due at `next_at_ms`.
+    async fn defer(&self, action: &OutboxAction, owner: &str, next_at_ms: i64) {
+        self.metrics.deferred.inc();
+        tracing::debug!(id = %action.id, endpoint = %action.endpoint, next_at = %format_ms(next_at_ms), "trigger delivery deferred: its endpoint is at its pace");
+        match self.store.outbox_defer(&action.id, owner, now_ms(), next_at_ms).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(id = %action.id, "a deferred trigger action's lease ran out first; it is due again")
+            }
+            Err(err) => {
+                tracing::warn!(id = %action.id, error = %err, "deferring a trigger action failed; its lease will run out and it will be due again")
+            }
+        }
+    }
+
+    /// One HTTP attempt. Every error names the endpoint by `action.endpoint` and never carries
+    /// the URL; a receiver's answer is quoted cleaned and cut.
     pub async fn attempt(&self, action: &OutboxAction, endpoint: &EndpointConfig) -> Attempt {
         let url = endpoint.url().clone();
-        if let Err(refused) = check_literal(&url, endpoint.allow_private) {
-            return Attempt::Refused { status: None, error: refused.to_string() };
+        match self.attempt_at(action, endpoint, &url).await {
+            Attempt::Failed { status, error, retry_after_ms } => {
+                Attempt::Failed { status, error: without_url(&error, &url), retry_after_ms }
+            }
+            Attempt::Refused { status, error } => {
+                Attempt::Refused { status, error: without_url(&error, &url) }
+            }
+            Attempt::Delivered { status, response } => {
+                Attempt::Delivered { status, response: without_url(&response, &url) }
+            }
         }
-        let client = match self.client(&action.endpoint, endpoint) {
+    }
+
+    async fn attempt_at(&self, action: &OutboxAction, endpoint: &EndpointConfig, url: &url::Url) -> Attempt {
+        let name = &action.endpoint;
+        if let Err(refused) = check_literal(url, endpoint.allow_private) {
+            return Attempt::Refused {
+                status: None,
+                error: format!("refused to call endpoint `{name}`: {refused}"),
+            };
+        }
+        let client = match self.client(name, endpoint) {
             Ok(client) => client,
-            Err(error) => return Attempt::Failed { status: None, error, retry_after_ms: None },
+            Err(error) => {
+                let error = format!("endpoint `{name}`: {error}");
+                return Attempt::Failed { status: None, error, retry_after_ms: None };
+            }
         };
         let timestamp = now_ms().div_euclid(1000);
         let signature =
             signing::signature_header(&endpoint.secrets, &action.id, timestamp, action.body.as_bytes());
         let sent = client
-            .post(url)
+            .post(url.clone())
             .header(CONTENT_TYPE, "application/json")
             .header(USER_AGENT, concat!("memgate/", env!("CARGO_PKG_VERSION")))
             .header(signing::HEADER_ID, &action.id)
@@ -295,14 +388,15 @@ impl Delivery {
             Ok(response) => response,
             Err(err) => {
                 if let Some(refused) = refusal_in(&err) {
-                    return Attempt::Refused { status: None, error: refused.to_string() };
+                    let error = format!("refused to call endpoint `{name}`: {refused}");
+                    return Attempt::Refused { status: None, error };
                 }
                 let error = if err.is_timeout() {
-                    format!("no answer within {} ms", endpoint.timeout_ms)
+                    format!("endpoint `{name}` gave no answer within {} ms", endpoint.timeout_ms)
                 } else if err.is_connect() {
-                    format!("could not connect: {}", chain(&err))
+                    format!("could not connect to endpoint `{name}`: {}", chain(&err.without_url()))
                 } else {
-                    format!("the request failed: {}", chain(&err))
+                    format!("the request to endpoint `{name}` failed: {}", chain(&err.without_url()))
                 };
                 return Attempt::Failed { status: None, error, retry_after_ms: None };
             }
@@ -311,21 +405,22 @@ impl Delivery {
         let retry_after = retry_after_ms(status, response.headers(), SystemTime::now());
         let text = read_excerpt(&mut response).await;
         match status {
-            200..=299 => Attempt::Delivered { status, response: text },
+            200..=299 => Attempt::Delivered { status, response: clean_reply(&text, MAX_EXCERPT_BYTES) },
             410 => Attempt::Refused {
                 status: Some(status),
-                error: "the receiver answered 410 Gone: it wants no more deliveries".to_owned(),
+                error: format!("endpoint `{name}` answered 410 Gone: it wants no more deliveries"),
             },
             _ => {
-                let mut error = format!("HTTP {status}");
+                let mut error = format!("endpoint `{name}` answered HTTP {status}");
                 if (300..400).contains(&status) {
                     error.push_str(
                         " (redirects are not followed: set the endpoint's url to where it redirects)",
                     );
                 }
-                if !text.is_empty() {
+                let quoted = clean_reply(&text, MAX_QUOTED_REPLY_CHARS);
+                if !quoted.is_empty() {
                     error.push_str(": ");
-                    error.push_str(&text);
+                    error.push_str(&quoted);
                 }
                 Attempt::Failed { status: Some(status), error, retry_after_ms: retry_after }
             }

@@ -42,10 +42,19 @@ pub(super) fn valid_field(field: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
 }
 
+/// The longest `X-Memory-Values` read: 32 names of 64 and values of 200 characters, quoted and
+/// spaced, fit in half of it.
+pub const MAX_VALUES_BYTES: usize = 16 * 1024;
+
 /// Values a client passes for comparisons, from one header: `satisfaction_score=1.5; tier=premium;
 /// note="a; b"`. Keys as in a condition's `field`; a value that reads as a finite number is a
-/// number, anything else a string. At most 32 pairs, values of at most 200 characters.
+/// number, anything else a string. At most 32 pairs, values of at most 200 characters, 16 KiB in
+/// all (a longer header is refused before it is read: a name repeated would otherwise keep the
+/// loop going to its end).
 pub fn parse_values(header: &str) -> Result<BTreeMap<String, Value>, String> {
+    if header.len() > MAX_VALUES_BYTES {
+        return Err(format!("at most {MAX_VALUES_BYTES} bytes (got {})", header.len()));
+    }
     let mut values = BTreeMap::new();
     let mut rest = header.trim();
     while !rest.is_empty() {
@@ -104,5 +113,11 @@ mod tests {
         assert!(parse_values(r#"a="x" b=2"#).is_err());
         let many: Vec<String> = (0..33).map(|i| format!("k{i}=1")).collect();
         assert!(parse_values(&many.join(";")).is_err());
+        // 32 of the longest pairs fit; a longer header is refused unread.
+        let longest: Vec<String> =
+            (0..32).map(|i| format!("{}{i:02} = \"{}\"", "k".repeat(62), "v".repeat(200))).collect();
+        assert_eq!(parse_values(&longest.join("; ")).unwrap().len(), 32);
+        let repeated = "a=1;".repeat(MAX_VALUES_BYTES / 4 + 1);
+        assert!(parse_values(&repeated).unwrap_err().contains("bytes"));
     }
 }

@@ -15,6 +15,13 @@ pub struct TriggerMetrics {
     pub failed: Counter,
     /// Actions given up on.
     pub dead: Counter,
+    /// Firings not decided, or not written, because the record's cooldown for that subject (or
+    /// key) still ran.
+    pub cooled_down: Counter,
+    /// Actions refused when written: their tenant had `max_waiting_per_tenant` waiting.
+    pub refused: Counter,
+    /// Deliveries put off (not attempted) because their endpoint was at its pace.
+    pub deferred: Counter,
     /// From the decision to the receiver's 2xx, retries included.
     pub delivery_latency: Histogram,
     /// One attempt: connect, send, answer.
@@ -28,6 +35,9 @@ impl Default for TriggerMetrics {
             delivered: Counter::default(),
             failed: Counter::default(),
             dead: Counter::default(),
+            cooled_down: Counter::default(),
+            refused: Counter::default(),
+            deferred: Counter::default(),
             // 1 ms .. ~9 h: a local receiver answers in milliseconds, a retried one hours later.
             delivery_latency: Histogram::new(exponential_buckets(0.001, 4.0, 13)),
             // 1 ms .. ~65 s: bounded by the endpoint timeout.
@@ -57,6 +67,21 @@ impl TriggerMetrics {
             "trigger_actions_dead",
             "Trigger actions given up on (dead-lettered)",
             self.dead.clone(),
+        );
+        registry.register(
+            "trigger_firings_cooled_down",
+            "Trigger firings not acted on: the record's cooldown for that subject or key still ran",
+            self.cooled_down.clone(),
+        );
+        registry.register(
+            "trigger_actions_refused",
+            "Trigger actions refused: their tenant had its cap of waiting actions",
+            self.refused.clone(),
+        );
+        registry.register(
+            "trigger_deliveries_deferred",
+            "Trigger deliveries put off because their endpoint was at its pace (they stay queued)",
+            self.deferred.clone(),
         );
         registry.register(
             "trigger_delivery_latency_seconds",

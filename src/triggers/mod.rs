@@ -12,12 +12,17 @@
 //!    (`conditions`, cached per record revision) against the person's words and the client's
 //!    values (`TriggerInput`), giving the `Fired` records and the condition that matched;
 //! 3. the same step — `Triggers::decide` turns each fired record's actions into `Decision`s with
-//!    an idempotency id (`actions::event_id`), and `Triggers::enqueue` renders their bodies from
-//!    the endpoints' templates (`body`) and writes them to the outbox (`crate::store::outbox`) on
-//!    a background task, so the answer waits for neither;
+//!    an idempotency id (`actions::event_id`), except a record cooling down for the same subject
+//!    (`limits`), and `Triggers::enqueue` renders their bodies from the endpoints' templates
+//!    (`body`) and writes them to the outbox (`crate::store::outbox`) on a background task, so
+//!    the answer waits for neither; the write takes each firing's cooldown and refuses what
+//!    another replica's cooldown covers or the tenant's cap has no room for
+//!    (`crate::store::trigger_limits`);
 //! 4. delivery — the worker (`delivery::Delivery`), one per replica, claims due actions under a
-//!    lease, POSTs them signed as Standard Webhooks (`signing`) to addresses checked by `safety`,
-//!    and records delivered, retrying (backoff with jitter, `Retry-After`) or dead.
+//!    lease, keeps each endpoint to its pace (the rest waits, queued), POSTs them signed as
+//!    Standard Webhooks (`signing`) to addresses checked by `safety`, and records delivered,
+//!    retrying (backoff with jitter, `Retry-After`) or dead, with errors that name the endpoint,
+//!    never its URL (`redact`).
 
 pub mod actions;
 pub mod body;
@@ -25,7 +30,9 @@ pub mod conditions;
 pub mod config;
 pub mod delivery;
 pub mod input;
+pub mod limits;
 pub mod metrics;
+pub mod redact;
 pub mod safety;
 pub mod signing;
 pub mod text;
@@ -40,6 +47,7 @@ pub use metrics::TriggerMetrics;
 use crate::clock::{format_ms, now_ms};
 use crate::record::Record;
 use crate::store::outbox::{NewOutboxAction, OutboxAction, OutboxFilter, Replay};
+use crate::store::trigger_limits::{NewCooldown, NewFiring, Outcome, Written};
 use crate::store::{Store, StoreError};
 use body::{ActionView, BodyContext, BodyTemplates, RecordView};
 use serde::Serialize;
@@ -51,12 +59,18 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// A record's triggers, compiled: its conditions and its actions.
+/// A record's triggers, compiled: its conditions, its actions, and its own cooldown if it sets one.
 #[derive(Debug, Clone)]
 pub struct RecordTriggers {
     pub conditions: Conditions,
     pub actions: Vec<ActionSpec>,
+    /// `trigger_cooldown_seconds`: how long the record stays quiet for a subject once it fired
+    /// for them (`None`: `[triggers] cooldown_seconds`).
+    pub cooldown_seconds: Option<u64>,
 }
+
+/// Where a record sets its own cooldown, beside its conditions and actions.
+pub const COOLDOWN_FIELD: &str = "trigger_cooldown_seconds";
 
 impl RecordTriggers {
     /// The triggers in a record's `content`: `None` when it has neither `trigger_conditions` nor
@@ -64,8 +78,25 @@ impl RecordTriggers {
     pub fn from_content(content: &Value) -> Result<Option<RecordTriggers>, Vec<ConditionProblem>> {
         let conditions = content.get("trigger_conditions");
         let actions = content.get("actions");
+        let cooldown = match content.get(COOLDOWN_FIELD) {
+            None => Ok(None),
+            Some(value) => match value.as_u64().filter(|s| *s <= config::MAX_COOLDOWN_SECONDS) {
+                Some(seconds) if conditions.is_some() => Ok(Some(seconds)),
+                Some(_) => Err(ConditionProblem::new(
+                    format!("$.content.{COOLDOWN_FIELD}"),
+                    "a cooldown belongs to a record that fires: add trigger_conditions and actions",
+                )),
+                None => Err(ConditionProblem::new(
+                    format!("$.content.{COOLDOWN_FIELD}"),
+                    format!(
+                        "a whole number of seconds, 0 (none) to {} (a week)",
+                        config::MAX_COOLDOWN_SECONDS
+                    ),
+                )),
+            },
+        };
         let (conditions, actions) = match (conditions, actions) {
-            (None, None) => return Ok(None),
+            (None, None) => return cooldown.map(|_| None).map_err(|problem| vec![problem]),
             (Some(_), None) => {
                 return Err(vec![ConditionProblem::new(
                     "$.content.actions",
@@ -82,11 +113,14 @@ impl RecordTriggers {
         };
         let conditions = Conditions::parse(conditions, "$.content.trigger_conditions");
         let actions = actions::parse_actions(actions, "$.content.actions");
-        match (conditions, actions) {
-            (Ok(conditions), Ok(actions)) => Ok(Some(RecordTriggers { conditions, actions })),
-            (conditions, actions) => {
+        match (conditions, actions, cooldown) {
+            (Ok(conditions), Ok(actions), Ok(cooldown_seconds)) => {
+                Ok(Some(RecordTriggers { conditions, actions, cooldown_seconds }))
+            }
+            (conditions, actions, cooldown) => {
                 let mut problems = conditions.err().unwrap_or_default();
                 problems.extend(actions.err().unwrap_or_default());
+                problems.extend(cooldown.err());
                 Err(problems)
             }
         }
@@ -114,10 +148,15 @@ pub struct Fired {
     pub content: Value,
     pub matched: Matched,
     pub actions: Vec<ActionSpec>,
+    /// The record's own `trigger_cooldown_seconds`, if it sets one.
+    #[serde(skip)]
+    pub cooldown_seconds: Option<u64>,
 }
 
 /// One action of a fired record as `explain` shows it: what would be sent where, without
-/// sending. `configured` is false when no endpoint has the action's service name.
+/// sending. `configured` is false when no endpoint has the action's service name;
+/// `cooldown_seconds` is how long the record would then stay quiet for the same subject (explain
+/// neither starts nor reads a cooldown).
 #[derive(Debug, Clone, Serialize)]
 pub struct WouldFire {
     pub record_id: String,
@@ -126,6 +165,7 @@ pub struct WouldFire {
     pub service: String,
     pub method: String,
     pub configured: bool,
+    pub cooldown_seconds: u64,
 }
 
 /// Compiled triggers by (tenant, record id): the revision they were compiled from, and the
@@ -150,6 +190,7 @@ pub struct Triggers {
     wake: Arc<Notify>,
     tasks: TaskTracker,
     cache: Arc<Mutex<Cache>>,
+    cooling: Arc<limits::Cooling>,
 }
 
 impl Triggers {
@@ -172,6 +213,7 @@ impl Triggers {
             wake: Arc::new(Notify::new()),
             tasks,
             cache: Arc::new(Mutex::new(HashMap::new())),
+            cooling: Arc::new(limits::Cooling::default()),
         })
     }
 
@@ -211,6 +253,7 @@ impl Triggers {
                     content: record.content.clone(),
                     matched,
                     actions: triggers.actions.clone(),
+                    cooldown_seconds: triggers.cooldown_seconds,
                 });
             }
         }
@@ -252,26 +295,55 @@ impl Triggers {
                     service: action.service.clone(),
                     method: action.method.clone(),
                     configured: self.config.endpoints.contains_key(&action.service),
+                    cooldown_seconds: self.cooldown_seconds(f),
                 })
             })
             .collect()
     }
 
-    /// The decisions of one request: one per action of each fired record. Quick: the bodies are
-    /// rendered later, off the request's path, when the decisions are written. An action whose
-    /// endpoint is not configured is still decided: it goes into the outbox dead, with the reason,
-    /// for an operator to see and replay (so is one whose body does not render).
+    /// How long `fired`'s record stays quiet for a subject once it fired for them.
+    fn cooldown_seconds(&self, fired: &Fired) -> u64 {
+        fired.cooldown_seconds.unwrap_or(self.config.cooldown_seconds)
+    }
+
+    /// The decisions of one request: one per action of each fired record, but none for a record
+    /// whose cooldown for this subject (or, without a subject, this caller `key`) another turn
+    /// started here (counted in `cooled_down`; the database holds the cooldowns of every replica
+    /// and refuses the rest when they are written). Quick: the bodies are rendered later, off the
+    /// request's path, when the decisions are written. An action whose endpoint is not
+    /// configured is still decided: it goes into the outbox dead, with the reason, for an
+    /// operator to see and replay (so is one whose body does not render).
     pub fn decide(
         &self,
         tenant: &str,
         request_id: &str,
         subject: Option<&str>,
+        key: &str,
         input: &TriggerInput<'_>,
         fired: &[Fired],
     ) -> Vec<Decision> {
-        let decided_at = format_ms(now_ms());
+        let now = now_ms();
+        let decided_at = format_ms(now);
+        let cooled_for = limits::cooled_for(tenant, subject, key);
         let mut decisions = Vec::new();
         for f in fired {
+            let seconds = self.cooldown_seconds(f);
+            let cooldown = (seconds > 0).then(|| NewCooldown {
+                cooled_for: cooled_for.clone(),
+                until_ms: now.saturating_add(i64::try_from(seconds * 1000).unwrap_or(i64::MAX)),
+            });
+            if let Some(cooldown) = &cooldown
+                && let Some(until) = self.cooling.check(
+                    (tenant, &f.record_id, &cooled_for),
+                    request_id,
+                    now,
+                    cooldown.until_ms,
+                )
+            {
+                self.metrics.cooled_down.inc();
+                tracing::debug!(tenant, record = %f.record_id, until = %format_ms(until), "a trigger is cooling down for this subject; not decided");
+                continue;
+            }
             for (index, action) in f.actions.iter().enumerate() {
                 let id = event_id(tenant, request_id, &f.record_id, index);
                 let endpoint = self.config.endpoints.get(&action.service);
@@ -320,6 +392,7 @@ impl Triggers {
                     matched_condition: context.matched.clone(),
                     subject: subject.map(str::to_owned),
                     undeliverable,
+                    cooldown: cooldown.clone(),
                     body: Box::new(context),
                 });
             }
@@ -382,14 +455,69 @@ impl Triggers {
         });
     }
 
-    /// Writes `decisions` to the outbox now (idempotent: a decision already there is left as it
-    /// is) and wakes the worker. Returns how many were new.
+    /// Writes `decisions` to the outbox now, each firing record's together, and wakes the
+    /// worker: idempotent (a decision already there is left as it is), and under the limits every
+    /// replica shares (`crate::store::trigger_limits`): a firing inside another turn's cooldown is
+    /// not written (`cooled_down`), nor one its tenant has no room for (`refused`, and a warning).
+    /// Returns how many actions were new.
     pub async fn enqueue_now(&self, decisions: &[Decision]) -> Result<u64, StoreError> {
-        let rows: Vec<NewOutboxAction> = decisions.iter().map(|d| self.outbox_row(d)).collect();
-        let added = self.store.outbox_insert(&rows, now_ms()).await?;
-        self.metrics.queued.inc_by(added);
+        let mut firings: Vec<NewFiring> = Vec::new();
+        for decision in decisions {
+            let row = self.outbox_row(decision);
+            match firings.last_mut() {
+                Some(last)
+                    if last.tenant == decision.tenant
+                        && last.request_id == decision.request_id
+                        && last.record_id == decision.record_id =>
+                {
+                    last.actions.push(row)
+                }
+                _ => firings.push(NewFiring {
+                    tenant: decision.tenant.clone(),
+                    record_id: decision.record_id.clone(),
+                    request_id: decision.request_id.clone(),
+                    cooldown: decision.cooldown.clone(),
+                    actions: vec![row],
+                }),
+            }
+        }
+        let max_waiting = self.config.max_waiting_per_tenant;
+        let outcomes = self.store.outbox_insert_firings(&firings, now_ms(), max_waiting).await?;
+        // A firing that was not written started no cooldown: this replica forgets the one it
+        // noted when deciding, and asks the database again next time (which knows whether
+        // another replica's cooldown still runs).
+        for (firing, outcome) in firings.iter().zip(&outcomes) {
+            if let (Outcome::Cooled | Outcome::Refused(_), Some(cooldown)) = (outcome, &firing.cooldown) {
+                let key = (firing.tenant.as_str(), firing.record_id.as_str(), cooldown.cooled_for.as_str());
+                self.cooling.release(key, &firing.request_id);
+            }
+        }
+        let written = Written::of(&outcomes);
+        self.count(&written, decisions);
         self.wake.notify_one();
-        Ok(added)
+        Ok(written.added)
+    }
+
+    fn count(&self, written: &Written, decisions: &[Decision]) {
+        self.metrics.queued.inc_by(written.added);
+        self.metrics.cooled_down.inc_by(written.cooled);
+        self.metrics.refused.inc_by(written.refused);
+        let tenant = decisions.first().map_or("", |d| d.tenant.as_str());
+        if written.cooled > 0 {
+            tracing::debug!(
+                tenant,
+                firings = written.cooled,
+                "trigger firings found cooling down when written (another replica fired them)"
+            );
+        }
+        if written.refused > 0 {
+            tracing::warn!(
+                tenant,
+                refused = written.refused,
+                max_waiting_per_tenant = self.config.max_waiting_per_tenant,
+                "trigger actions refused: the tenant has its cap of waiting actions; they are not sent"
+            );
+        }
     }
 
     /// Wakes this replica's worker (after a replay, say).
@@ -437,6 +565,10 @@ impl Triggers {
         if let Some(subject) = subject {
             removed += self.store.outbox_forget_subject(tenant, subject).await?;
         }
+        // Cooldowns keep only hashes, but what they say (this person fired this record) goes too.
+        let cooled_for = subject.map(|s| limits::for_subject(tenant, s));
+        self.store.trigger_cooldowns_forget(tenant, record_ids, cooled_for.as_deref()).await?;
+        self.cooling.forget(tenant, record_ids, cooled_for.as_deref());
         Ok(removed)
     }
 

@@ -104,7 +104,7 @@ async fn fires_on_a_threat_not_on_a_question_and_decides_once_per_action() {
     let shown: Vec<(&str, bool)> = would.iter().map(|w| (w.service.as_str(), w.configured)).collect();
     assert_eq!(shown, [("ticketing", true), ("ops_chat", false)]);
 
-    let decisions = triggers.decide("t", "req-1", Some("u-789"), &threat, &fired);
+    let decisions = triggers.decide("t", "req-1", Some("u-789"), "key:k1", &threat, &fired);
     assert_eq!(decisions.len(), 2);
     assert_eq!(decisions[0].id, event_id("t", "req-1", "sop-escalation", 0));
     assert_eq!(decisions[0].undeliverable, None);
@@ -169,4 +169,50 @@ fn turn_ids_are_stable_for_a_retried_turn() {
     assert_ne!(a, turn_id("t", Some("u-1"), 5, "I'm going to talk to my lawyer"));
     assert_ne!(a, turn_id("t", Some("u-2"), 3, "I'm going to talk to my lawyer"));
     assert!(a.starts_with("turn_"));
+}
+
+#[tokio::test]
+async fn a_record_cools_down_per_subject_for_its_own_time_or_the_default() {
+    let (triggers, store, _dir) = service().await;
+    let values = BTreeMap::new();
+    let threat = TriggerInput::new("I'm going to talk to my lawyer", &values);
+    let default = record("sop-default", seed_sop());
+    let mut own = seed_sop();
+    own[COOLDOWN_FIELD] = json!(3600);
+    let own = record("sop-own", own);
+    let mut never = seed_sop();
+    never[COOLDOWN_FIELD] = json!(0);
+    let never = record("sop-never", never);
+    let fired = triggers.evaluate(&threat, [&default, &own, &never]);
+    let would = triggers.would_fire(&fired);
+    let shown: Vec<(&str, u64)> =
+        would.iter().map(|w| (w.record_id.as_str(), w.cooldown_seconds)).step_by(2).collect();
+    assert_eq!(shown, [("sop-default", 600), ("sop-own", 3600), ("sop-never", 0)]);
+
+    let decided = |turn: &str, subject: &str| {
+        let mut ids: Vec<String> = triggers
+            .decide("t", turn, Some(subject), "key:k1", &threat, &fired)
+            .into_iter()
+            .map(|d| d.record_id)
+            .collect();
+        ids.dedup();
+        ids
+    };
+    assert_eq!(decided("turn-1", "u-1"), ["sop-default", "sop-own", "sop-never"]);
+    assert_eq!(decided("turn-1", "u-1"), ["sop-default", "sop-own", "sop-never"], "a retried turn");
+    assert_eq!(decided("turn-2", "u-1"), ["sop-never"], "the others cool down for u-1");
+    assert_eq!(decided("turn-2", "u-2"), ["sop-default", "sop-own", "sop-never"], "not for u-2");
+    assert_eq!(triggers.metrics().cooled_down.get(), 2);
+    drop(store);
+
+    // A cooldown must be a whole number of seconds up to a week, and beside conditions.
+    let mut bad = seed_sop();
+    bad[COOLDOWN_FIELD] = json!(-1);
+    assert_eq!(check_conditions(&bad)[0].path, "$.content.trigger_cooldown_seconds");
+    bad[COOLDOWN_FIELD] = json!(config::MAX_COOLDOWN_SECONDS + 1);
+    assert_eq!(check_conditions(&bad).len(), 1);
+    bad[COOLDOWN_FIELD] = json!("10m");
+    assert_eq!(check_conditions(&bad).len(), 1);
+    let alone = json!({"title": "x", "steps": "y", COOLDOWN_FIELD: 60});
+    assert_eq!(check_conditions(&alone)[0].path, "$.content.trigger_cooldown_seconds");
 }

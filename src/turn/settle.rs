@@ -29,7 +29,8 @@ pub(super) fn fire_triggers(triggers: &Triggers, caller: &Caller, recalled: &Rec
     let subject = caller.subject.as_deref();
     let input = TriggerInput::new(words, &wish.values);
     let request_id = turn_id(&caller.tenant, subject, *turn, words);
-    let decisions = triggers.decide(&caller.tenant, &request_id, subject, &input, &recalled.fired);
+    let decisions =
+        triggers.decide(&caller.tenant, &request_id, subject, &caller.rate_key, &input, &recalled.fired);
     let count = decisions.len();
     triggers.enqueue(decisions);
     count

@@ -4,6 +4,7 @@
 
 use crate::support::TestDb;
 use memgate::store::outbox::{MAX_EXCERPT_BYTES, NewOutboxAction, OutboxFilter, OutboxState, Replay};
+use memgate::store::trigger_limits::{NewCooldown, NewFiring, Outcome, Pace, Written};
 use memgate::store::{Store, StoreError};
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -28,6 +29,10 @@ on_both_stores!(
     dead_actions_wait_for_a_replay,
     lists_filter_by_tenant_state_and_time_and_page,
     pruning_and_forgetting,
+    a_cooldown_lets_one_turn_fire_for_a_subject_until_it_runs_out,
+    concurrent_writers_share_one_cooldown,
+    a_tenants_cap_refuses_whole_firings_and_counts_only_waiting_actions,
+    an_endpoints_pace_allows_a_burst_then_one_per_interval_and_deferral_gives_the_attempt_back,
 );
 
 const T0: i64 = 1_750_000_000_000;
@@ -328,4 +333,138 @@ fn an_action_as_the_admin_api_shows_it() {
     assert_eq!(shown["created_at"], "2025-06-15T15:06:39Z");
     assert_eq!(shown["delivered_at"], serde_json::Value::Null);
     assert!(shown.get("body").is_none() && shown.get("lease_owner").is_none());
+}
+
+/// One firing of the SOP for `subject` in turn `request`, `actions` actions, cooling until `until`.
+fn firing(tenant: &str, request: &str, subject: &str, actions: i64, until: Option<i64>) -> NewFiring {
+    NewFiring {
+        tenant: tenant.to_owned(),
+        record_id: "sop-escalation".to_owned(),
+        request_id: request.to_owned(),
+        cooldown: until.map(|until_ms| NewCooldown {
+            cooled_for: memgate::triggers::limits::cooled_for(tenant, Some(subject), ""),
+            until_ms,
+        }),
+        actions: (0..actions).map(|i| action(tenant, request, i)).collect(),
+    }
+}
+
+const NO_CAP: u64 = 1_000_000;
+
+async fn a_cooldown_lets_one_turn_fire_for_a_subject_until_it_runs_out(db: TestDb) {
+    let store = store(&db).await;
+    let until = Some(T0 + 600_000);
+    let write = |f: NewFiring, at: i64| {
+        let store = store.clone();
+        async move { Written::of(&store.outbox_insert_firings(&[f], at, NO_CAP).await.unwrap()) }
+    };
+    assert_eq!(
+        write(firing("t", "turn-1", "cust-1", 2, until), T0).await,
+        Written { added: 2, ..Written::default() }
+    );
+    // Another turn of the same customer: cooling. The same turn again (a retry): already there.
+    assert_eq!(
+        write(firing("t", "turn-2", "cust-1", 2, until), T0 + 1).await,
+        Written { cooled: 1, ..Written::default() }
+    );
+    assert_eq!(
+        write(firing("t", "turn-1", "cust-1", 2, until), T0 + 2).await,
+        Written { repeated: 1, ..Written::default() }
+    );
+    // Another customer, another tenant: their own cooldowns.
+    assert_eq!(write(firing("t", "turn-3", "cust-2", 1, until), T0 + 3).await.added, 1);
+    assert_eq!(write(firing("u", "turn-2", "cust-1", 1, until), T0 + 3).await.added, 1);
+    // A record without a cooldown fires every time.
+    assert_eq!(write(firing("t", "turn-4", "cust-1", 1, None), T0 + 4).await.added, 1);
+    // Once it ran out, the next turn fires and starts the next cooldown.
+    let later = Some(T0 + 1_200_000);
+    assert_eq!(write(firing("t", "turn-5", "cust-1", 1, later), T0 + 600_000).await.added, 1);
+    assert_eq!(write(firing("t", "turn-6", "cust-1", 1, later), T0 + 600_001).await.cooled, 1);
+    // Pruned once run out; erased with the record or the subject.
+    assert_eq!(store.trigger_cooldowns_prune(T0 + 600_000).await.unwrap(), 2, "t/cust-2 and u/cust-1");
+    let cust_1 = memgate::triggers::limits::for_subject("t", "cust-1");
+    assert_eq!(store.trigger_cooldowns_forget("t", &[], Some(&cust_1)).await.unwrap(), 1);
+    assert_eq!(write(firing("t", "turn-7", "cust-1", 1, later), T0 + 600_002).await.added, 1);
+    assert_eq!(store.trigger_cooldowns_forget("t", &["sop-escalation".to_owned()], None).await.unwrap(), 1);
+}
+
+async fn concurrent_writers_share_one_cooldown(db: TestDb) {
+    let store = store(&db).await;
+    // Eight replicas write eight turns of one customer at once: one fires.
+    let writers = (0..8).map(|i| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let f = firing("t", &format!("turn-{i}"), "cust-1", 2, Some(T0 + 600_000));
+            Written::of(&store.outbox_insert_firings(&[f], T0, NO_CAP).await.unwrap())
+        })
+    });
+    let mut total = Written::default();
+    for writer in writers {
+        let written = writer.await.unwrap();
+        total.added += written.added;
+        total.cooled += written.cooled;
+    }
+    assert_eq!((total.added, total.cooled), (2, 7));
+    assert_eq!(store.outbox_counts(Some("t")).await.unwrap()["pending"], 2);
+}
+
+async fn a_tenants_cap_refuses_whole_firings_and_counts_only_waiting_actions(db: TestDb) {
+    let store = store(&db).await;
+    let write = |firings: Vec<NewFiring>| {
+        let store = store.clone();
+        async move { store.outbox_insert_firings(&firings, T0, 3).await.unwrap() }
+    };
+    assert_eq!(write(vec![firing("t", "turn-1", "a", 2, None)]).await, [Outcome::Added(2)]);
+    // Two more would make four: the firing is refused whole, the next one fits.
+    let written = write(vec![firing("t", "turn-2", "b", 2, None), firing("t", "turn-3", "c", 1, None)]).await;
+    assert_eq!(written, [Outcome::Refused(2), Outcome::Added(1)]);
+    // A refused firing started no cooldown: with room again it may fire.
+    assert_eq!(write(vec![firing("t", "turn-4", "d", 1, Some(T0 + 600_000))]).await, [Outcome::Refused(1)]);
+    // Actions that go in dead wait for nobody; another tenant has its own room.
+    let mut orphan = firing("t", "turn-5", "e", 1, None);
+    orphan.actions[0].dead_reason = Some("no endpoint named `crm`".to_owned());
+    assert_eq!(write(vec![orphan]).await, [Outcome::Added(1)]);
+    assert_eq!(write(vec![firing("u", "turn-1", "a", 3, None)]).await, [Outcome::Added(3)]);
+    // Delivered actions make room.
+    let claimed = store.outbox_claim("w", T0 + 1, LEASE, 1).await.unwrap();
+    store.outbox_mark_delivered(&claimed[0].id, "w", T0 + 2, 200, "ok").await.unwrap();
+    let tenant = claimed[0].tenant.clone();
+    let again = write(vec![firing(&tenant, "turn-4", "d", 1, Some(T0 + 600_000))]).await;
+    assert_eq!(again, [Outcome::Added(1)]);
+}
+
+async fn an_endpoints_pace_allows_a_burst_then_one_per_interval_and_deferral_gives_the_attempt_back(
+    db: TestDb,
+) {
+    let store = store(&db).await;
+    // Three a minute: one every 20 s, in bursts of three.
+    let take = |endpoint: &'static str, at: i64| {
+        let store = store.clone();
+        async move { store.trigger_pace_take(endpoint, at, 20_000, 40_000).await.unwrap() }
+    };
+    for i in 0..3 {
+        assert_eq!(take("ticketing", T0 + i).await, Pace::Taken, "burst {i}");
+    }
+    assert_eq!(take("ticketing", T0 + 10).await, Pace::Full { allowed_at_ms: T0 + 20_000 });
+    assert_eq!(take("ops_chat", T0 + 10).await, Pace::Taken, "each endpoint its own pace");
+    assert_eq!(take("ticketing", T0 + 19_999).await, Pace::Full { allowed_at_ms: T0 + 20_000 });
+    assert_eq!(take("ticketing", T0 + 20_000).await, Pace::Taken);
+    assert_eq!(take("ticketing", T0 + 20_001).await, Pace::Full { allowed_at_ms: T0 + 40_000 });
+    // Quiet for long enough, a whole burst again.
+    for i in 0..3 {
+        assert_eq!(take("ticketing", T0 + 600_000 + i).await, Pace::Taken);
+    }
+
+    // A claimed action put off: waiting as it was, its attempt given back, due at the slot.
+    let decided = action("t", "req-1", 0);
+    store.outbox_insert(std::slice::from_ref(&decided), T0).await.unwrap();
+    let claimed = store.outbox_claim("w", T0 + 1, LEASE, 10).await.unwrap();
+    assert_eq!(claimed[0].attempts, 1);
+    assert!(!store.outbox_defer(&decided.id, "someone else", T0 + 2, T0 + 20_000).await.unwrap());
+    assert!(store.outbox_defer(&decided.id, "w", T0 + 2, T0 + 20_000).await.unwrap());
+    let waiting = store.outbox_get("t", &decided.id).await.unwrap();
+    assert_eq!((waiting.state, waiting.attempts, waiting.next_at_ms), (OutboxState::Pending, 0, T0 + 20_000));
+    assert_eq!(waiting.locked_until_ms, None);
+    assert!(store.outbox_claim("w2", T0 + 19_999, LEASE, 10).await.unwrap().is_empty());
+    assert_eq!(store.outbox_claim("w2", T0 + 20_000, LEASE, 10).await.unwrap().len(), 1);
 }

@@ -79,6 +79,13 @@ fn the_seed_records_pass_the_v1_schemas_as_written() {
         json!([{"keywords": ["refund", "退款", "возврат*"]}, {"entity": "order_number"}]);
     sop["actions"] = json!([{"service": "ticketing", "method": "create_ticket"}]);
     assert_eq!(set.validate("v1", "internal_sop", &sop, "$.content"), Ok(()));
+    // It may set its own cooldown, a whole number of seconds up to a week, beside its conditions.
+    sop["trigger_cooldown_seconds"] = json!(3600);
+    assert_eq!(set.validate("v1", "internal_sop", &sop, "$.content"), Ok(()));
+    sop["trigger_cooldown_seconds"] = json!(604_801);
+    assert!(set.validate("v1", "internal_sop", &sop, "$.content").is_err());
+    let alone = json!({"title": "Refunds", "steps": "1. …", "trigger_cooldown_seconds": 60});
+    assert!(set.validate("v1", "internal_sop", &alone, "$.content").is_err());
 }
 
 #[test]
@@ -202,10 +209,12 @@ fn sop_record(tenant: &str) -> Record {
     }
 }
 
-/// A `[triggers]` section with the one endpoint `ticketing` at `url`, quick to retry.
+/// A `[triggers]` section with the one endpoint `ticketing` at `url`, quick to retry, without
+/// cooldowns (these tests fire one record for one subject many times, on purpose).
 fn config(url: &str, allow_private: bool) -> TriggersConfig {
     let text = format!(
         r#"
+        cooldown_seconds = 0
         max_attempts = 4
         backoff_base_ms = 50
         backoff_max_ms = 2000
@@ -239,7 +248,7 @@ async fn decide(triggers: &Triggers, tenant: &str, request_id: &str, words: &str
     let record = sop_record(tenant);
     let fired = triggers.evaluate(&input, [&record]);
     assert_eq!(fired.len(), 1, "the SOP fires on {words:?}");
-    let decisions = triggers.decide(tenant, request_id, Some("u-789"), &input, &fired);
+    let decisions = triggers.decide(tenant, request_id, Some("u-789"), "key:k1", &input, &fired);
     triggers.enqueue_now(&decisions).await.unwrap();
     decisions[0].id.clone()
 }
@@ -318,7 +327,11 @@ async fn a_schedule_that_runs_out_is_dead_and_can_be_replayed() {
     wait_for_state(&store, "t", &id, OutboxState::Dead, Duration::from_secs(20)).await;
     let dead = store.outbox_get("t", &id).await.unwrap();
     assert_eq!((dead.attempts, dead.last_status), (4, Some(503)));
-    assert!(dead.last_error.unwrap().starts_with("gave up after 4 attempts; the last: HTTP 503"));
+    assert!(
+        dead.last_error
+            .unwrap()
+            .starts_with("gave up after 4 attempts; the last: endpoint `ticketing` answered HTTP 503")
+    );
     assert_eq!(receiver.count(), 4);
 
     // The receiver is back (its script is used up: 200 from now on); an operator replays.
@@ -545,7 +558,7 @@ async fn measure_evaluate_and_decide() {
         let started = Instant::now();
         let input = TriggerInput::new(&firing, &values);
         let fired = triggers.evaluate(&input, records.iter());
-        let decisions = triggers.decide("t", &format!("req-{i}"), Some("u-789"), &input, &fired);
+        let decisions = triggers.decide("t", &format!("req-{i}"), Some("u-789"), "key:k1", &input, &fired);
         fire.push(started.elapsed().as_secs_f64() * 1e6);
         assert_eq!(decisions.len(), 2);
         let started = Instant::now();
@@ -586,7 +599,7 @@ async fn measure_delivery(db: TestDb, label: &str) {
         tick.tick().await;
         let input = TriggerInput::new("I'm going to talk to my lawyer", &values);
         let fired = triggers.evaluate(&input, [&record]);
-        let mut decisions = triggers.decide("t", &format!("req-{i}"), None, &input, &fired);
+        let mut decisions = triggers.decide("t", &format!("req-{i}"), None, "key:k1", &input, &fired);
         decisions.truncate(1);
         let id = decisions[0].id.clone();
         let started = Instant::now();
