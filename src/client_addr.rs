@@ -11,8 +11,9 @@
 //! (`limit_key`, `client_ip.ipv6_limit_prefix`, /64 by default): a single host or customer line
 //! is handed a /64 and can take any of its 2^64 addresses, so limits keyed by the full address
 //! would give it as many fresh allowances as it cares to use.
+//!
+//! Nothing here reads a request: the edge hands `resolve` the peer and the header's values.
 
-use axum::http::{HeaderMap, HeaderName};
 use std::net::{IpAddr, Ipv6Addr};
 
 /// The IPv6 network a client is counted by in the per-address limits: what one host or one
@@ -22,7 +23,8 @@ pub const DEFAULT_IPV6_LIMIT_PREFIX: u8 = 64;
 #[derive(Debug, Clone)]
 pub struct ClientAddrs {
     trusted: Vec<Cidr>,
-    header: HeaderName,
+    /// The header the proxies set, lower case.
+    header: String,
     ipv6_limit_prefix: u8,
 }
 
@@ -30,7 +32,7 @@ impl Default for ClientAddrs {
     fn default() -> Self {
         ClientAddrs {
             trusted: Vec::new(),
-            header: HeaderName::from_static("x-forwarded-for"),
+            header: "x-forwarded-for".to_owned(),
             ipv6_limit_prefix: DEFAULT_IPV6_LIMIT_PREFIX,
         }
     }
@@ -43,9 +45,14 @@ impl ClientAddrs {
             .iter()
             .map(|text| Cidr::parse(text).ok_or_else(|| format!("`{text}` is not an address or CIDR block")))
             .collect::<Result<_, _>>()?;
-        let header = HeaderName::from_bytes(header.to_ascii_lowercase().as_bytes())
-            .map_err(|_| format!("`{header}` is not a header name"))?;
-        Ok(ClientAddrs { trusted, header, ipv6_limit_prefix: DEFAULT_IPV6_LIMIT_PREFIX })
+        if !is_header_name(header) {
+            return Err(format!("`{header}` is not a header name"));
+        }
+        Ok(ClientAddrs {
+            trusted,
+            header: header.to_ascii_lowercase(),
+            ipv6_limit_prefix: DEFAULT_IPV6_LIMIT_PREFIX,
+        })
     }
 
     /// Counts IPv6 clients by their first `prefix` bits (32 to 128; 128: each address alone).
@@ -75,16 +82,27 @@ impl ClientAddrs {
         self.trusted.iter().any(|cidr| cidr.contains(addr))
     }
 
-    /// The client behind `peer`: the peer itself unless it is a trusted proxy that named one.
-    pub fn resolve(&self, peer: Option<IpAddr>, headers: &HeaderMap) -> Option<IpAddr> {
+    /// The header the trusted proxies name the client in (lower case).
+    pub fn header(&self) -> &str {
+        &self.header
+    }
+
+    /// The client behind `peer`: the peer itself unless it is a trusted proxy that named one in
+    /// `forwarded`, the values of its `header` in order (`None` for a value that is not text).
+    pub fn resolve<'a>(
+        &self,
+        peer: Option<IpAddr>,
+        forwarded: impl IntoIterator<Item = Option<&'a str>>,
+    ) -> Option<IpAddr> {
         let peer = peer.map(canonical)?;
         if !self.is_trusted(peer) {
             return Some(peer);
         }
         // Several header lines read as one list, in order; the proxy nearest us appended last.
+        let values = forwarded;
         let mut forwarded: Vec<IpAddr> = Vec::new();
-        for value in headers.get_all(&self.header) {
-            let Ok(text) = value.to_str() else { return Some(peer) };
+        for value in values {
+            let Some(text) = value else { return Some(peer) };
             for item in text.split(',') {
                 match parse_item(item) {
                     Some(addr) => forwarded.push(canonical(addr)),
@@ -102,6 +120,11 @@ impl ClientAddrs {
         }
         Some(nearest)
     }
+}
+
+/// RFC 9110's token characters: what a header name is made of.
+fn is_header_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 /// One entry of `X-Forwarded-For`: an address, maybe with a port (`1.2.3.4:5678`, `[::1]:80`).
@@ -166,15 +189,13 @@ impl Cidr {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use axum::http::HeaderValue;
 
-    fn headers(values: &[&str]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for value in values {
-            map.append("x-forwarded-for", HeaderValue::from_str(value).unwrap());
-        }
-        map
+    /// The values of the header, as the edge hands them over.
+    fn headers<'a>(values: &'a [&'a str]) -> Vec<Option<&'a str>> {
+        values.iter().map(|v| Some(*v)).collect()
     }
+
+    const NONE: [Option<&str>; 0] = [];
 
     fn ip(text: &str) -> Option<IpAddr> {
         Some(text.parse().unwrap())
@@ -206,27 +227,27 @@ mod tests {
     #[test]
     fn without_trusted_proxies_the_peer_is_the_client_whatever_the_header_says() {
         let addrs = ClientAddrs::default();
-        assert_eq!(addrs.resolve(ip("10.0.0.9"), &headers(&["1.2.3.4"])), ip("10.0.0.9"));
-        assert_eq!(addrs.resolve(ip("::ffff:10.0.0.9"), &HeaderMap::new()), ip("10.0.0.9"));
-        assert_eq!(addrs.resolve(None, &headers(&["1.2.3.4"])), None);
+        assert_eq!(addrs.resolve(ip("10.0.0.9"), headers(&["1.2.3.4"])), ip("10.0.0.9"));
+        assert_eq!(addrs.resolve(ip("::ffff:10.0.0.9"), NONE), ip("10.0.0.9"));
+        assert_eq!(addrs.resolve(None, headers(&["1.2.3.4"])), None);
     }
 
     #[test]
     fn a_trusted_proxy_names_the_client_read_from_the_right() {
         let addrs = ClientAddrs::new(&["127.0.0.1".into(), "10.0.0.0/8".into()], "X-Forwarded-For").unwrap();
         // The client may prepend anything; the entry our own proxy appended is what counts.
-        assert_eq!(addrs.resolve(ip("127.0.0.1"), &headers(&["6.6.6.6, 203.0.113.7"])), ip("203.0.113.7"));
+        assert_eq!(addrs.resolve(ip("127.0.0.1"), headers(&["6.6.6.6, 203.0.113.7"])), ip("203.0.113.7"));
         // Chains of trusted proxies are skipped.
         assert_eq!(
-            addrs.resolve(ip("127.0.0.1"), &headers(&["198.51.100.2", "203.0.113.7:4444, 10.1.2.3"])),
+            addrs.resolve(ip("127.0.0.1"), headers(&["198.51.100.2", "203.0.113.7:4444, 10.1.2.3"])),
             ip("203.0.113.7")
         );
-        assert_eq!(addrs.resolve(ip("127.0.0.1"), &headers(&["[2001:db8::1]:443"])), ip("2001:db8::1"));
+        assert_eq!(addrs.resolve(ip("127.0.0.1"), headers(&["[2001:db8::1]:443"])), ip("2001:db8::1"));
         // No header, or one we cannot read: the proxy itself.
-        assert_eq!(addrs.resolve(ip("127.0.0.1"), &HeaderMap::new()), ip("127.0.0.1"));
-        assert_eq!(addrs.resolve(ip("127.0.0.1"), &headers(&["not-an-ip, 1.2.3.4"])), ip("127.0.0.1"));
+        assert_eq!(addrs.resolve(ip("127.0.0.1"), NONE), ip("127.0.0.1"));
+        assert_eq!(addrs.resolve(ip("127.0.0.1"), headers(&["not-an-ip, 1.2.3.4"])), ip("127.0.0.1"));
         // A peer that is not trusted cannot speak for anyone.
-        assert_eq!(addrs.resolve(ip("192.0.2.1"), &headers(&["1.2.3.4"])), ip("192.0.2.1"));
+        assert_eq!(addrs.resolve(ip("192.0.2.1"), headers(&["1.2.3.4"])), ip("192.0.2.1"));
     }
 
     #[test]

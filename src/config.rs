@@ -1023,11 +1023,11 @@ mod tests {
         let config =
             load_toml("", &[("MEMGATE_TRUSTED_PROXIES", "10.0.0.0/8, 192.168.1.7")], ConfigFlags::default())
                 .unwrap();
-        let mut headers = axum::http::HeaderMap::new();
-        headers.insert("x-forwarded-for", "203.0.113.9".parse().unwrap());
-        let via_proxy = config.client_addrs.resolve(Some("10.1.2.3".parse().unwrap()), &headers);
+        let headers = [Some("203.0.113.9")];
+        assert_eq!(config.client_addrs.header(), "x-forwarded-for");
+        let via_proxy = config.client_addrs.resolve(Some("10.1.2.3".parse().unwrap()), headers);
         assert_eq!(via_proxy, Some("203.0.113.9".parse().unwrap()));
-        let direct = config.client_addrs.resolve(Some("198.51.100.1".parse().unwrap()), &headers);
+        let direct = config.client_addrs.resolve(Some("198.51.100.1".parse().unwrap()), headers);
         assert_eq!(direct, Some("198.51.100.1".parse().unwrap()), "an untrusted peer's header is ignored");
         let bad = load_toml("", &[("MEMGATE_TRUSTED_PROXIES", "10.0.0.0/33")], ConfigFlags::default());
         assert!(bad.unwrap_err().to_string().contains("client_ip"));

