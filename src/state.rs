@@ -304,6 +304,11 @@ impl AppState {
         &self.inner.triggers
     }
 
+    /// The console's tokens and session rules.
+    pub fn console_auth(&self) -> &ConsoleAuth {
+        &self.inner.console_auth
+    }
+
     pub fn console_recorder(&self) -> &MetricsRecorder {
         &self.inner.recorder
     }
@@ -317,7 +322,7 @@ impl AppState {
     pub fn is_https(&self, parts: &axum::http::request::Parts) -> bool {
         let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
         let trusted = peer.is_some_and(|p| self.inner.client_addrs.is_trusted(p));
-        crate::console::auth::forwarded_https(&parts.headers, trusted)
+        crate::http::console::auth::forwarded_https(&parts.headers, trusted)
     }
 
     pub fn max_import_bytes(&self) -> u64 {
@@ -331,32 +336,6 @@ impl AppState {
 
     pub fn is_draining(&self) -> bool {
         self.inner.draining.load(Ordering::SeqCst)
-    }
-}
-
-impl crate::console::ConsoleHost for AppState {
-    fn console_auth(&self) -> &ConsoleAuth {
-        &self.inner.console_auth
-    }
-
-    fn console_store(&self) -> &Store {
-        self.store()
-    }
-
-    fn admin_strikes(&self) -> &Strikes {
-        AppState::admin_strikes(self)
-    }
-
-    fn strike_key(&self, parts: &axum::http::request::Parts) -> String {
-        self.client_limit_key(parts)
-    }
-
-    fn body_read_timeout(&self) -> std::time::Duration {
-        self.inner.limits.body_read_timeout
-    }
-
-    fn is_https(&self, parts: &axum::http::request::Parts) -> bool {
-        AppState::is_https(self, parts)
     }
 }
 
