@@ -14,7 +14,7 @@ pub fn fnv1a64(text: &str) -> u64 {
     hash
 }
 
-/// The SHA-256 of `text`, hex.
-pub fn sha256_hex(text: &str) -> String {
-    Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+/// The SHA-256 of `bytes` (a text's UTF-8), hex.
+pub fn sha256_hex(bytes: impl AsRef<[u8]>) -> String {
+    Sha256::digest(bytes.as_ref()).iter().map(|b| format!("{b:02x}")).collect()
 }

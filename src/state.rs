@@ -295,6 +295,11 @@ impl AppState {
         &self.inner.triggers
     }
 
+    /// The console's tokens and session rules.
+    pub fn console_auth(&self) -> &ConsoleAuth {
+        &self.inner.console_auth
+    }
+
     pub fn console_recorder(&self) -> &MetricsRecorder {
         &self.inner.recorder
     }
@@ -314,11 +319,6 @@ impl AppState {
 
     pub fn is_draining(&self) -> bool {
         self.inner.draining.load(Ordering::SeqCst)
-    }
-
-    /// The console's tokens and session rules.
-    pub fn console_auth(&self) -> &ConsoleAuth {
-        &self.inner.console_auth
     }
 }
 

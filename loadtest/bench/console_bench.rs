@@ -22,9 +22,9 @@ mod common;
 
 use clap::Parser;
 use common::{BoxError, Rng, Summary, TempDir};
-use memgate::console::health::data_health;
+use memgate::console::data_health::data_health;
 use memgate::console::history::{self, HistoryParams, HistoryRetention, Window};
-use memgate::console::recorder::{CallError, CallOutcome, MemoryOutcome, MetricsRecorder};
+use memgate::console::{CallError, CallOutcome, MemoryOutcome, MetricsRecorder};
 use memgate::memory::checks::schemas::SchemaSet;
 use memgate::store::Store;
 use serde_json::{Value, json};

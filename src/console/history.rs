@@ -1,6 +1,6 @@
-//! The metrics history in the store (`metric_buckets`), and the two queries the console's charts
-//! read: `GET /admin/v1/metrics/history` and `GET /admin/v1/metrics/releases` (`console/API.md`
-//! §3.1–3.2).
+//! The metrics history (rows of `metric_buckets`, through `store::history`), and the two answers
+//! the console's charts read: `GET /admin/v1/metrics/history` and `GET /admin/v1/metrics/releases`
+//! (`console/API.md` §3.1–3.2).
 //!
 //! Rows are per tenant, release and time bucket, never per request, so their number depends on
 //! time, replicas and releases, not on traffic: a million calls a day or a thousand make the same
@@ -20,47 +20,17 @@
 //! Minute rows are kept `HistoryRetention::minute_rows` (48 h), 5-minute rows
 //! `HistoryRetention::five_minute_rows` (8 days); `prune` deletes older ones.
 
-use super::recorder::{Counters, LATENCY_BINS, MinuteKey, quantile_ms};
+use super::counters::{Counters, MinuteKey, quantile_ms};
 use crate::clock::format_ms;
 use crate::error::ApiError;
+use crate::store::history::{BucketFigures, BucketRow};
 use crate::store::{Store, StoreError};
 use serde::Serialize;
-use sqlx::Row;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::LazyLock;
 use std::time::Duration;
 
 pub const MINUTE_MS: i64 = 60_000;
 pub const FIVE_MINUTES_MS: i64 = 300_000;
-
-/// The scalar counter columns, in the order of `Counters::scalars`.
-pub const COUNTER_COLUMNS: [&str; 12] = [
-    "calls",
-    "err_upstream",
-    "err_memory",
-    "err_rate_limited",
-    "err_client",
-    "err_internal",
-    "mem_ok",
-    "mem_skipped",
-    "mem_degraded",
-    "injected_records",
-    "injected_tokens",
-    "visible_tokens",
-];
-
-/// Every counter column: the scalars, then `lat_00` … `lat_39`.
-static VALUE_COLUMNS: LazyLock<Vec<String>> = LazyLock::new(|| {
-    let mut columns: Vec<String> = COUNTER_COLUMNS.iter().map(|c| (*c).to_owned()).collect();
-    columns.extend((0..LATENCY_BINS).map(|i| format!("lat_{i:02}")));
-    columns
-});
-
-/// `CAST(SUM(c) AS BIGINT) AS c, …` for every counter column (PostgreSQL's SUM of a BIGINT is a
-/// NUMERIC, which the `Any` driver does not read as an integer).
-static SUMS: LazyLock<String> = LazyLock::new(|| {
-    VALUE_COLUMNS.iter().map(|c| format!("CAST(SUM({c}) AS BIGINT) AS {c}")).collect::<Vec<_>>().join(", ")
-});
 
 /// How long history is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,18 +66,17 @@ pub(crate) fn ms(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// One row to add to: its key and figures.
-struct BucketRow<'a> {
-    tenant: &'a str,
-    release: &'a str,
-    bucket_secs: i64,
-    bucket_start: i64,
-    replica: &'a str,
-    counters: Counters,
+impl Counters {
+    fn figures(&self) -> BucketFigures {
+        BucketFigures { scalars: self.scalars(), latency: self.latency }
+    }
 }
 
-/// Rows per INSERT: 100 × 57 bound values stays under SQLite's and PostgreSQL's limits.
-const ROWS_PER_STATEMENT: usize = 100;
+impl From<BucketFigures> for Counters {
+    fn from(figures: BucketFigures) -> Counters {
+        Counters::from_parts(figures.scalars, figures.latency)
+    }
+}
 
 /// Adds `minutes` (this replica's figures) to the store: a minute row each, and their sums into
 /// the 5-minute rows. One transaction; nothing is written if it fails.
@@ -130,7 +99,7 @@ pub async fn write(
             bucket_secs: 300,
             bucket_start,
             replica: "",
-            counters,
+            figures: counters.figures(),
         })
         .collect();
     rows.extend(minutes.iter().map(|(key, counters)| BucketRow {
@@ -139,67 +108,16 @@ pub async fn write(
         bucket_secs: 60,
         bucket_start: key.minute_ms,
         replica,
-        counters: counters.clone(),
+        figures: counters.figures(),
     }));
-    let mut tx = store.begin_write().await?;
-    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-        let sql = upsert_sql(chunk.len());
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-        for row in chunk {
-            query = query
-                .bind(row.tenant.to_owned())
-                .bind(row.release.to_owned())
-                .bind(row.bucket_secs)
-                .bind(row.bucket_start)
-                .bind(row.replica.to_owned());
-            for value in row.counters.scalars().into_iter().chain(row.counters.latency) {
-                query = query.bind(i64::try_from(value).unwrap_or(i64::MAX));
-            }
-        }
-        query.execute(&mut *tx).await?;
-    }
-    tx.commit().await?;
-    Ok(rows.len())
-}
-
-/// `INSERT … VALUES (…), … ON CONFLICT (key) DO UPDATE SET c = metric_buckets.c + excluded.c, …`
-/// for `rows` rows. Built from the fixed column list only; every value is a bound parameter.
-fn upsert_sql(rows: usize) -> String {
-    let columns = VALUE_COLUMNS.len() + 5;
-    let mut sql = format!(
-        "INSERT INTO metric_buckets (tenant, release, bucket_secs, bucket_start, replica, {}) VALUES ",
-        VALUE_COLUMNS.join(", ")
-    );
-    for row in 0..rows {
-        if row > 0 {
-            sql.push_str(", ");
-        }
-        sql.push('(');
-        for column in 0..columns {
-            if column > 0 {
-                sql.push_str(", ");
-            }
-            sql.push_str(&format!("${}", row * columns + column + 1));
-        }
-        sql.push(')');
-    }
-    sql.push_str(" ON CONFLICT (tenant, bucket_secs, bucket_start, release, replica) DO UPDATE SET ");
-    let updates: Vec<String> =
-        VALUE_COLUMNS.iter().map(|c| format!("{c} = metric_buckets.{c} + excluded.{c}")).collect();
-    sql.push_str(&updates.join(", "));
-    sql
+    store.add_to_metric_buckets(&rows).await
 }
 
 /// Deletes minute and 5-minute rows past their retention; returns how many.
 pub async fn prune(store: &Store, retention: &HistoryRetention, now_ms: i64) -> Result<u64, StoreError> {
     let mut deleted = 0;
     for (secs, keep) in [(60_i64, retention.minute_rows), (300, retention.five_minute_rows)] {
-        let done = sqlx::query("DELETE FROM metric_buckets WHERE bucket_secs = $1 AND bucket_start < $2")
-            .bind(secs)
-            .bind(now_ms.saturating_sub(ms(keep)))
-            .execute(store.pool())
-            .await?;
-        deleted += done.rows_affected();
+        deleted += store.delete_metric_buckets_before(secs, now_ms.saturating_sub(ms(keep))).await?;
     }
     Ok(deleted)
 }
@@ -383,22 +301,6 @@ pub struct History {
     pub totals: Figures,
 }
 
-fn counters_from_row(row: &sqlx::any::AnyRow, first: usize) -> Result<Counters, StoreError> {
-    let get = |i: usize| -> Result<u64, StoreError> {
-        let value: Option<i64> = row.try_get(first + i)?;
-        Ok(u64::try_from(value.unwrap_or(0)).unwrap_or(0))
-    };
-    let mut scalars = [0u64; 12];
-    for (i, slot) in scalars.iter_mut().enumerate() {
-        *slot = get(i)?;
-    }
-    let mut latency = [0u64; LATENCY_BINS];
-    for (i, slot) in latency.iter_mut().enumerate() {
-        *slot = get(12 + i)?;
-    }
-    Ok(Counters::from_parts(scalars, latency))
-}
-
 fn unknown_release(name: &str, known: &[String]) -> ApiError {
     ApiError::not_found(format!("no release `{name}`; known: {}", known.join(", ")))
 }
@@ -420,27 +322,11 @@ pub async fn history(
     }
     let window = params.window;
     let (from, to) = window.span(now_ms);
-    let release_filter = if params.release.is_some() { " AND release = $5" } else { "" };
-    let sql = format!(
-        "SELECT bucket_start, {} FROM metric_buckets \
-         WHERE tenant = $1 AND bucket_secs = $2 AND bucket_start >= $3 AND bucket_start < $4{release_filter} \
-         GROUP BY bucket_start",
-        *SUMS
-    );
-    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(tenant.to_owned())
-        .bind(window.bucket_ms() / 1000)
-        .bind(from)
-        .bind(to);
-    if let Some(release) = &params.release {
-        query = query.bind(release.clone());
-    }
-    let rows = query.fetch_all(store.pool()).await.map_err(StoreError::from)?;
-    let mut by_start: HashMap<i64, Counters> = HashMap::with_capacity(rows.len());
-    for row in &rows {
-        let start: i64 = row.try_get(0).map_err(StoreError::from)?;
-        by_start.insert(start, counters_from_row(row, 1)?);
-    }
+    let sums = store
+        .metric_sums_by_start(tenant, window.bucket_ms() / 1000, (from, to), params.release.as_deref())
+        .await?;
+    let by_start: HashMap<i64, Counters> =
+        sums.into_iter().map(|(start, figures)| (start, Counters::from(figures))).collect();
     let mut totals = Counters::default();
     let empty = Counters::default();
     let buckets = (0..window.buckets())
@@ -505,26 +391,9 @@ pub async fn releases(
     known_releases: &[String],
     now_ms: i64,
 ) -> Result<ReleasesAnswer, ApiError> {
-    let (from, to) = window.span(now_ms);
-    let sql = format!(
-        "SELECT release, {} FROM metric_buckets \
-         WHERE tenant = $1 AND bucket_secs = $2 AND bucket_start >= $3 AND bucket_start < $4 \
-         GROUP BY release",
-        *SUMS
-    );
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(tenant.to_owned())
-        .bind(window.bucket_ms() / 1000)
-        .bind(from)
-        .bind(to)
-        .fetch_all(store.pool())
-        .await
-        .map_err(StoreError::from)?;
-    let mut by_release: HashMap<String, Counters> = HashMap::with_capacity(rows.len());
-    for row in &rows {
-        let release: String = row.try_get(0).map_err(StoreError::from)?;
-        by_release.insert(release, counters_from_row(row, 1)?);
-    }
+    let sums = store.metric_sums_by_release(tenant, window.bucket_ms() / 1000, window.span(now_ms)).await?;
+    let by_release: HashMap<String, Counters> =
+        sums.into_iter().map(|(release, figures)| (release, Counters::from(figures))).collect();
     let mut names: Vec<&String> = known_releases.iter().collect();
     names.sort();
     names.dedup();
@@ -585,13 +454,5 @@ mod tests {
         assert!(message("release=v2", false).contains("unknown parameter `release`"));
         assert!(message("limit=3", true).contains("`limit`"));
         assert!(message("window=1h&window=24h", true).contains("twice"));
-    }
-
-    #[test]
-    fn the_upsert_binds_every_value() {
-        let sql = upsert_sql(2);
-        assert!(sql.contains("$114)"), "{sql}");
-        assert!(!sql.contains("$115"));
-        assert!(sql.contains("lat_39 = metric_buckets.lat_39 + excluded.lat_39"));
     }
 }

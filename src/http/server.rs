@@ -29,7 +29,7 @@ pub async fn run(
     let state = AppState::new(&config).await?;
     // Sessions opened by a token no longer configured (rotated, or a viewer token removed) end
     // here, before the first request; every check refuses them as well (`console::session`).
-    let tokens = &crate::console::ConsoleHost::console_auth(&state).tokens;
+    let tokens = &state.console_auth().tokens;
     match crate::console::session::end_unbound(state.store(), tokens).await {
         Ok(0) => {}
         Ok(ended) => tracing::info!(ended, "ended console sessions of tokens no longer configured"),

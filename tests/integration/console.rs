@@ -13,9 +13,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use memgate::console::history::{self, HistoryParams, HistoryRetention, Window};
-use memgate::console::recorder::{CallError, CallOutcome, MemoryOutcome, MetricsRecorder};
 use memgate::console::session::{self, SessionPolicy};
-use memgate::console::{AdminTokens, ConsoleAuth, ConsoleHost, Role, auth};
+use memgate::console::{
+    AdminTokens, CallError, CallOutcome, ConsoleAuth, MemoryOutcome, MetricsRecorder, Role,
+};
+use memgate::http::console::{ConsoleHost, auth};
 use memgate::identity::rate_limit::Strikes;
 use memgate::store::Store;
 use serde_json::{Value, json};
@@ -795,7 +797,7 @@ async fn data_health_reads_the_tenants_records(db: TestDb) {
     store.create_memory("acme", &envelope("f-3", json!({"tier": "gold"})), "x", "t", 1).await.unwrap();
     store.create_memory("other", &envelope("f-4", json!({"statement": "x"})), "x", "t", 1).await.unwrap();
     let health =
-        memgate::console::health::data_health_from_store(&store, "acme", &schemas, NOW).await.unwrap();
+        memgate::console::data_health::data_health_from_store(&store, "acme", &schemas, NOW).await.unwrap();
     assert_eq!((health.records.total, health.live), (3, 3));
     assert_eq!(health.non_empty_content.count, 2);
     let failing: Vec<&str> = health.schema_failures.items.iter().map(|f| f.id.as_str()).collect();

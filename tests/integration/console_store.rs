@@ -6,7 +6,7 @@ use crate::console::{
     ADMIN, VIEWER, assert_code, console_request, count, host_with_tokens, login, raw, router, send, store,
 };
 use crate::support::TestDb;
-use memgate::console::health::{data_health, data_health_from_store};
+use memgate::console::data_health::{data_health, data_health_from_store};
 use memgate::console::session::{self, SessionPolicy};
 use memgate::console::{AdminTokens, ConsoleAuth, Role};
 use memgate::memory::checks::schemas::SchemaSet;
@@ -212,8 +212,9 @@ async fn data_health_from_the_database_is_the_answer_of_every_record(db: TestDb)
     assert!(answer.future_valid_until.count < answer.live && answer.not_yet_valid.count > 0);
     assert_eq!(answer.by_type.len(), 2);
     // The answer's JSON is what the endpoint serves; compare it whole too.
-    let as_json =
-        |health: &memgate::console::health::DataHealth| -> Value { serde_json::to_value(health).unwrap() };
+    let as_json = |health: &memgate::console::data_health::DataHealth| -> Value {
+        serde_json::to_value(health).unwrap()
+    };
     assert_eq!(as_json(&answer), as_json(&expected));
 
     // A tenant without records.

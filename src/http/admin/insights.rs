@@ -5,7 +5,7 @@
 
 use super::AdminContext;
 use crate::clock::now_ms;
-use crate::console::{HistoryParams, RecentRequests, Window, health, history, schemas};
+use crate::console::{HistoryParams, RecentRequests, Window, data_health, history, schemas};
 use crate::error::ApiError;
 use crate::state::AppState;
 use axum::Json;
@@ -44,9 +44,9 @@ pub async fn metrics_releases(
 pub async fn data_health(
     State(state): State<AppState>,
     ctx: AdminContext,
-) -> Result<Json<health::DataHealth>, ApiError> {
+) -> Result<Json<data_health::DataHealth>, ApiError> {
     let answer =
-        health::data_health_from_store(state.store(), &ctx.tenant, state.memories().schemas(), now_ms())
+        data_health::data_health_from_store(state.store(), &ctx.tenant, state.memories().schemas(), now_ms())
             .await?;
     Ok(Json(answer))
 }

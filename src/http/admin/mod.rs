@@ -1,6 +1,7 @@
-//! The admin API (`/admin/v1/…`): the bearer token or a console session (`console::authorize`;
-//! without a configured admin token the whole API is off), the tenant from `X-Memory-Tenant`, and the handlers per resource.
-//! Every handler works inside one tenant: nothing here can read or change another's records.
+//! The admin API (`/admin/v1/…`): the bearer token or a console session
+//! (`http::console::authorize`; without a configured admin token the whole API is off), the tenant
+//! from `X-Memory-Tenant`, and the handlers per resource. Every handler works inside one tenant:
+//! nothing here can read or change another's records.
 
 pub mod actions;
 pub mod explain;
@@ -13,6 +14,7 @@ pub mod transfer;
 use crate::clock::now_ms;
 use crate::error::{ApiError, Code};
 use crate::http::client::RequestOrigin;
+use crate::http::console::auth::too_many_failures;
 use crate::identity::DEFAULT_TENANT;
 use crate::memory::MemoryError;
 use crate::state::AppState;
@@ -26,9 +28,9 @@ use serde_json::{Value, json};
 /// The largest JSON body a single-record admin call accepts.
 const MAX_ADMIN_BODY_BYTES: u64 = 1024 * 1024;
 
-/// Refuses any admin request without the admin token or a console session (`console::authorize`:
-/// the bearer token, else the session cookie with the CSRF rule, then the viewer's read-only
-/// limits). Failed attempts count per client address (`admin.rate_limit_per_minute`): a wrong
+/// Refuses any admin request without the admin token or a console session
+/// (`http::console::authorize`: the bearer token, else the session cookie with the CSRF rule, then
+/// the viewer's read-only limits). Failed attempts count per client address (`admin.rate_limit_per_minute`): a wrong
 /// bearer token, or a cookie that opens no live session; a request with no credential at all is
 /// refused without counting (any site can make a browser send those). Past the limit the address
 /// is refused for a while before any token is compared, so guessing is slow; a live session goes
@@ -42,13 +44,21 @@ pub async fn require_admin(State(state): State<AppState>, request: Request, next
         return too_many_failures(wait).into_response();
     }
     let https = state.is_https(&parts);
-    let auth = crate::console::ConsoleHost::console_auth(&state);
+    let auth = state.console_auth();
     // Nested under `/admin/v1`, this layer sees the path without its prefix; the viewer's rules
     // name the full path.
     let uri =
         parts.extensions.get::<OriginalUri>().map_or_else(|| parts.uri.clone(), |OriginalUri(u)| u.clone());
-    match crate::console::authorize(&parts.headers, &parts.method, &uri, https, state.store(), auth, now_ms())
-        .await
+    match crate::http::console::authorize(
+        &parts.headers,
+        &parts.method,
+        &uri,
+        https,
+        state.store(),
+        auth,
+        now_ms(),
+    )
+    .await
     {
         Ok(principal) => {
             parts.extensions.insert(principal);
@@ -65,14 +75,6 @@ pub async fn require_admin(State(state): State<AppState>, request: Request, next
     }
 }
 
-fn too_many_failures(wait: u64) -> ApiError {
-    ApiError::coded(
-        Code::TooManyFailures,
-        format!("too many failed admin authentications from this address; retry in {wait} s"),
-    )
-    .with_retry_after(wait)
-}
-
 /// The tenant and actor of an admin request.
 pub struct AdminContext {
     pub tenant: String,
@@ -86,8 +88,10 @@ impl<S: Send + Sync> FromRequestParts<S> for AdminContext {
         let tenant =
             header_token(&parts.headers, "x-memory-tenant")?.unwrap_or_else(|| DEFAULT_TENANT.to_owned());
         // A console session names who is logged in; the history says so, whatever the header says.
-        let session_actor =
-            parts.extensions.get::<crate::console::Principal>().and_then(|principal| principal.actor.clone());
+        let session_actor = parts
+            .extensions
+            .get::<crate::http::console::Principal>()
+            .and_then(|principal| principal.actor.clone());
         let actor = match session_actor {
             Some(actor) => actor,
             None => header_token(&parts.headers, "x-memory-actor")?.unwrap_or_else(|| "admin".to_owned()),

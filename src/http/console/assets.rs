@@ -117,7 +117,7 @@ impl ConsoleAssets {
         let files = files
             .into_iter()
             .map(|(path, bytes)| {
-                let digest = crate::console::sha256_hex(&bytes);
+                let digest = crate::hash::sha256_hex(&bytes);
                 let etag = HeaderValue::from_str(&format!("\"{}\"", &digest[..32]))
                     .unwrap_or_else(|_| HeaderValue::from_static("\"\""));
                 let cache_control = if path.starts_with("assets/") { ASSET_CACHE } else { INDEX_CACHE };

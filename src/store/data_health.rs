@@ -1,6 +1,7 @@
-//! What the console's data health reads of one tenant's records (`console::health`): counts the
-//! database sums itself, per type and status, and the content of the live records alone, a page
-//! at a time, for the two figures only a JSON Schema can judge. No call holds the tenant's records.
+//! What the console's data health reads of one tenant's records (`console::data_health`): counts
+//! the database sums itself, per type and status, and the content of the live records alone, a
+//! page at a time, for the two figures only a JSON Schema can judge. No call holds the tenant's
+//! records.
 
 use super::{Backend, Store, StoreError};
 use crate::record::Status;
