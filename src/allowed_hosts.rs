@@ -89,7 +89,6 @@ impl AllowedHosts {
     }
 }
 
-
 fn parse_entry(item: &str) -> Result<Entry, String> {
     let text = item.trim().to_ascii_lowercase();
     if text == "*" {

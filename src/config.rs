@@ -288,7 +288,7 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The `Host` names memgate answers for; the default depends on the listener
     /// (`allowed_hosts::HostList::for_listener`).
-    pub allowed_hosts: crate::http::allowed_hosts::HostList,
+    pub allowed_hosts: crate::allowed_hosts::HostList,
     pub upstream: UpstreamConfig,
     pub auth_mode: AuthMode,
     pub identity: IdentityConfig,
@@ -514,7 +514,7 @@ impl RawConfig {
         })?;
 
         let allowed_hosts =
-            crate::http::allowed_hosts::HostList::parse(self.allowed_hosts.as_deref().unwrap_or_default())
+            crate::allowed_hosts::HostList::parse(self.allowed_hosts.as_deref().unwrap_or_default())
                 .map_err(|message| invalid("allowed_hosts", message))?;
 
         let url_text = self.upstream.url.unwrap_or_else(|| "https://api.anthropic.com".to_owned());

@@ -2,6 +2,7 @@
 //!
 //! `http` holds the route table and draws a request's path through the layers; start there.
 
+pub mod allowed_hosts;
 pub mod assets;
 pub mod body;
 pub mod client_addr;

@@ -36,6 +36,6 @@ impl RequestOrigin for AppState {
 
     fn is_https(&self, parts: &Parts) -> bool {
         let trusted = peer(parts).is_some_and(|p| self.client_addrs().is_trusted(p));
-        crate::console::auth::forwarded_https(&parts.headers, trusted)
+        crate::http::console::auth::forwarded_https(&parts.headers, trusted)
     }
 }

@@ -118,7 +118,7 @@ async fn login_inner<H: ConsoleHost>(host: &H, request: Request) -> Result<Respo
     // Read under the deadline of every body memgate reads (`limits.body_read_timeout_ms`): a
     // client that starts a login and stalls gets a 408, not a connection held open.
     let bytes =
-        crate::body::read_limited(&parts.headers, body, MAX_LOGIN_BODY_BYTES, host.body_read_timeout())
+        crate::http::body::read_limited(&parts.headers, body, MAX_LOGIN_BODY_BYTES, host.body_read_timeout())
             .await
             .map_err(|err| match err.kind() {
                 ErrorKind::RequestTooLarge => {

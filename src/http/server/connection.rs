@@ -18,7 +18,7 @@
 //! connection is asked to finish (HTTP/1 closes after the answer in flight, HTTP/2 sends GOAWAY),
 //! and `serve` returns once the last one has closed.
 
-use crate::http::allowed_hosts::AllowedHosts;
+use crate::allowed_hosts::AllowedHosts;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
