@@ -9,6 +9,7 @@ pub mod client_addr;
 pub mod clock;
 pub mod config;
 pub mod console;
+pub mod cpu;
 pub mod embed;
 pub mod error;
 pub mod fanout;
@@ -35,6 +36,3 @@ pub mod vector;
 
 pub use http::build_app;
 pub use state::AppState;
-
-#[cfg(test)]
-mod fuzz;

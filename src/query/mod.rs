@@ -19,9 +19,12 @@
 //! The rule is part of a release (`[releases.<name>.query]`), so a canary can try another; the
 //! extracted text and where it came from show in `explain` and in the caller's trace.
 
+mod text;
+
 use crate::inject::scan::{for_each_element, top_fields};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+use text::person_text;
 
 /// Blocks of harness text: cut out with their contents. Tag names as the clients write them
 /// (Claude Code 2.x: tests/data/clients/README.md).
@@ -198,58 +201,6 @@ fn user_words(raw: &RawValue, index: usize, rule: &QueryRule) -> Option<Words> {
     }
     words.text = pieces.join("\n");
     Some(words)
-}
-
-/// `text` without its harness blocks, and how many were cut. An opening harness tag that is
-/// never closed takes the rest of the text with it: what follows it is the harness's.
-fn person_text(text: &str, rule: &QueryRule) -> (String, usize) {
-    let mut out = String::with_capacity(text.len());
-    let mut cut = 0;
-    let mut rest = text;
-    while let Some(start) = rest.find('<') {
-        out.push_str(&rest[..start]);
-        let tail = &rest[start..];
-        match tag_at(tail) {
-            Some((name, open_len, false)) if rule.harness_tags.iter().any(|t| t == name) => {
-                cut += 1;
-                let close = format!("</{name}>");
-                match tail[open_len..].find(&close) {
-                    Some(at) => rest = &tail[open_len + at + close.len()..],
-                    None => rest = "",
-                }
-            }
-            Some((name, open_len, _)) if rule.unwrap_tags.iter().any(|t| t == name) => {
-                rest = &tail[open_len..];
-            }
-            _ => {
-                out.push('<');
-                rest = &tail[1..];
-            }
-        }
-    }
-    out.push_str(rest);
-    (out.trim().to_owned(), cut)
-}
-
-/// A tag at the start of `text`: its name, its length, and whether it closes (`</name>`).
-/// Attributes are allowed (`<system-reminder priority="high">`).
-fn tag_at(text: &str) -> Option<(&str, usize, bool)> {
-    let inner = text.strip_prefix('<')?;
-    let (closing, inner) = match inner.strip_prefix('/') {
-        Some(after) => (true, after),
-        None => (false, inner),
-    };
-    let name_len =
-        inner.bytes().take_while(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_').count();
-    if name_len == 0 {
-        return None;
-    }
-    let end = inner.find('>')?;
-    if end < name_len || inner[name_len..end].contains('<') {
-        return None;
-    }
-    let consumed = 1 + usize::from(closing) + end + 1;
-    Some((&inner[..name_len], consumed, closing))
 }
 
 /// Words, for the follow-up rule: whitespace-separated tokens, with each two CJK characters

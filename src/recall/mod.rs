@@ -234,15 +234,17 @@ impl Recaller {
         wish: &Wish,
     ) -> Result<Recalled, &'static str> {
         let detailed = wish.trace.is_on();
-        let Some(matched) = crate::query::extract(body, &release.query) else {
-            return Ok(Recalled::untouched(body.clone(), MemoryStatus::Ok, None));
-        };
-        let query = matched.text.clone();
-        // Nothing this caller could see: no model run (a trace, when asked for, still shows the
-        // layers).
+        // Nothing this caller could see: the body is not even read (a trace, when asked for,
+        // still shows the layers). A client's text is read only for a caller memory can serve.
         if !detailed && !self.memories().index().has_visible(&caller.tenant, &caller.scopes) {
             return Ok(Recalled::untouched(body.clone(), MemoryStatus::Ok, None));
         }
+        let (read, rule) = (body.clone(), release.query.clone());
+        let extracted = crate::cpu::run(body.len(), move || crate::query::extract(&read, &rule)).await;
+        let Some(matched) = extracted else {
+            return Ok(Recalled::untouched(body.clone(), MemoryStatus::Ok, None));
+        };
+        let query = matched.text.clone();
         let Some(tenant) = self.memories().index().tenant(&caller.tenant) else {
             return Ok(Recalled::untouched(body.clone(), MemoryStatus::Ok, None));
         };
@@ -307,7 +309,10 @@ impl Recaller {
             tracing::error!(error = %err, release = %release.name, "template failed");
             "template"
         })?;
-        let injected = inject(body, &block, release.placement).map_err(|err| {
+        let (into, placement) = (body.clone(), release.placement);
+        let rendered = block.clone();
+        let placed = crate::cpu::run(body.len(), move || inject(&into, &rendered, placement)).await;
+        let injected = placed.map_err(|err| {
             tracing::warn!(error = %err, "placement failed");
             "placement"
         })?;

@@ -506,7 +506,7 @@ fn now_secs() -> u64 {
 
 /// JSON merge patch (RFC 7396): objects merge key by key, `null` removes, anything else replaces.
 /// So `{"allow": {"subjects": ["u-1"]}}` changes the allow list's subjects and keeps its CIDRs.
-pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
+pub fn merge_patch(target: &mut Value, patch: &Value) {
     let Value::Object(fields) = patch else {
         *target = patch.clone();
         return;

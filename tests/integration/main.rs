@@ -20,6 +20,7 @@ mod e2e_rollout;
 mod e2e_security;
 mod e2e_shutdown;
 mod e2e_triggers;
+mod fuzz;
 mod linear;
 mod outbox;
 mod router;

@@ -67,7 +67,8 @@ async fn forward_messages_request(
     let (bytes, budget_permit) =
         crate::http::body::read_budgeted(&parts.headers, body, state.limits(), state.body_budget(), holder)
             .await?;
-    let facts = crate::body::check_messages_request(&bytes)?;
+    let checked = bytes.clone();
+    let facts = crate::cpu::run(bytes.len(), move || crate::body::check_messages_request(&checked)).await?;
     let ask = headers::ask(&parts.headers)?;
     let key_probe = verify::key_probe(&parts.headers, &caller);
     let turn = state

@@ -12,6 +12,7 @@ mod paths;
 mod rate_limits;
 mod replicas;
 mod secrets;
+mod stall;
 mod trace;
 
 use crate::e2e_identity::ADMIN_TOKEN;

@@ -10,6 +10,7 @@
 //! `RUNS` runs is taken at each size, so one preempted or cold run does not decide.
 
 mod conditions;
+mod query;
 
 use std::time::Duration;
 

@@ -5,17 +5,17 @@
 //! comes out well-formed.
 //!
 //! Each property runs `CASES` generated cases per test run (a few seconds in all). A failing case
-//! is shrunk and stored by proptest in `proptest-regressions/fuzz.txt`, which is committed and
+//! is shrunk and stored by proptest in its regressions file (`proptest-regressions/`), which is committed and
 //! replayed first on every later run; cases found before this module existed (a long run of
 //! blanks after `password`) live as named tests beside their code.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::body::check_messages_request;
-use crate::inject::{Placement, inject};
-use crate::memory::checks::envelope::{self, Rules};
-use crate::memory::checks::schemas::SchemaSet;
-use crate::memory::checks::secrets;
-use crate::query::{QueryRule, extract};
+use memgate::body::check_messages_request;
+use memgate::inject::{Placement, inject};
+use memgate::memory::checks::envelope::{self, Rules};
+use memgate::memory::checks::schemas::SchemaSet;
+use memgate::memory::checks::secrets;
+use memgate::query::{QueryRule, extract};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
@@ -268,9 +268,9 @@ proptest! {
     ) {
         let _ = envelope::merge_patch(&target, &patch);
         let mut once = target.clone();
-        crate::rollout::merge_patch(&mut once, &patch);
+        memgate::rollout::merge_patch(&mut once, &patch);
         let mut twice = once.clone();
-        crate::rollout::merge_patch(&mut twice, &patch);
+        memgate::rollout::merge_patch(&mut twice, &patch);
         prop_assert_eq!(once, twice);
     }
 }

@@ -1,0 +1,1 @@
+pub fn touch() { let _ = crate::store::save; }

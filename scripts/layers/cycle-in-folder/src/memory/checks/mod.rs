@@ -1,0 +1,2 @@
+pub mod passwords;
+pub mod shapes;

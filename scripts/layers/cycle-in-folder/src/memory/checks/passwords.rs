@@ -1,0 +1,2 @@
+use super::shapes::Shape;
+pub struct Password(pub Shape);

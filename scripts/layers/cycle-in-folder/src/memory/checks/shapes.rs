@@ -1,0 +1,3 @@
+use crate::memory::checks::passwords::Password;
+pub struct Shape;
+pub fn of(_: &Password) {}
