@@ -60,7 +60,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_panic_in_the_work_reaches_the_caller() {
-        let outcome = tokio::spawn(run(INLINE_BYTES + 1, || -> u8 { panic!("boom") })).await;
+        let tasks = tokio_util::task::TaskTracker::new();
+        let outcome = tasks.spawn(run(INLINE_BYTES + 1, || -> u8 { panic!("boom") })).await;
         assert!(outcome.is_err_and(|err| err.is_panic()));
     }
 }

@@ -107,7 +107,7 @@ impl Fanout {
             releases: Notify::new(),
             keys: Notify::new(),
         });
-        tokio::spawn(listen(Arc::downgrade(&inner)));
+        crate::tasks::detached("fanout listener", listen(Arc::downgrade(&inner)));
         Ok(Fanout { inner: Some(inner) })
     }
 
@@ -125,7 +125,7 @@ impl Fanout {
     pub fn notify(&self, topic: Topic) {
         if self.inner.is_some() {
             let fanout = self.clone();
-            tokio::spawn(async move { fanout.publish(topic).await });
+            crate::tasks::detached("fanout publish", async move { fanout.publish(topic).await });
         }
     }
 
@@ -192,7 +192,7 @@ impl Inner {
 fn keep_connected(client: redis::Client) -> Arc<ArcSwapOption<ConnectionManager>> {
     let slot = Arc::new(ArcSwapOption::empty());
     let weak = Arc::downgrade(&slot);
-    tokio::spawn(async move {
+    crate::tasks::detached("redis connect", async move {
         let mut warned = false;
         loop {
             match tokio::time::timeout(CONNECT_TIMEOUT, client.get_connection_manager()).await {

@@ -29,6 +29,7 @@ pub mod rollout;
 pub mod slots;
 pub mod state;
 pub mod store;
+pub mod tasks;
 pub mod triggers;
 pub mod turn;
 pub mod upstream;

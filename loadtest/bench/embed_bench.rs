@@ -16,6 +16,8 @@
 //! Run from the repository root (it finds `.assets/`; `MEMGATE_MODEL_DIR` picks another model):
 //! `cargo run --release --example embed_bench -- [--threads 1,auto] [--concurrency 8,32]
 //! [--passages 3000] [--query-rate 20] [--phases queries,ingest] [--json]`.
+// A benchmark's callers are plain tasks: nothing here outlives `main`.
+#![allow(clippy::disallowed_methods)]
 #![allow(clippy::print_stdout)]
 
 #[path = "common.rs"]

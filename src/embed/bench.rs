@@ -5,7 +5,7 @@
 //! source .assets/env.sh
 //! cargo test --release --lib embed::bench -- --ignored --nocapture --test-threads 1
 //! ```
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 use std::time::{Duration, Instant};
 

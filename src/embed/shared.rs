@@ -80,7 +80,7 @@ impl SharedVectors {
         let mut connection = (*connection).clone();
         let key = self.key(model_id, tenant, text);
         let bytes = encode(vector);
-        tokio::spawn(async move {
+        crate::tasks::detached("shared embedding put", async move {
             let written =
                 tokio::time::timeout(WRITE_TIMEOUT, connection.set_ex::<_, _, ()>(key, bytes, TTL_SECS));
             if !matches!(written.await, Ok(Ok(()))) {

@@ -1,7 +1,7 @@
 //! Tests against the real model that scripts/fetch-assets puts in `.assets/`. Without the
 //! assets they print why and pass; CI runs scripts/fetch-assets (and sources .assets/env.sh)
 //! first, so there they run for real (and with CI set, a missing ORT_DYLIB_PATH fails them).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};

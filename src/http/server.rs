@@ -21,6 +21,7 @@ use std::net::SocketAddr;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 pub async fn run(
     config: Config,
@@ -59,12 +60,15 @@ pub async fn run(
     // Redis, other replicas' changes also wake the two listeners below at once (`fanout`). They
     // all live until shutdown is signalled.
     let stop_ticking = CancellationToken::new();
-    let ticker = {
+    // The server's own loops (the ticker, the listeners, the history, the admin listener):
+    // shutdown stops them and waits for each to end.
+    let loops = TaskTracker::new();
+    {
         let state = state.clone();
         let stop = stop_ticking.clone();
         let every = config.poll_interval;
         let retention = config.tombstone_retention;
-        tokio::spawn(async move {
+        loops.spawn(async move {
             let mut interval = tokio::time::interval(every);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut pruned_at = std::time::Instant::now();
@@ -89,14 +93,16 @@ pub async fn run(
                     }
                 }
             }
-        })
-    };
-    let listeners = Topic::ALL.map(|topic| listen_for(&state, &stop_ticking, topic));
+        });
+    }
+    for topic in Topic::ALL {
+        loops.spawn(listen_for(&state, &stop_ticking, topic));
+    }
     // The console's metrics history: this replica's minute rows, written once a minute.
-    let history = {
+    {
         let state = state.clone();
         let stop = stop_ticking.clone();
-        tokio::spawn(async move {
+        loops.spawn(async move {
             let mut interval = tokio::time::interval(std::time::Duration::from_secs(60));
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             interval.tick().await;
@@ -106,8 +112,8 @@ pub async fn run(
                     _ = interval.tick() => flush_history(&state).await,
                 }
             }
-        })
-    };
+        });
+    }
     // Trigger actions: delivered by a worker on the background tracker (none without endpoints);
     // at shutdown it claims nothing more and finishes what it sends.
     let stop_delivering = CancellationToken::new();
@@ -150,7 +156,7 @@ pub async fn run(
                 timeouts,
                 async move { stop_admin.cancelled().await },
             );
-            (build_public_app(state), Some(tokio::spawn(admin_server)))
+            (build_public_app(state), Some(loops.spawn(admin_server)))
         }
         _ => (build_app(state), None),
     };
@@ -173,14 +179,11 @@ pub async fn run(
     }
     stop_ticking.cancel();
     stop_delivering.cancel();
-    let _ = ticker.await;
-    let _ = history.await;
-    for listener in listeners {
-        let _ = listener.await;
-    }
     if let Some(admin_server) = admin_server {
         admin_server.abort();
     }
+    loops.close();
+    loops.wait().await;
     if let Err(err) = memories.flush_accesses().await {
         tracing::warn!(error = %err, "could not write the last access counts");
     }
@@ -195,9 +198,9 @@ pub async fn run(
 }
 
 /// Takes in, until `stop`, every change another replica announces on `topic`.
-fn listen_for(state: &AppState, stop: &CancellationToken, topic: Topic) -> tokio::task::JoinHandle<()> {
+fn listen_for(state: &AppState, stop: &CancellationToken, topic: Topic) -> impl Future<Output = ()> + use<> {
     let (state, stop) = (state.clone(), stop.clone());
-    tokio::spawn(async move {
+    async move {
         loop {
             tokio::select! {
                 () = stop.cancelled() => break,
@@ -212,7 +215,7 @@ fn listen_for(state: &AppState, stop: &CancellationToken, topic: Topic) -> tokio
                 },
             }
         }
-    })
+    }
 }
 
 /// Writes this replica's minute rows of the console's history (and prunes past retention).

@@ -58,7 +58,7 @@ impl FleetLimits {
             fleet_checks: AtomicU64::new(0),
             local_checks: AtomicU64::new(0),
         });
-        tokio::spawn(heartbeat(Arc::downgrade(&limits)));
+        crate::tasks::detached("fleet heartbeat", heartbeat(Arc::downgrade(&limits)));
         limits
     }
 

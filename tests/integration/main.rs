@@ -1,6 +1,6 @@
 //! One integration-test binary (links once): in-process router tests and end-to-end tests that
 //! start the real `memgate` binary on port 0 in front of the real mock-upstream.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout, clippy::disallowed_methods)]
 
 mod support;
 

@@ -1,6 +1,6 @@
 //! Timing and connection tests: pacing, and a client that goes away mid-stream (in process,
 //! then over a real socket served by `run`).
-#![allow(clippy::expect_used, clippy::unwrap_used)]
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::disallowed_methods)]
 
 use std::net::SocketAddr;
 use std::time::Duration;
