@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The load benchmark of issue 12: memgate (pass-through; funnel with warm query embeddings; funnel
+# The load benchmark: memgate (pass-through; funnel with warm query embeddings; funnel
 # with every query new; a tenant with 100,000 records; streaming) side by side with the direct
 # mock (the floor), nginx proxy_pass and the LiteLLM proxy, open-loop at fixed offered rates, all
 # on this machine in front of the same `memgate mock-upstream`. Writes docs/benchmarks-load.md and

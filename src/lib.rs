@@ -1,6 +1,23 @@
 //! memgate: a gateway in front of the Anthropic Messages API that gives every request memory.
 //!
 //! `http` holds the route table and draws a request's path through the layers; start there.
+//!
+//! # The map
+//!
+//! Modules form layers. A module uses modules of its own layer and of the layers below it, never
+//! one above, and no two modules use each other (nor two files inside one folder);
+//! `scripts/check-layers` checks all of it on every test run, and the crates each layer may
+//! name. Top to bottom:
+//!
+//! | layer | modules | what it is |
+//! | --- | --- | --- |
+//! | edge | `http` | the only place that speaks HTTP (axum, hyper, tower): routes, the proxy's and the admin API's handlers, the console's endpoints and files, reading bodies, `X-Memory-*` headers, errors as answers |
+//! | state | `state` | what one running memgate holds, built from the config; handed to the edge |
+//! | turn | `turn` | one Messages turn, without HTTP: begin (route the release, recall, shadows) and settle (rollout outcome, access counts, triggers, console history), returning a report the edge renders |
+//! | services | `recall`, `rollout`, `console` | the memory step of a request; releases and the canary; the console's history and data |
+//! | domain | `memory`, `identity`, `triggers`, `upstream`, `funnel`, `inject`, `query`, `lexical`, `index`, `embed`, `body`, `fanout`, `observability`, `slots`, `vector` | records and their checks, callers, trigger actions, the upstream client (which also knows `http`), the four layers, the block and its placement, the person's words, the indexes, the model, body checks, replicas' fan-out, metrics |
+//! | store | `store` | SQLite and PostgreSQL, the only place that knows SQL (sqlx) |
+//! | base | `record`, `config`, `error`, `clock`, `hash`, `assets`, `client_addr`, `allowed_hosts`, `cpu`, `tasks` | plain values and rules everything above shares: the record, the settled configuration, error codes, time, digests, the bundled files, client addresses, hosts, CPU slots, task starts |
 
 pub mod allowed_hosts;
 pub mod assets;

@@ -1,4 +1,4 @@
-//! `console_bench`: the console's metrics history at a million calls a day (issue 16: the
+//! `console_bench`: the console's metrics history at a million calls a day (the
 //! overview and release charts answer within 200 ms), on SQLite (a temporary file) and on
 //! PostgreSQL (a fresh database `memgate_bench_<random>`, dropped at the end).
 //!

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The load benchmark of issue 12: memgate side by side with the direct mock (the floor), nginx and
+"""The load benchmark: memgate side by side with the direct mock (the floor), nginx and
 LiteLLM, open-loop at fixed offered rates, all on this machine. `loadtest/bench-all.sh` builds,
 installs the peers and runs this; `loadtest/README.md` says what each scenario measures.
 

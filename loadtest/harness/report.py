@@ -165,7 +165,7 @@ def other_cpu(results, groups=None):
 
 
 def goals(full, soak):
-    """(goal, measured, verdict) rows for the goals of issue 12 this harness measures."""
+    """(goal, measured, verdict) rows for the latency and footprint goals this harness measures."""
     rows = []
 
     def verdict(ok):
@@ -299,7 +299,7 @@ def page(full, soak, img_prefix):
         out.append("")
     rows = goals(full, soak)
     if rows:
-        out += ["## The goals of issue 12", "", table(["goal", "measured", "verdict"], rows), ""]
+        out += ["## The goals", "", table(["goal", "measured", "verdict"], rows), ""]
     if not full:
         out += ["No full run yet: `bash loadtest/bench-all.sh full`.", ""]
     else:

@@ -119,7 +119,7 @@ mod tests {
     }
 
     /// Keys name no question, differ per tenant and per secret, and the three fields cannot be
-    /// shifted into one another (issue 10, finding 11).
+    /// shifted into one another.
     #[test]
     fn keys_are_an_hmac_of_model_tenant_and_text() {
         let slot = Arc::new(ArcSwapOption::empty());

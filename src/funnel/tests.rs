@@ -343,7 +343,7 @@ fn stated(id: &str, scope: &[&str], statement: &str) -> Record {
     record
 }
 
-/// Hybrid releases (issue 11 §2): a record the query names in strong words passes though its
+/// Hybrid releases: a record the query names in strong words passes though its
 /// similarity is below the threshold; weak words alone do not; records outside the caller's
 /// scope are never scored by words either; and every survivor says what each ranking gave it.
 #[test]

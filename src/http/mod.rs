@@ -1,8 +1,9 @@
 //! The route table, and the layers every request passes.
 //!
-//! Modules form layers, each using only those below it (`scripts/check-layers` proves it):
-//! `routes` → handlers (`proxy`, `admin`, `routes::health`) → `state` → the domain (`recall`,
-//! `rollout`, `memory`, `identity`, `funnel`, `inject`, `upstream`, `body`, …) → `store`.
+//! This module is the top layer of the map in `src/lib.rs`: the edge, the only place that
+//! speaks HTTP. Its handlers read a request, hand it to the turn or an admin service, and render
+//! what comes back; `scripts/check-layers` checks that every arrow points down from here (the
+//! declared layer order, no cycle among modules or inside a folder, axum and hyper nowhere else).
 //!
 //! A request's path through memgate, outermost first:
 //! 0. `server` — the connection: header-read and idle timeouts, the client's address, which

@@ -245,7 +245,7 @@ mod tests {
     }
 
     /// A verification that read the store before a revocation, and finishes after it, must not
-    /// put the key back into the cache (issue 10, finding 9).
+    /// put the key back into the cache.
     #[tokio::test]
     async fn a_lookup_racing_a_revocation_cannot_revive_the_key() {
         let keys = keys().await;

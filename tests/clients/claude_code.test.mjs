@@ -239,7 +239,7 @@ test('Claude Code through memgate: the refund policy, after its last cache break
 });
 
 // The follow-up turn carries no reminder, only the bare words; alone they are too far from the
-// record (similarity ~0.17 under v1's 0.20), so this needs the rule of issue 11 that adds the
+// record (similarity ~0.17 under v1's 0.20), so this needs the query rule that adds the
 // previous user words to a bare follow-up.
 test('Claude Code through memgate, a bare follow-up (--continue): the refund policy again, after the last breakpoint', async () => {
   const workspace = claudeWorkspace(path.join(workdir, 'cc-follow-up'), CLAUDE_MD);

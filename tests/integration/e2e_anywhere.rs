@@ -1,4 +1,4 @@
-//! One binary, anywhere (issue 14): the schemas and templates ship inside the binary, and the model
+//! One binary, anywhere: the schemas and templates ship inside the binary, and the model
 //! and ONNX Runtime are found by a documented search order (`src/assets.rs`), so `memgate serve`
 //! runs from any directory with only the model folder configured, and says what is missing and
 //! what fetches it when the model is nowhere.
@@ -81,7 +81,7 @@ fn without_a_model_anywhere_the_error_says_where_it_looked_and_what_fetches_it()
     assert!(stderr.contains(".local/share/memgate"), "the search order is named: {stderr}");
 }
 
-/// Issue 13: the commands that neither serve nor embed open the database alone. Where no model is
+/// The commands that neither serve nor embed open the database alone. Where no model is
 /// installed (a bare copy of the binary, as above), `key create` issues a key and `memory export`
 /// prints the records a gateway stored earlier in the same database; before, both built the whole
 /// gateway and failed on the missing model.

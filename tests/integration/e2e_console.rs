@@ -1,4 +1,4 @@
-//! The console end to end (issue 16, console/API.md): the real binary in front of the real
+//! The console end to end (console/API.md): the real binary in front of the real
 //! mock-upstream, driven over HTTP the way the browser app drives it — the served app and its
 //! headers, logins with the admin and the viewer token, the session cookie on the admin API with
 //! the CSRF rule, logout, admin strikes, and what real Messages traffic leaves in the recent

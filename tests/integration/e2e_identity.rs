@@ -70,7 +70,7 @@ async fn error_type(response: reqwest::Response) -> (u16, String) {
 async fn managed_mode_never_forwards_the_callers_credential() {
     let mock = Proc::mock(&[]);
     let gateway = managed_gateway(&mock, &[]);
-    // `files`: in managed mode the files API shares memgate's upstream workspace (issue 10).
+    // `files`: in managed mode the files API shares memgate's upstream workspace.
     let (key, _) = issue_key(&gateway, "default", json!({"name": "bot", "permissions": ["files"]})).await;
     let token = hs256(json!({"sub": "u-1", "exp": in_a_minute(), "memgate_permissions": ["files"]}));
     let http = client();
@@ -252,8 +252,8 @@ async fn a_caller_over_its_limit_gets_429_and_others_are_unaffected() {
     assert_eq!(mock.recorded().await.len(), 6);
 }
 
-/// Guessing the admin token is rate limited: failed attempts count (issue 10 moved this from
-/// counting every request, which locked out admins; see e2e_security::admin_limits).
+/// Guessing the admin token is rate limited: failed attempts count (not every request, which
+/// once locked out admins; see e2e_security::admin_limits).
 #[tokio::test]
 async fn the_admin_api_is_rate_limited_too() {
     let mock = Proc::mock(&[]);

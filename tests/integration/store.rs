@@ -417,7 +417,7 @@ async fn accesses_add_up_move_forward_and_survive_an_update(db: TestDb) {
 }
 
 /// Two replicas' services on one store: what one writes, the other takes in by the store's
-/// sequence, never by a time (issue 10, finding 10).
+/// sequence, never by a time.
 async fn changes_come_in_the_stores_own_order_whatever_the_clocks_say(db: TestDb) {
     let a = service(&db).await;
     let b = service(&db).await;

@@ -537,7 +537,7 @@ def test_a_deleted_jwks_file_withdraws_its_keys(
     mock_upstream: Service, workdir: Path, keys: Keys, mock_log: MockLog
 ) -> None:
     """Deleting the JWKS is how an operator withdraws every key in it: tokens signed with them are
-    refused until a file is back (issue 10). A half-written file still keeps the keys in force
+    refused until a file is back. A half-written file still keeps the keys in force
     (above)."""
     jwks_file = workdir / "jwt-jwks-delete.json"
     key = keys.by_kid[KID_EC256]

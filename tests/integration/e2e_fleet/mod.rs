@@ -1,4 +1,4 @@
-//! A fleet on this machine (issue 14): three memgate processes on loopback sharing PostgreSQL and
+//! A fleet on this machine: three memgate processes on loopback sharing PostgreSQL and
 //! Redis, which the tests stop and start again under them — private instances of both, so that
 //! the rest of the suite, which shares the machine's own, never notices.
 

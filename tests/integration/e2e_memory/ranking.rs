@@ -1,4 +1,4 @@
-//! What `explain` tells about a request (issue 11): the person's words it matched (not the
+//! What `explain` tells about a request: the person's words it matched (not the
 //! harness text around them), and, for every record it would inject, what each ranking gave it —
 //! the meaning's similarity and, on a hybrid release, the words' BM25 — so an operator can see
 //! why a record is there.

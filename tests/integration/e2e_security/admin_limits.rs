@@ -1,4 +1,4 @@
-//! Finding 8: the admin limit counts failed attempts per client address, not requests, so an admin
+//! The admin limit counts failed attempts per client address, not requests, so an admin
 //! with the right token is never locked out; behind a trusted proxy the client's own address is
 //! counted; and `/admin` with `/metrics` can live on a listener of their own.
 

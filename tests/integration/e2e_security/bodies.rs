@@ -1,4 +1,4 @@
-//! Finding 5: a 32 MB body holding a long array once cost ~0.5–1 GB of memory to check two
+//! A 32 MB body holding a long array once cost ~0.5–1 GB of memory to check two
 //! fields, and nothing bounded how many such bodies were held at once. Now a body is held as its
 //! bytes (twice at most: the copy with memory), and the bytes held across requests are bounded
 //! by `limits.max_inflight_body_bytes` (256 MiB by default): concurrent large bodies queue or

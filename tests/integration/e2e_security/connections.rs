@@ -1,4 +1,4 @@
-//! Finding 13 (the connections): nothing bounded how long a connection could hold memgate
+//! Slow connections: nothing bounded how long a connection could hold memgate
 //! without a request in flight: a client sending its headers a byte at a time (slowloris), or a
 //! kept-alive connection left open and silent. Now `limits.header_read_timeout_ms` cuts the
 //! first and `limits.connection_idle_timeout_ms` closes the second; a request in flight is never

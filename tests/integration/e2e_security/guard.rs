@@ -1,4 +1,4 @@
-//! Finding 12 (checked and fixed): calls the upstream refused for their credential said nothing
+//! Calls the upstream refused for their credential said nothing
 //! about a release, yet counted as healthy calls in its figures, so a flood of made-up keys could
 //! dilute a bad canary's error rate until its guard never fired. Such calls no longer count.
 

@@ -1,4 +1,4 @@
-//! Finding 15: DNS rebinding. A page on `evil.example` that makes its name resolve to 127.0.0.1
+//! DNS rebinding. A page on `evil.example` that makes its name resolve to 127.0.0.1
 //! could read a loopback-bound memgate's `/metrics`, and in passthrough mode its public records,
 //! from a visitor's browser; the browser still says `Host: evil.example`. A loopback listener now
 //! answers only for the loopback names, unless `allowed_hosts` says otherwise.

@@ -1,4 +1,4 @@
-//! Issue 10's findings, each end to end against the real binary: one tenant never reaches
+//! Security reviews' findings, each end to end against the real binary: one tenant never reaches
 //! another, a caller's trace names only what it may see, limits cannot be walked around, and no
 //! input hurts the process. Each test failed before its fix.
 

@@ -1,4 +1,4 @@
-//! Finding 4: in passthrough mode only the upstream can judge a caller's key. Memory work (an
+//! In passthrough mode only the upstream can judge a caller's key. Memory work (an
 //! embedding run) is done only for keys the upstream has accepted (checked once per key with a
 //! cheap upstream call); requests with other keys count against the client's address; and memory
 //! headers appear only on successful answers, so an unauthenticated prober learns nothing about

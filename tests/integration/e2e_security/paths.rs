@@ -1,4 +1,4 @@
-//! Finding 1: in managed mode every tenant's requests share memgate's one upstream key. Batches,
+//! In managed mode every tenant's requests share memgate's one upstream key. Batches,
 //! files and every other path beyond Messages and models need a permission, so one tenant's key
 //! cannot list, read, cancel or delete another tenant's batches and files.
 

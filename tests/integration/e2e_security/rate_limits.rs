@@ -1,4 +1,4 @@
-//! Finding 3: naming a new subject on every request must not buy a fresh allowance; the key's
+//! Naming a new subject on every request must not buy a fresh allowance; the key's
 //! own bucket is charged too.
 
 use super::error_of;

@@ -165,7 +165,7 @@ async fn query_embeddings(gateway: &Proc, source: &str) -> f64 {
     text.lines().find_map(|l| l.strip_prefix(&line)).map_or(0.0, |v| v.parse().unwrap())
 }
 
-/// Finding 11: the query embeddings shared through Redis were keyed by a bare SHA-256 of the
+/// The query embeddings shared through Redis were keyed by a bare SHA-256 of the
 /// text — readable by anyone who can guess a question, and shared across tenants, so one tenant
 /// could learn (by a cache hit's timing) what another asked. Keys are now an HMAC of the model,
 /// the tenant and the text under the deployment's secret.

@@ -1,4 +1,4 @@
-//! Finding 1 of the second round: one request stopped the gateway. Finding the person's words
+//! One request once stopped the gateway. Finding the person's words
 //! restarted a search to the end of the text at every `<`, synchronously, before the
 //! nothing-visible shortcut: 1 MiB of `"<a<a<a…"` cost 21 s of CPU, a 4 MiB one several
 //! minutes, while `/healthz` waited behind it. Now the scan is one pass (a tag is looked for only

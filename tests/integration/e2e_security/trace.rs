@@ -1,4 +1,4 @@
-//! Finding 2: `X-Memory-Debug` on the proxy path shows a trace of what the caller may see. Other
+//! `X-Memory-Debug` on the proxy path shows a trace of what the caller may see. Other
 //! users' records are neither named nor counted; an admin's `explain` still shows everything.
 
 use super::{config_file, put_record};
