@@ -14,6 +14,7 @@
 //! another `CACHE_TTL`.
 
 use crate::clock::now_ms;
+use crate::error::{Code, ErrorCode};
 use crate::hash::sha256_hex;
 use crate::record::is_valid_scope;
 use crate::store::keys::KeyRecord;
@@ -53,6 +54,29 @@ pub enum KeyError {
     Invalid(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl ErrorCode for KeyError {
+    fn error_code(&self) -> Code {
+        match self {
+            KeyError::Invalid(_) => Code::InvalidRequest,
+            KeyError::Store(err) => err.error_code(),
+        }
+    }
+
+    fn public_message(&self) -> String {
+        match self {
+            KeyError::Invalid(message) => message.clone(),
+            KeyError::Store(err) => err.public_message(),
+        }
+    }
+
+    fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            KeyError::Invalid(_) => None,
+            KeyError::Store(err) => err.retry_after_secs(),
+        }
+    }
 }
 
 pub struct GatewayKeys {
