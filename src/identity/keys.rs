@@ -27,8 +27,7 @@ use subtle::ConstantTimeEq;
 /// Every gateway key starts with this.
 pub const KEY_PREFIX: &str = "mgk_";
 const CACHE_TTL: Duration = Duration::from_secs(5);
-/// How long a verified key stays usable while the database is unreachable, unless configured.
-pub const DEFAULT_STALE_GRACE: Duration = Duration::from_secs(60);
+pub use crate::config::auth::DEFAULT_STALE_GRACE;
 const CACHE_MAX: usize = 10_000;
 
 /// What a key may do beyond reading its own scopes' records. `batches`, `files` and
