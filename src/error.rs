@@ -1,14 +1,18 @@
 //! Errors, in two layers: `StartupError` stops `memgate serve` before it listens; `ApiError` is
-//! what a request gets back. `ApiError` maps through one table (`ErrorKind::status_and_type`) to an
-//! HTTP status and Anthropic's error type, so SDKs raise the same exception class they would for
-//! Anthropic itself. Internal details go to the log, never into a client's answer.
+//! what a request gets back.
 //!
-//! Every answer also carries a stable `error.code` (`Code`): the case in a word, for programs to
-//! branch on while the message stays free to improve. docs/admin-api.md lists them; a test keeps
-//! that list and `Code::ALL` equal.
+//! Every answer carries a stable `error.code` (`Code`): the case in a word, for programs to
+//! branch on while the message stays free to improve. The codes live in one table
+//! (`error_codes!` below), grouped by their `ErrorKind`, which gives the HTTP status and
+//! Anthropic's error type, so SDKs raise the same exception class they would for Anthropic itself.
+//! A code added to the table is in `Code::ALL`, and a test holds `Code::ALL` equal to the list in
+//! docs/admin-api.md, so no code goes unpublished.
+//!
+//! Domain errors become answers through one trait, `ErrorCode`: each says its code and what a
+//! client may read; `From<E: ErrorCode> for ApiError` does the rest. Internal details go to the
+//! log, never into a client's answer. Nothing here knows the web framework: the edge
+//! (`http::error`) turns an `ApiError` into a response.
 
-use axum::http::{HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -35,265 +39,220 @@ pub enum StartupError {
     Serve(#[from] std::io::Error),
 }
 
-/// The kinds of failure a request can meet; each has exactly one status and Anthropic type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
-    InvalidRequest,
-    Authentication,
-    Permission,
-    NotFound,
+/// Writes `ErrorKind` and `Code` from one table. Each kind has a status, an Anthropic type and
+/// whether SDKs should retry (`x-should-retry`); its codes follow, the first being the kind's
+/// general code, which any answer without a code of its own carries.
+macro_rules! error_codes {
+    ($(
+        $(#[doc = $kind_doc:literal])*
+        $kind:ident => $status:literal, $anthropic:literal, retry = $retry:literal {
+            $(#[doc = $general_doc:literal])*
+            $general:ident = $general_wire:literal
+            $(, $(#[doc = $code_doc:literal])* $code:ident = $wire:literal)* $(,)?
+        }
+    )+) => {
+        /// The kinds of failure a request can meet; each has exactly one status and Anthropic type.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum ErrorKind {
+            $($(#[doc = $kind_doc])* $kind,)+
+        }
+
+        impl ErrorKind {
+            /// Every kind, in the table's order.
+            pub const ALL: &'static [ErrorKind] = &[$(ErrorKind::$kind),+];
+
+            /// The HTTP status and Anthropic error type of every answer of this kind.
+            pub fn status_and_type(self) -> (u16, &'static str) {
+                match self {
+                    $(ErrorKind::$kind => ($status, $anthropic),)+
+                }
+            }
+
+            /// Whether an SDK should retry; sent as `x-should-retry`, which the official SDKs honour.
+            pub fn should_retry(self) -> bool {
+                match self {
+                    $(ErrorKind::$kind => $retry,)+
+                }
+            }
+
+            /// The general code of a kind, for answers without a code of their own.
+            pub fn general(self) -> Code {
+                match self {
+                    $(ErrorKind::$kind => Code::$general,)+
+                }
+            }
+        }
+
+        /// The stable `error.code` of an answer. A code, once published, keeps its name and meaning.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Code {
+            $(
+                $(#[doc = $general_doc])* $general,
+                $($(#[doc = $code_doc])* $code,)*
+            )+
+        }
+
+        impl Code {
+            /// Every code, in the table's order, which is the order docs/admin-api.md lists them.
+            pub const ALL: &'static [Code] = &[$(Code::$general, $(Code::$code,)*)+];
+
+            /// The code's name on the wire.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(
+                        Code::$general => $general_wire,
+                        $(Code::$code => $wire,)*
+                    )+
+                }
+            }
+
+            /// The kind, hence the status and Anthropic type, every answer with this code has.
+            pub fn kind(self) -> ErrorKind {
+                match self {
+                    $(Code::$general $(| Code::$code)* => ErrorKind::$kind,)+
+                }
+            }
+        }
+    };
+}
+
+error_codes! {
+    InvalidRequest => 400, "invalid_request_error", retry = false {
+        InvalidRequest = "invalid_request",
+        /// The body is not JSON, or not the JSON object the endpoint takes.
+        InvalidJson = "invalid_json",
+        /// A memgate header (`X-Memory-*`, `If-Match`) has a value it does not take.
+        InvalidHeader = "invalid_header",
+        /// `X-Memory-Version` (or `explain`'s `release`) names no release, or a retired one.
+        UnknownRelease = "unknown_release",
+        /// A `/v1/*` path with empty, `.` or `..` segments or encoded separators.
+        AmbiguousPath = "ambiguous_path",
+    }
+    /// A known path with a method it does not take.
+    MethodNotAllowed => 405, "invalid_request_error", retry = false {
+        MethodNotAllowed = "method_not_allowed",
+    }
+    Authentication => 401, "authentication_error", retry = false {
+        AuthenticationFailed = "authentication_failed",
+        /// The admin API's bearer token is missing or wrong.
+        AdminTokenInvalid = "admin_token_invalid",
+        /// A console session that has ended (expired, idle, or logged out).
+        SessionEnded = "no_session",
+    }
+    Permission => 403, "permission_error", retry = false {
+        PermissionDenied = "permission_denied",
+        /// A managed caller without the permission a `/v1/*` path needs (`batches`, `files`, …).
+        PathNotAllowed = "path_not_allowed",
+        /// A console request that is not from the console itself (the CSRF rule).
+        CsrfRefused = "csrf_refused",
+        /// The viewer role may only read.
+        ReadOnlyRole = "read_only_role",
+        /// The `Host` header names a host memgate does not answer for (`allowed_hosts`).
+        HostNotAllowed = "host_not_allowed",
+    }
+    NotFound => 404, "not_found_error", retry = false {
+        NotFound = "not_found",
+        /// No such route.
+        NoRoute = "no_route",
+        /// The admin API is off (no admin token configured).
+        AdminApiOff = "admin_api_off",
+    }
     /// The write lost a race or names an id that exists (admin API).
-    Conflict,
+    Conflict => 409, "invalid_request_error", retry = false {
+        Conflict = "conflict",
+        /// `If-Match` names an older revision than the record's.
+        RevisionConflict = "revision_conflict",
+        /// A create names an id the tenant already has.
+        IdTaken = "id_taken",
+        /// A create names a topic key the tenant already has.
+        TopicTaken = "topic_taken",
+        /// A replay of a trigger action that is still waiting to be delivered.
+        ActionQueued = "action_queued",
+    }
     /// The body parsed but its content is refused (admin API); `details` names every problem.
-    Unprocessable,
-    RequestTooLarge,
+    Unprocessable => 422, "invalid_request_error", retry = false {
+        Unprocessable = "unprocessable",
+        /// A record was refused; `error.problems` lists every problem with its JSON path.
+        ValidationFailed = "validation_failed",
+        /// An import has invalid lines; nothing was imported (`error.report`).
+        ImportInvalid = "import_invalid",
+    }
+    RequestTooLarge => 413, "request_too_large", retry = false {
+        RequestTooLarge = "request_too_large",
+    }
     /// The client did not send its request body in time.
-    RequestTimeout,
-    RateLimited,
+    RequestTimeout => 408, "timeout_error", retry = false {
+        /// The client did not send its body in time.
+        BodyTimeout = "body_timeout",
+    }
+    RateLimited => 429, "rate_limit_error", retry = true {
+        RateLimited = "rate_limited",
+        /// Too many failed authentications from one address.
+        TooManyFailures = "too_many_failures",
+    }
     /// memgate itself failed; a bug or a broken dependency.
-    Internal,
+    Internal => 500, "api_error", retry = false {
+        Internal = "internal",
+    }
     /// The upstream could not be reached or broke the connection.
-    UpstreamUnreachable,
+    UpstreamUnreachable => 502, "api_error", retry = true {
+        UpstreamUnreachable = "upstream_unreachable",
+    }
     /// The upstream did not answer in time.
-    UpstreamTimeout,
-    Overloaded,
+    UpstreamTimeout => 504, "timeout_error", retry = true {
+        UpstreamTimeout = "upstream_timeout",
+    }
+    Overloaded => 529, "overloaded_error", retry = true {
+        /// Too many request bodies in flight; the SDKs retry.
+        Overloaded = "overloaded",
+        /// Memory failed and the gateway is set to fail closed (`memory.fail_closed`).
+        MemoryUnavailable = "memory_unavailable",
+    }
     /// A dependency memgate needs for this call (the database) is unreachable; retry later.
-    Unavailable,
+    Unavailable => 503, "api_error", retry = true {
+        /// The database is unreachable; nothing was changed.
+        StoreUnavailable = "store_unavailable",
+    }
 }
 
-impl ErrorKind {
-    /// The one table from error kind to HTTP status and Anthropic error type.
-    pub fn status_and_type(self) -> (StatusCode, &'static str) {
-        match self {
-            ErrorKind::InvalidRequest => (StatusCode::BAD_REQUEST, "invalid_request_error"),
-            ErrorKind::Authentication => (StatusCode::UNAUTHORIZED, "authentication_error"),
-            ErrorKind::Permission => (StatusCode::FORBIDDEN, "permission_error"),
-            ErrorKind::NotFound => (StatusCode::NOT_FOUND, "not_found_error"),
-            ErrorKind::Conflict => (StatusCode::CONFLICT, "invalid_request_error"),
-            ErrorKind::Unprocessable => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request_error"),
-            ErrorKind::RequestTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "request_too_large"),
-            ErrorKind::RequestTimeout => (StatusCode::REQUEST_TIMEOUT, "timeout_error"),
-            ErrorKind::RateLimited => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error"),
-            ErrorKind::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "api_error"),
-            ErrorKind::UpstreamUnreachable => (StatusCode::BAD_GATEWAY, "api_error"),
-            ErrorKind::UpstreamTimeout => (StatusCode::GATEWAY_TIMEOUT, "timeout_error"),
-            ErrorKind::Overloaded => {
-                (StatusCode::from_u16(529).unwrap_or(StatusCode::SERVICE_UNAVAILABLE), "overloaded_error")
+/// A domain error a client can be answered with: its code, and what of it the client may read.
+/// `ApiError::from` turns any of them into an answer; an `Internal` code's text goes to the log
+/// only, whatever `public_message` says.
+pub trait ErrorCode: std::fmt::Display {
+    /// The code this error is answered with; its kind gives the status.
+    fn error_code(&self) -> Code;
+
+    /// The answer's message; by default the error's own text.
+    fn public_message(&self) -> String {
+        self.to_string()
+    }
+
+    /// Seconds after which a retry may succeed (`retry-after`).
+    fn retry_after_secs(&self) -> Option<u64> {
+        None
+    }
+
+    /// Fields the answer's `error` object carries besides `type`, `message` and `code`.
+    fn details(&self) -> Option<serde_json::Map<String, serde_json::Value>> {
+        None
+    }
+}
+
+impl<E: ErrorCode> From<E> for ApiError {
+    fn from(err: E) -> ApiError {
+        let code = err.error_code();
+        match code.kind() {
+            ErrorKind::Internal => return ApiError::internal(err),
+            ErrorKind::Unavailable => {
+                tracing::warn!(error = %err, code = code.as_str(), "a dependency is unreachable")
             }
-            ErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "api_error"),
+            _ => {}
         }
-    }
-
-    /// Whether an SDK should retry; sent as `x-should-retry`, which the official SDKs honour.
-    fn should_retry(self) -> bool {
-        matches!(
-            self,
-            ErrorKind::UpstreamUnreachable
-                | ErrorKind::UpstreamTimeout
-                | ErrorKind::Overloaded
-                | ErrorKind::Unavailable
-                | ErrorKind::RateLimited
-        )
-    }
-}
-
-/// The stable `error.code` of an answer. The general codes (one per `ErrorKind`) cover any case
-/// without a code of its own; a code, once published, keeps its name and meaning.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Code {
-    InvalidRequest,
-    /// The body is not JSON, or not the JSON object the endpoint takes.
-    InvalidJson,
-    /// A memgate header (`X-Memory-*`, `If-Match`) has a value it does not take.
-    InvalidHeader,
-    /// `X-Memory-Version` (or `explain`'s `release`) names no release, or a retired one.
-    UnknownRelease,
-    /// A `/v1/*` path with empty, `.` or `..` segments or encoded separators.
-    AmbiguousPath,
-    /// A method the route does not take (status 405).
-    MethodNotAllowed,
-    AuthenticationFailed,
-    /// The admin API's bearer token is missing or wrong.
-    AdminTokenInvalid,
-    /// A console session that has ended (expired, idle, or logged out).
-    SessionEnded,
-    PermissionDenied,
-    /// A console request that is not from the console itself (the CSRF rule).
-    CsrfRefused,
-    /// The viewer role may only read.
-    ReadOnlyRole,
-    /// The `Host` header names a host memgate does not answer for (`allowed_hosts`).
-    HostNotAllowed,
-    /// A managed caller without the permission a `/v1/*` path needs (`batches`, `files`, …).
-    PathNotAllowed,
-    NotFound,
-    /// No such route.
-    NoRoute,
-    /// The admin API is off (no admin token configured).
-    AdminApiOff,
-    Conflict,
-    /// `If-Match` names an older revision than the record's.
-    RevisionConflict,
-    /// A create names an id the tenant already has.
-    IdTaken,
-    /// A create names a topic key the tenant already has.
-    TopicTaken,
-    /// A replay of a trigger action that is still waiting to be delivered.
-    ActionQueued,
-    Unprocessable,
-    /// A record was refused; `error.problems` lists every problem with its JSON path.
-    ValidationFailed,
-    /// An import has invalid lines; nothing was imported (`error.report`).
-    ImportInvalid,
-    RequestTooLarge,
-    /// The client did not send its body in time.
-    BodyTimeout,
-    RateLimited,
-    /// Too many failed authentications from one address.
-    TooManyFailures,
-    Internal,
-    UpstreamUnreachable,
-    UpstreamTimeout,
-    /// Too many request bodies in flight; the SDKs retry.
-    Overloaded,
-    /// Memory failed and the gateway is set to fail closed (`memory.fail_closed`).
-    MemoryUnavailable,
-    /// The database is unreachable; nothing was changed.
-    StoreUnavailable,
-}
-
-impl Code {
-    /// Every code, in the order docs/admin-api.md lists them.
-    pub const ALL: [Code; 35] = [
-        Code::InvalidRequest,
-        Code::InvalidJson,
-        Code::InvalidHeader,
-        Code::UnknownRelease,
-        Code::AmbiguousPath,
-        Code::MethodNotAllowed,
-        Code::AuthenticationFailed,
-        Code::AdminTokenInvalid,
-        Code::SessionEnded,
-        Code::PermissionDenied,
-        Code::PathNotAllowed,
-        Code::CsrfRefused,
-        Code::ReadOnlyRole,
-        Code::HostNotAllowed,
-        Code::NotFound,
-        Code::NoRoute,
-        Code::AdminApiOff,
-        Code::Conflict,
-        Code::RevisionConflict,
-        Code::IdTaken,
-        Code::TopicTaken,
-        Code::ActionQueued,
-        Code::Unprocessable,
-        Code::ValidationFailed,
-        Code::ImportInvalid,
-        Code::RequestTooLarge,
-        Code::BodyTimeout,
-        Code::RateLimited,
-        Code::TooManyFailures,
-        Code::Internal,
-        Code::UpstreamUnreachable,
-        Code::UpstreamTimeout,
-        Code::Overloaded,
-        Code::MemoryUnavailable,
-        Code::StoreUnavailable,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Code::InvalidRequest => "invalid_request",
-            Code::InvalidJson => "invalid_json",
-            Code::InvalidHeader => "invalid_header",
-            Code::UnknownRelease => "unknown_release",
-            Code::AmbiguousPath => "ambiguous_path",
-            Code::MethodNotAllowed => "method_not_allowed",
-            Code::AuthenticationFailed => "authentication_failed",
-            Code::AdminTokenInvalid => "admin_token_invalid",
-            Code::SessionEnded => "no_session",
-            Code::CsrfRefused => "csrf_refused",
-            Code::ReadOnlyRole => "read_only_role",
-            Code::HostNotAllowed => "host_not_allowed",
-            Code::ActionQueued => "action_queued",
-            Code::PermissionDenied => "permission_denied",
-            Code::PathNotAllowed => "path_not_allowed",
-            Code::NotFound => "not_found",
-            Code::NoRoute => "no_route",
-            Code::AdminApiOff => "admin_api_off",
-            Code::Conflict => "conflict",
-            Code::RevisionConflict => "revision_conflict",
-            Code::IdTaken => "id_taken",
-            Code::TopicTaken => "topic_taken",
-            Code::Unprocessable => "unprocessable",
-            Code::ValidationFailed => "validation_failed",
-            Code::ImportInvalid => "import_invalid",
-            Code::RequestTooLarge => "request_too_large",
-            Code::BodyTimeout => "body_timeout",
-            Code::RateLimited => "rate_limited",
-            Code::TooManyFailures => "too_many_failures",
-            Code::Internal => "internal",
-            Code::UpstreamUnreachable => "upstream_unreachable",
-            Code::UpstreamTimeout => "upstream_timeout",
-            Code::Overloaded => "overloaded",
-            Code::MemoryUnavailable => "memory_unavailable",
-            Code::StoreUnavailable => "store_unavailable",
-        }
-    }
-
-    /// The kind, hence the status and Anthropic type, every answer with this code has.
-    pub fn kind(self) -> ErrorKind {
-        match self {
-            Code::InvalidRequest
-            | Code::InvalidJson
-            | Code::InvalidHeader
-            | Code::UnknownRelease
-            | Code::AmbiguousPath
-            | Code::MethodNotAllowed => ErrorKind::InvalidRequest,
-            Code::AuthenticationFailed | Code::AdminTokenInvalid | Code::SessionEnded => {
-                ErrorKind::Authentication
-            }
-            Code::PermissionDenied
-            | Code::PathNotAllowed
-            | Code::CsrfRefused
-            | Code::ReadOnlyRole
-            | Code::HostNotAllowed => ErrorKind::Permission,
-            Code::NotFound | Code::NoRoute | Code::AdminApiOff => ErrorKind::NotFound,
-            Code::Conflict
-            | Code::RevisionConflict
-            | Code::IdTaken
-            | Code::TopicTaken
-            | Code::ActionQueued => ErrorKind::Conflict,
-            Code::Unprocessable | Code::ValidationFailed | Code::ImportInvalid => ErrorKind::Unprocessable,
-            Code::RequestTooLarge => ErrorKind::RequestTooLarge,
-            Code::BodyTimeout => ErrorKind::RequestTimeout,
-            Code::RateLimited | Code::TooManyFailures => ErrorKind::RateLimited,
-            Code::Internal => ErrorKind::Internal,
-            Code::UpstreamUnreachable => ErrorKind::UpstreamUnreachable,
-            Code::UpstreamTimeout => ErrorKind::UpstreamTimeout,
-            Code::Overloaded | Code::MemoryUnavailable => ErrorKind::Overloaded,
-            Code::StoreUnavailable => ErrorKind::Unavailable,
-        }
-    }
-
-    /// The general code of a kind, for answers without a code of their own.
-    fn general(kind: ErrorKind) -> Code {
-        match kind {
-            ErrorKind::InvalidRequest => Code::InvalidRequest,
-            ErrorKind::Authentication => Code::AuthenticationFailed,
-            ErrorKind::Permission => Code::PermissionDenied,
-            ErrorKind::NotFound => Code::NotFound,
-            ErrorKind::Conflict => Code::Conflict,
-            ErrorKind::Unprocessable => Code::Unprocessable,
-            ErrorKind::RequestTooLarge => Code::RequestTooLarge,
-            ErrorKind::RequestTimeout => Code::BodyTimeout,
-            ErrorKind::RateLimited => Code::RateLimited,
-            ErrorKind::Internal => Code::Internal,
-            ErrorKind::UpstreamUnreachable => Code::UpstreamUnreachable,
-            ErrorKind::UpstreamTimeout => Code::UpstreamTimeout,
-            ErrorKind::Overloaded => Code::Overloaded,
-            ErrorKind::Unavailable => Code::StoreUnavailable,
+        ApiError {
+            code,
+            message: err.public_message(),
+            retry_after_secs: err.retry_after_secs(),
+            details: err.details(),
         }
     }
 }
@@ -302,7 +261,6 @@ impl Code {
 /// `{"type":"error","error":{"type":…,"message":…,"code":…}}`.
 #[derive(Debug, Clone)]
 pub struct ApiError {
-    kind: ErrorKind,
     code: Code,
     message: String,
     retry_after_secs: Option<u64>,
@@ -313,18 +271,12 @@ pub struct ApiError {
 impl ApiError {
     /// An error with its kind's general code.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        ApiError {
-            kind,
-            code: Code::general(kind),
-            message: message.into(),
-            retry_after_secs: None,
-            details: None,
-        }
+        Self::coded(kind.general(), message)
     }
 
     /// An error with a code of its own (its kind follows from the code).
     pub fn coded(code: Code, message: impl Into<String>) -> Self {
-        ApiError { code, ..Self::new(code.kind(), message) }
+        ApiError { code, message: message.into(), retry_after_secs: None, details: None }
     }
 
     pub fn invalid_request(message: impl Into<String>) -> Self {
@@ -353,7 +305,7 @@ impl ApiError {
     }
 
     pub fn kind(&self) -> ErrorKind {
-        self.kind
+        self.code.kind()
     }
 
     pub fn code(&self) -> Code {
@@ -363,38 +315,32 @@ impl ApiError {
     pub fn message(&self) -> &str {
         &self.message
     }
+
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after_secs
+    }
+
+    /// The `error` object of the answer: `type`, `message`, `code`, then the details (which
+    /// never replace those three).
+    pub fn error_object(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut error = serde_json::Map::new();
+        error.insert("type".into(), self.kind().status_and_type().1.into());
+        error.insert("message".into(), self.message.clone().into());
+        error.insert("code".into(), self.code.as_str().into());
+        for (name, value) in self.details.iter().flatten() {
+            error.entry(name.clone()).or_insert_with(|| value.clone());
+        }
+        error
+    }
 }
 
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.kind.status_and_type().1, self.message)
+        write!(f, "{}: {}", self.kind().status_and_type().1, self.message)
     }
 }
 
 impl std::error::Error for ApiError {}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let (status, error_type) = self.kind.status_and_type();
-        let mut error = serde_json::Map::new();
-        error.insert("type".into(), error_type.into());
-        error.insert("message".into(), self.message.into());
-        error.insert("code".into(), self.code.as_str().into());
-        for (name, value) in self.details.into_iter().flatten() {
-            error.entry(name).or_insert(value);
-        }
-        let body = serde_json::json!({"type": "error", "error": error});
-        let mut response = (status, axum::Json(body)).into_response();
-        let headers = response.headers_mut();
-        if self.kind.should_retry() {
-            headers.insert("x-should-retry", HeaderValue::from_static("true"));
-        }
-        if let Some(secs) = self.retry_after_secs {
-            headers.insert("retry-after", HeaderValue::from(secs));
-        }
-        response
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -404,6 +350,7 @@ mod tests {
     fn every_kind_has_a_status_that_matches_anthropics_table() {
         let expected = [
             (ErrorKind::InvalidRequest, 400, "invalid_request_error"),
+            (ErrorKind::MethodNotAllowed, 405, "invalid_request_error"),
             (ErrorKind::Authentication, 401, "authentication_error"),
             (ErrorKind::Permission, 403, "permission_error"),
             (ErrorKind::NotFound, 404, "not_found_error"),
@@ -418,9 +365,25 @@ mod tests {
             (ErrorKind::Overloaded, 529, "overloaded_error"),
             (ErrorKind::Unavailable, 503, "api_error"),
         ];
+        assert_eq!(expected.len(), ErrorKind::ALL.len(), "a kind without a pinned status");
         for (kind, status, error_type) in expected {
-            assert_eq!(kind.status_and_type(), (StatusCode::from_u16(status).unwrap(), error_type));
+            assert_eq!(kind.status_and_type(), (status, error_type));
         }
+    }
+
+    #[test]
+    fn sdks_retry_what_may_pass() {
+        let retried: Vec<ErrorKind> = ErrorKind::ALL.iter().copied().filter(|k| k.should_retry()).collect();
+        assert_eq!(
+            retried,
+            [
+                ErrorKind::RateLimited,
+                ErrorKind::UpstreamUnreachable,
+                ErrorKind::UpstreamTimeout,
+                ErrorKind::Overloaded,
+                ErrorKind::Unavailable,
+            ]
+        );
     }
 
     /// docs/admin-api.md's table of codes lists exactly `Code::ALL`, each with its status.
@@ -438,25 +401,23 @@ mod tests {
             .collect();
         let expected: Vec<(String, u16)> = Code::ALL
             .iter()
-            .map(|code| {
-                let status = match code {
-                    Code::MethodNotAllowed => 405,
-                    _ => code.kind().status_and_type().0.as_u16(),
-                };
-                (code.as_str().to_owned(), status)
-            })
+            .map(|code| (code.as_str().to_owned(), code.kind().status_and_type().0))
             .collect();
         assert_eq!(documented, expected);
     }
 
     #[test]
     fn every_answer_carries_its_code() {
-        let answer = ApiError::coded(Code::RevisionConflict, "stale").into_response();
-        assert_eq!(answer.status(), StatusCode::CONFLICT);
+        let answer = ApiError::coded(Code::RevisionConflict, "stale");
+        assert_eq!(answer.kind().status_and_type().0, 409);
+        assert_eq!(answer.error_object()["code"], "revision_conflict");
         let general = ApiError::invalid_request("bad");
         assert_eq!(general.code(), Code::InvalidRequest);
-        for code in Code::ALL {
+        for &code in Code::ALL {
             assert_eq!(ApiError::coded(code, "x").kind(), code.kind());
+        }
+        for &kind in ErrorKind::ALL {
+            assert_eq!(kind.general().kind(), kind, "{kind:?}'s general code is of another kind");
         }
     }
 
@@ -464,5 +425,27 @@ mod tests {
     fn internal_errors_never_reach_the_client() {
         let err = ApiError::internal("password=hunter2 at db.rs:10");
         assert!(!err.message().contains("hunter2"));
+
+        #[derive(Debug, thiserror::Error)]
+        #[error("password=hunter2 at db.rs:10")]
+        struct Leaky;
+        impl ErrorCode for Leaky {
+            fn error_code(&self) -> Code {
+                Code::Internal
+            }
+        }
+        let err = ApiError::from(Leaky);
+        assert_eq!(err.code(), Code::Internal);
+        assert!(!err.message().contains("hunter2"));
+    }
+
+    #[test]
+    fn details_never_replace_the_three_fields() {
+        let err = ApiError::coded(Code::ValidationFailed, "refused")
+            .with_detail("problems", serde_json::json!([]))
+            .with_detail("message", serde_json::json!("spoof"));
+        let error = err.error_object();
+        assert_eq!(error["message"], "refused");
+        assert_eq!(error["problems"], serde_json::json!([]));
     }
 }

@@ -25,16 +25,7 @@ use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
 use tokio::sync::Notify;
 
-/// `[redis]`: where replicas meet.
-#[derive(Debug, Clone)]
-pub struct RedisConfig {
-    /// `redis://[user:password@]host:port[/db]` or `rediss://…`.
-    pub url: String,
-    /// Put in front of every Redis key and channel, so deployments can share one Redis.
-    pub key_prefix: String,
-    /// The longest a replica waits for another's query vector before running the model itself.
-    pub shared_read_timeout: Duration,
-}
+pub use crate::config::RedisConfig;
 
 /// How long a publish may take before it is given up (the poll catches up).
 const PUBLISH_TIMEOUT: Duration = Duration::from_millis(500);
@@ -93,7 +84,7 @@ impl Fanout {
     }
 
     /// Starts connecting in the background; never fails on an unreachable Redis (the replica
-    /// runs on its poll until Redis answers), only on a malformed URL.
+    /// runs on its poll until Redis answers), only on a malformed URL (which config refuses first).
     pub fn start(config: &RedisConfig) -> Result<Fanout, String> {
         let client = redis::Client::open(config.url.as_str())
             .map_err(|e| format!("redis.url: {e} (use redis://HOST:PORT or rediss://HOST:PORT)"))?;

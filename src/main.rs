@@ -195,7 +195,7 @@ fn load_config(flags: &ConfigFlags) -> Result<Config, String> {
 
 async fn serve(flags: ConfigFlags) -> Result<(), String> {
     let config = load_config(&flags)?;
-    memgate::observability::logging::init(config.log_format, &config.log_level);
+    memgate::observability::logging::init(config.log.format, &config.log.level);
     memgate::http::server::run(config, |addr, admin| {
         println!("memgate listening on http://{addr}");
         if let Some(admin) = admin {
@@ -209,14 +209,14 @@ async fn serve(flags: ConfigFlags) -> Result<(), String> {
 async fn migrate(flags: ConfigFlags) -> Result<(), String> {
     let config = load_config(&flags)?;
     open_store(&config).await?;
-    println!("migrated {}", memgate::store::redact_url(&config.database_url));
+    println!("migrated {}", memgate::store::redact_url(&config.database.url));
     Ok(())
 }
 
 /// The store alone, migrated: what the commands that neither embed nor serve need. They start in
 /// a moment and run where the model is not installed.
 async fn open_store(config: &Config) -> Result<memgate::store::Store, String> {
-    let store = memgate::store::Store::connect(&config.database_url).await.map_err(|e| e.to_string())?;
+    let store = memgate::store::Store::connect(&config.database.url).await.map_err(|e| e.to_string())?;
     store.migrate().await.map_err(|e| e.to_string())?;
     Ok(store)
 }

@@ -67,12 +67,12 @@ struct Inner {
 impl AppState {
     /// Connects the store (migrating it), compiles the schemas and builds the upstream client.
     pub async fn new(config: &Config) -> Result<AppState, StartupError> {
-        let store = Store::connect(&config.database_url).await.map_err(|err| StartupError::Store {
-            url: crate::store::redact_url(&config.database_url),
+        let store = Store::connect(&config.database.url).await.map_err(|err| StartupError::Store {
+            url: crate::store::redact_url(&config.database.url),
             message: err.to_string(),
         })?;
         store.migrate().await.map_err(|err| StartupError::Store {
-            url: crate::store::redact_url(&config.database_url),
+            url: crate::store::redact_url(&config.database.url),
             message: format!("migrating: {err}"),
         })?;
         let schemas = SchemaSet::load(config.records.schemas_dir.as_deref()).map_err(|err| {
@@ -102,7 +102,7 @@ impl AppState {
                 if let Some(connection) = fanout.connection() {
                     let secret =
                         store.shared_secret("query_cache").await.map_err(|err| StartupError::Store {
-                            url: crate::store::redact_url(&config.database_url),
+                            url: crate::store::redact_url(&config.database.url),
                             message: format!("reading the deployment's secrets: {err}"),
                         })?;
                     embedder.share_queries_through(SharedVectors::new(
@@ -124,7 +124,7 @@ impl AppState {
             let key = match &config.admin.session_secret {
                 Some(secret) => secrecy::ExposeSecret::expose_secret(secret).to_owned(),
                 None => store.shared_secret("console_sessions").await.map_err(|err| StartupError::Store {
-                    url: crate::store::redact_url(&config.database_url),
+                    url: crate::store::redact_url(&config.database.url),
                     message: format!("reading the deployment's secrets: {err}"),
                 })?,
             };
@@ -139,7 +139,7 @@ impl AppState {
         )
         .with_fanout(fanout.clone());
         let records = memories.load_index().await.map_err(|err| StartupError::Store {
-            url: crate::store::redact_url(&config.database_url),
+            url: crate::store::redact_url(&config.database.url),
             message: format!("loading records: {err}"),
         })?;
         tracing::info!(records, releases = ?releases.keys().collect::<Vec<_>>(), "memory index loaded");
@@ -167,7 +167,7 @@ impl AppState {
         let rollout = Rollout::load(memories.store().clone(), releases, DEFAULT_RELEASE, metrics.clone())
             .await
             .map_err(|err| StartupError::Store {
-                url: crate::store::redact_url(&config.database_url),
+                url: crate::store::redact_url(&config.database.url),
                 message: format!("loading rollout state: {err}"),
             })?
             .with_fanout(fanout.clone());
@@ -182,7 +182,7 @@ impl AppState {
             config.console.recent_requests,
             config.console.recent_request_ttl,
         ));
-        let stale_after = (config.poll_interval * 3).max(std::time::Duration::from_secs(3));
+        let stale_after = (config.database.poll_interval * 3).max(std::time::Duration::from_secs(3));
         let turns = Turns::new(
             recaller.clone(),
             rollout.clone(),

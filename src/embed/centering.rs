@@ -17,7 +17,7 @@
 //!
 //! Texts in another script (Arabic, Hangul, kana…) or with no letters get the mean of the three
 //! centres, so they live on the same scale. Centering changes every score, so it is part of the
-//! model id and the thresholds are calibrated for it (`config.rs`, docs/embedding.md).
+//! model id and the thresholds are calibrated for it (`config::embedding`, docs/embedding.md).
 //!
 //! The centres cost 180 short model runs (~2 s), so they are kept in a small file beside the
 //! model, keyed by the model id and the sentences; a read-only model folder only means they are

@@ -56,62 +56,7 @@ use self::centering::{Centres, Role};
 
 pub use crate::assets::{DEFAULT_MODEL, ORT_LIBRARY_FILE};
 
-/// How to build an [`Embedder`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EmbedConfig {
-    /// A local model folder: `model.onnx` (plus `model.onnx_data` if the graph keeps its weights
-    /// outside), `tokenizer.json`, `config.json`, `special_tokens_map.json`,
-    /// `tokenizer_config.json`, and optionally a sentence-transformers `1_Pooling/config.json`
-    /// (CLS pooling when it says so; mean pooling otherwise). With `model_name` set, the folder
-    /// where hub downloads are cached instead.
-    pub model_dir: PathBuf,
-    /// The ONNX Runtime shared library (>= 1.24). ort reads it from the `ORT_DYLIB_PATH`
-    /// environment variable, so when this is set the variable must name the same file (see
-    /// [`export_ort_dylib_path`]). `None`: `ORT_DYLIB_PATH`, else the system's library path.
-    pub ort_dylib_path: Option<PathBuf>,
-    /// A fastembed hub model code (e.g. `intfloat/multilingual-e5-small`), for deployments with
-    /// internet access; `None` uses the local `model_dir`.
-    pub model_name: Option<String>,
-    /// Put in front of every query (`"query: "` for e5 models, `""` for most others).
-    pub query_prefix: String,
-    /// Put in front of every passage (`"passage: "` for e5 models).
-    pub passage_prefix: String,
-    /// ONNX Runtime intra-op threads per model run. Default: every core (at most 8), so that
-    /// background embedding (imports) uses the machine; queries still go first
-    /// (docs/embedding.md, "Throughput").
-    pub threads: usize,
-    /// The most texts one model run takes (concurrent queries share runs; passage runs are
-    /// bounded by time as well).
-    pub max_batch: usize,
-    /// How many query embeddings the cache keeps (0 turns it off).
-    pub cache_entries: usize,
-    /// Take each script's mean direction out of every vector (`centering.rs`). Changes every
-    /// score: the thresholds must be the ones calibrated for it.
-    pub language_centering: bool,
-}
-
-impl EmbedConfig {
-    /// Defaults for the multilingual-e5-small model that scripts/fetch-assets puts under
-    /// `repo_assets` (the repository's `.assets/`).
-    pub fn default_for(repo_assets: &Path) -> Self {
-        EmbedConfig {
-            model_dir: repo_assets.join("models").join(DEFAULT_MODEL),
-            ort_dylib_path: Some(repo_assets.join("onnxruntime").join(ORT_LIBRARY_FILE)),
-            model_name: None,
-            query_prefix: "query: ".to_owned(),
-            passage_prefix: "passage: ".to_owned(),
-            threads: default_threads(),
-            max_batch: 64,
-            cache_entries: 4096,
-            language_centering: true,
-        }
-    }
-}
-
-/// Every core the process may use, at most 8 (beyond that one short run does not split well).
-pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get()).min(8)
-}
+pub use crate::config::embedding::{EmbedConfig, default_threads};
 
 /// Why embedding failed. Load errors say what to run or set.
 #[derive(Debug, thiserror::Error)]

@@ -32,6 +32,7 @@ pub mod allowed_hosts;
 pub mod body;
 pub mod client;
 pub mod console;
+pub mod error;
 pub mod headers;
 pub mod health;
 pub mod observe;

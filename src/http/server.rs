@@ -52,7 +52,7 @@ pub async fn run(
         None => None,
     };
     let admin_addr = admin_listener.as_ref().map(TcpListener::local_addr).transpose()?;
-    tracing::info!(%addr, ?admin_addr, upstream = %config.upstream.base_url, auth_mode = ?config.auth_mode, "memgate listening");
+    tracing::info!(%addr, ?admin_addr, upstream = %config.upstream.base_url, auth_mode = ?config.identity.mode, "memgate listening");
     on_ready(addr, admin_addr);
 
     // The ticker: every poll interval (1 s by default), pick up rollout and record changes made
@@ -66,8 +66,8 @@ pub async fn run(
     {
         let state = state.clone();
         let stop = stop_ticking.clone();
-        let every = config.poll_interval;
-        let retention = config.tombstone_retention;
+        let every = config.database.poll_interval;
+        let retention = config.database.tombstone_retention;
         loops.spawn(async move {
             let mut interval = tokio::time::interval(every);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -126,7 +126,7 @@ pub async fn run(
     let history_state = state.clone();
     let stop_accepting = CancellationToken::new();
     let stop_admin = stop_accepting.clone();
-    let drain_delay = config.drain_delay;
+    let drain_delay = config.shutdown.drain_delay;
     let signalled = async move {
         shutdown_signal().await;
         // First the load balancers learn: /readyz turns 503 and every answer closes its
@@ -163,7 +163,7 @@ pub async fn run(
     let server =
         connection::serve(listener, app, config.allowed_hosts.for_listener(addr), timeouts, signalled);
 
-    let grace = config.shutdown_grace;
+    let grace = config.shutdown.grace;
     let deadline = async move {
         if signalled_rx.await.is_ok() {
             tokio::time::sleep(grace).await;

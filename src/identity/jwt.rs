@@ -10,10 +10,9 @@
 use arc_swap::ArcSwap;
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, AlgorithmFamily, DecodingKey, Header, Validation};
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::ExposeSecret;
 use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -26,21 +25,7 @@ fn unix_now() -> i64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 
-#[derive(Debug, Clone)]
-pub struct JwtConfig {
-    pub hmac_secret: Option<SecretString>,
-    pub public_key_file: Option<PathBuf>,
-    pub jwks_file: Option<PathBuf>,
-    pub issuer: Option<String>,
-    pub audience: Option<String>,
-    pub leeway_secs: u64,
-}
-
-impl JwtConfig {
-    pub fn is_enabled(&self) -> bool {
-        self.hmac_secret.is_some() || self.public_key_file.is_some() || self.jwks_file.is_some()
-    }
-}
+pub use crate::config::auth::JwtConfig;
 
 /// Why a token was refused; the message is safe to show the caller.
 #[derive(Debug, thiserror::Error)]

@@ -14,6 +14,7 @@
 //! another `CACHE_TTL`.
 
 use crate::clock::now_ms;
+use crate::error::{Code, ErrorCode};
 use crate::hash::sha256_hex;
 use crate::record::is_valid_scope;
 use crate::store::keys::KeyRecord;
@@ -26,8 +27,7 @@ use subtle::ConstantTimeEq;
 /// Every gateway key starts with this.
 pub const KEY_PREFIX: &str = "mgk_";
 const CACHE_TTL: Duration = Duration::from_secs(5);
-/// How long a verified key stays usable while the database is unreachable, unless configured.
-pub const DEFAULT_STALE_GRACE: Duration = Duration::from_secs(60);
+pub use crate::config::auth::DEFAULT_STALE_GRACE;
 const CACHE_MAX: usize = 10_000;
 
 /// What a key may do beyond reading its own scopes' records. `batches`, `files` and
@@ -53,6 +53,29 @@ pub enum KeyError {
     Invalid(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl ErrorCode for KeyError {
+    fn error_code(&self) -> Code {
+        match self {
+            KeyError::Invalid(_) => Code::InvalidRequest,
+            KeyError::Store(err) => err.error_code(),
+        }
+    }
+
+    fn public_message(&self) -> String {
+        match self {
+            KeyError::Invalid(message) => message.clone(),
+            KeyError::Store(err) => err.public_message(),
+        }
+    }
+
+    fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            KeyError::Invalid(_) => None,
+            KeyError::Store(err) => err.retry_after_secs(),
+        }
+    }
 }
 
 pub struct GatewayKeys {

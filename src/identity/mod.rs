@@ -20,27 +20,19 @@ pub mod keys;
 pub mod rate_limit;
 pub mod token_cache;
 
+pub use crate::config::auth::{AuthMode, ClaimMapping, IdentityConfig};
+pub use crate::record::is_valid_tenant;
+
 use crate::error::{ApiError, Code, ErrorKind};
 use crate::record::is_valid_scope;
 use crate::store::Store;
 use accepted::{AcceptedKeys, KeyDigest};
-use jwt::{JwtConfig, JwtVerifier};
+use jwt::JwtVerifier;
 use keys::GatewayKeys;
 use rate_limit::{RateLimits, Strikes};
 use secrecy::SecretString;
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
-use std::time::Duration;
-
-/// Who holds the upstream credential.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuthMode {
-    /// Callers send their own Anthropic key; memgate forwards it and shows them only `public`
-    /// records of the default tenant.
-    Passthrough,
-    /// memgate sends its configured `ANTHROPIC_API_KEY`; callers' credentials never go upstream.
-    Managed,
-}
 
 pub const DEFAULT_TENANT: &str = "default";
 
@@ -160,52 +152,6 @@ impl Caller {
     pub fn can_see(&self, tenant: &str, record_scopes: &[String]) -> bool {
         tenant == self.tenant && record_scopes.iter().any(|scope| self.scopes.contains(scope))
     }
-}
-
-/// How JWT claims become a caller.
-#[derive(Debug, Clone)]
-pub struct ClaimMapping {
-    /// Claim naming the tenant; absent → the default tenant.
-    pub tenant_claim: String,
-    /// `sub` becomes `<subject_scope_prefix><sub>` (default `user:`).
-    pub subject_scope_prefix: String,
-    /// A claim (string or list) whose values become `team:<value>`.
-    pub team_claim: Option<String>,
-    /// A claim holding a list of raw scopes (`role:admin`, …).
-    pub scopes_claim: Option<String>,
-    /// A claim holding a list of permissions (`pin_release`, `assert_subject`, `debug`).
-    pub permissions_claim: Option<String>,
-}
-
-impl Default for ClaimMapping {
-    fn default() -> Self {
-        ClaimMapping {
-            tenant_claim: "tenant".into(),
-            subject_scope_prefix: "user:".into(),
-            team_claim: Some("team".into()),
-            scopes_claim: Some("scopes".into()),
-            permissions_claim: Some("memgate_permissions".into()),
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct IdentityConfig {
-    pub mode: AuthMode,
-    pub upstream_key: Option<SecretString>,
-    pub jwt: JwtConfig,
-    pub claims: ClaimMapping,
-    /// Per gateway key or JWT subject (managed mode), unless the key sets its own.
-    pub default_rate_limit_per_minute: u32,
-    /// Per caller key in passthrough mode; 0 (the default) leaves passthrough callers to the
-    /// upstream's own limits.
-    pub passthrough_rate_limit_per_minute: u32,
-    /// Per client address: failed credentials (managed mode), requests with a key the upstream
-    /// has not yet accepted (passthrough mode).
-    pub preauth_rate_limit_per_minute: u32,
-    /// How long a gateway key verified here goes on working while the database cannot be
-    /// reached (`keys`): a revocation made meanwhile elsewhere is not seen for up to this long.
-    pub stale_key_grace: Duration,
 }
 
 pub struct Authenticator {
@@ -472,12 +418,6 @@ fn too_many_failures(wait: u64) -> ApiError {
         format!("too many failed authentications from this address; retry in {wait} s"),
     )
     .with_retry_after(wait)
-}
-
-pub fn is_valid_tenant(text: &str) -> bool {
-    !text.is_empty()
-        && text.len() <= 64
-        && text.bytes().all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b))
 }
 
 /// A subject becomes part of a scope (`user:<subject>`): printable, no spaces, no commas.

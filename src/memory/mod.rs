@@ -9,6 +9,7 @@ pub mod transfer;
 
 use crate::clock::now_ms;
 use crate::embed::Embedder;
+use crate::error::{Code, ErrorCode};
 use crate::fanout::{Fanout, Topic};
 use crate::index::{IndexedRecord, MemoryIndex};
 use crate::memory::checks::schemas::SchemaSet;
@@ -50,6 +51,52 @@ impl MemoryError {
             StoreError::IdTaken(id) => MemoryError::IdTaken(id),
             StoreError::TopicTaken => MemoryError::TopicTaken,
             other => MemoryError::Store(other),
+        }
+    }
+}
+
+/// What a client reads of a refused operation: each problem of a refused record with its path
+/// (`error.problems`), the conflict's code, the store's answer otherwise.
+impl ErrorCode for MemoryError {
+    fn error_code(&self) -> Code {
+        match self {
+            MemoryError::Invalid(_) => Code::ValidationFailed,
+            MemoryError::NotFound(_) => Code::NotFound,
+            MemoryError::Conflict { .. } => Code::RevisionConflict,
+            MemoryError::IdTaken(_) => Code::IdTaken,
+            MemoryError::TopicTaken => Code::TopicTaken,
+            MemoryError::Store(err) => err.error_code(),
+        }
+    }
+
+    fn public_message(&self) -> String {
+        match self {
+            MemoryError::Invalid(problems) => {
+                let summary = problems
+                    .iter()
+                    .map(|p| format!("{} ({})", p.path, p.kind))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                format!("the record was refused: {summary}")
+            }
+            MemoryError::Store(err) => err.public_message(),
+            other => other.to_string(),
+        }
+    }
+
+    fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            MemoryError::Store(err) => err.retry_after_secs(),
+            _ => None,
+        }
+    }
+
+    fn details(&self) -> Option<serde_json::Map<String, Value>> {
+        match self {
+            MemoryError::Invalid(problems) => {
+                Some(serde_json::Map::from_iter([("problems".to_owned(), serde_json::json!(problems))]))
+            }
+            _ => None,
         }
     }
 }

@@ -145,6 +145,13 @@ pub fn content_hash(record_type: &str, scope: &[String], content: &Value) -> Str
     format!("{:016x}", crate::hash::fnv1a64(&text))
 }
 
+/// A tenant's name, and a release's: 1 to 64 characters of A-Z a-z 0-9 . _ : -.
+pub fn is_valid_tenant(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 64
+        && text.bytes().all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b))
+}
+
 /// `public`, or `kind:value` with a lower-case kind (`user`, `team`, `role`, `agent`, …).
 pub fn is_valid_scope(scope: &str) -> bool {
     if scope == "public" {

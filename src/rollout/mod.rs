@@ -16,7 +16,7 @@ pub mod stats;
 
 use crate::client_addr::Cidr;
 use crate::clock::now_ms;
-use crate::error::{ApiError, Code, ErrorKind};
+use crate::error::{ApiError, Code, ErrorCode, ErrorKind};
 use crate::fanout::{Fanout, Topic};
 use crate::identity::Caller;
 use crate::observability::metrics::Metrics;
@@ -419,12 +419,26 @@ pub enum RolloutError {
     Store(#[from] StoreError),
 }
 
-impl From<RolloutError> for ApiError {
-    fn from(err: RolloutError) -> ApiError {
-        match err {
-            RolloutError::Unknown(_) => ApiError::not_found(err.to_string()),
-            RolloutError::Invalid(message) => ApiError::invalid_request(message),
-            RolloutError::Store(err) => ApiError::from(err),
+impl ErrorCode for RolloutError {
+    fn error_code(&self) -> Code {
+        match self {
+            RolloutError::Unknown(_) => Code::NotFound,
+            RolloutError::Invalid(_) => Code::InvalidRequest,
+            RolloutError::Store(err) => err.error_code(),
+        }
+    }
+
+    fn public_message(&self) -> String {
+        match self {
+            RolloutError::Store(err) => err.public_message(),
+            other => other.to_string(),
+        }
+    }
+
+    fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            RolloutError::Store(err) => err.retry_after_secs(),
+            _ => None,
         }
     }
 }

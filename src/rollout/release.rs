@@ -2,7 +2,8 @@
 //! contract (`templates/<name>/`), and its funnel settings. Built-in `v1` and `v2` are the defaults;
 //! `[releases.<name>]` in the config overrides or adds.
 
-use crate::config::{Config, RawQuery, RawRelease};
+use crate::config::Config;
+use crate::config::releases::{PlacementSetting, QueryConfig, ReleaseConfig, RetrievalSetting};
 use crate::funnel::semantic::DEFAULT_PROBES;
 use crate::funnel::{FunnelSettings, Retrieval};
 use crate::inject::{Placement, Templates};
@@ -22,16 +23,16 @@ pub struct Release {
 
 /// Every release the config and the templates define, checked against each other.
 pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<String, Release>, String> {
-    let mut raw: BTreeMap<String, RawRelease> = BTreeMap::new();
+    let mut raw: BTreeMap<String, ReleaseConfig> = BTreeMap::new();
     for builtin in ["v1", "v2"] {
         raw.insert(
             builtin.into(),
-            RawRelease { schema_versions: Some(vec![builtin.into()]), ..RawRelease::default() },
+            ReleaseConfig { schema_versions: Some(vec![builtin.into()]), ..ReleaseConfig::default() },
         );
     }
     for (name, release) in &config.releases {
         let base = raw.remove(name).unwrap_or_default();
-        raw.insert(name.clone(), overlay(base, release.clone()));
+        raw.insert(name.clone(), base.overlaid_with(release.clone()));
     }
     let mut releases = BTreeMap::new();
     for (name, r) in raw {
@@ -44,10 +45,10 @@ pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<
                 )
             ));
         }
-        let placement = match r.placement.as_deref() {
-            None | Some("auto") => Placement::Auto,
-            Some("system") => Placement::System,
-            _ => Placement::LastUserTurn,
+        let placement = match r.placement {
+            None | Some(PlacementSetting::Auto) => Placement::Auto,
+            Some(PlacementSetting::System) => Placement::System,
+            Some(PlacementSetting::LastUserTurn) => Placement::LastUserTurn,
         };
         releases.insert(
             name.clone(),
@@ -59,8 +60,8 @@ pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<
                     max_items: r.max_items.unwrap_or(5),
                     max_stubs: r.max_stubs.unwrap_or(3),
                     probes: DEFAULT_PROBES,
-                    retrieval: match r.retrieval.as_deref() {
-                        Some("dense") => Retrieval::Dense,
+                    retrieval: match r.retrieval {
+                        Some(RetrievalSetting::Dense) => Retrieval::Dense,
                         _ => match Retrieval::HYBRID {
                             Retrieval::Hybrid { lexical_weight, min_lexical } => Retrieval::Hybrid {
                                 lexical_weight: r.lexical_weight.unwrap_or(lexical_weight),
@@ -80,23 +81,7 @@ pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<
     Ok(releases)
 }
 
-fn overlay(base: RawRelease, top: RawRelease) -> RawRelease {
-    RawRelease {
-        schema_versions: top.schema_versions.or(base.schema_versions),
-        similarity_threshold: top.similarity_threshold.or(base.similarity_threshold),
-        budget_tokens: top.budget_tokens.or(base.budget_tokens),
-        max_items: top.max_items.or(base.max_items),
-        max_stubs: top.max_stubs.or(base.max_stubs),
-        placement: top.placement.or(base.placement),
-        empty_block: top.empty_block.or(base.empty_block),
-        retrieval: top.retrieval.or(base.retrieval),
-        lexical_weight: top.lexical_weight.or(base.lexical_weight),
-        min_lexical: top.min_lexical.or(base.min_lexical),
-        query: top.query.or(base.query),
-    }
-}
-
-fn query_rule(raw: RawQuery) -> QueryRule {
+fn query_rule(raw: QueryConfig) -> QueryRule {
     let defaults = QueryRule::default();
     QueryRule {
         harness_tags: raw.harness_tags.unwrap_or(defaults.harness_tags),

@@ -58,22 +58,29 @@ impl StoreError {
 
 /// A store error as a client sees it: an unreachable database is a 503 to retry (`Retry-After`),
 /// a missing row a 404; anything else is memgate's own failure, logged and answered without
-/// details.
-impl From<StoreError> for crate::error::ApiError {
-    fn from(err: StoreError) -> Self {
-        if err.is_unavailable() {
-            tracing::warn!(error = %err, "the database is unreachable");
-            crate::error::ApiError::new(
-                crate::error::ErrorKind::Unavailable,
-                "the database is unreachable; nothing was changed. Retry shortly",
-            )
-            .with_retry_after(5)
-        } else if matches!(err, StoreError::NotFound) {
-            // Callers that can name what was missing say so themselves; this is the fallback.
-            crate::error::ApiError::not_found("no such item in this tenant")
+/// details. Callers that can name what was missing, or what the conflict was, say so themselves.
+impl crate::error::ErrorCode for StoreError {
+    fn error_code(&self) -> crate::error::Code {
+        use crate::error::Code;
+        if self.is_unavailable() {
+            Code::StoreUnavailable
+        } else if matches!(self, StoreError::NotFound) {
+            Code::NotFound
         } else {
-            crate::error::ApiError::internal(err)
+            Code::Internal
         }
+    }
+
+    fn public_message(&self) -> String {
+        if self.is_unavailable() {
+            "the database is unreachable; nothing was changed. Retry shortly".to_owned()
+        } else {
+            "no such item in this tenant".to_owned()
+        }
+    }
+
+    fn retry_after_secs(&self) -> Option<u64> {
+        self.is_unavailable().then_some(5)
     }
 }
 

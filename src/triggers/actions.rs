@@ -7,6 +7,7 @@
 //! every attempt and replay carries (receivers dedupe on it, as Standard Webhooks asks).
 
 use super::conditions::{ConditionProblem, Matched};
+use crate::config::triggers::valid_service;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -85,14 +86,6 @@ pub fn parse_actions(value: &Value, path: &str) -> Result<Vec<ActionSpec>, Vec<C
         }
     }
     if problems.is_empty() { Ok(actions) } else { Err(problems) }
-}
-
-/// An endpoint name: what `service` may say and what `[triggers.endpoints.<name>]` may be called.
-pub fn valid_service(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-        && name.len() <= 64
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 fn valid_method(method: &str) -> bool {

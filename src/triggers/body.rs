@@ -10,7 +10,7 @@
 //! A template must render one JSON value; `| json` writes any variable as JSON.
 
 use super::conditions::Matched;
-use super::config::TriggersConfig;
+use crate::config::triggers::{TriggersConfig, TriggersConfigError};
 use minijinja::value::Serde;
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
@@ -95,18 +95,34 @@ fn environment() -> Environment<'static> {
 }
 
 impl BodyTemplates {
-    /// Compiles the default template and each endpoint's own.
-    pub fn new(config: &TriggersConfig) -> Result<BodyTemplates, String> {
+    /// Compiles the default template and each endpoint's own, once, and checks that each renders
+    /// JSON for a sample, with and without the conversation. `[triggers]` is otherwise validated
+    /// with the config; what a template sees is known here. Every bad template, by its key.
+    pub fn new(config: &TriggersConfig) -> Result<BodyTemplates, Vec<TriggersConfigError>> {
         let mut env = environment();
-        env.add_template_owned(DEFAULT_NAME.to_owned(), DEFAULT_TEMPLATE.to_owned())
-            .map_err(|err| format!("the default body template: {err}"))?;
+        env.add_template_owned(DEFAULT_NAME.to_owned(), DEFAULT_TEMPLATE.to_owned()).map_err(|err| {
+            vec![TriggersConfigError {
+                key: "triggers.endpoints".into(),
+                message: format!("the default body template: {err}"),
+            }]
+        })?;
+        let mut errors = Vec::new();
         for (name, endpoint) in &config.endpoints {
-            if let Some(template) = &endpoint.template {
-                env.add_template_owned(format!("endpoint:{name}"), template.clone())
-                    .map_err(|err| format!("triggers.endpoints.{name}.template: {err}"))?;
+            let Some(template) = &endpoint.template else { continue };
+            let own = format!("endpoint:{name}");
+            let checked = env
+                .add_template_owned(own.clone(), template.clone())
+                .and_then(|()| env.get_template(&own))
+                .map_err(|err| err.to_string())
+                .and_then(|compiled| renders_json_for_samples(&compiled));
+            if let Err(message) = checked {
+                errors.push(TriggersConfigError {
+                    key: format!("triggers.endpoints.{name}.template"),
+                    message,
+                });
             }
         }
-        Ok(BodyTemplates { env })
+        if errors.is_empty() { Ok(BodyTemplates { env }) } else { Err(errors) }
     }
 
     /// The body for `endpoint` (its own template, or the default when it has none or is not
@@ -165,6 +181,10 @@ pub fn check_template(template: &str) -> Result<(), String> {
     let mut env = environment();
     env.add_template_owned("t".to_owned(), template.to_owned()).map_err(|err| err.to_string())?;
     let compiled = env.get_template("t").map_err(|err| err.to_string())?;
+    renders_json_for_samples(&compiled)
+}
+
+fn renders_json_for_samples(compiled: &minijinja::Template<'_, '_>) -> Result<(), String> {
     for include in [true, false] {
         let context = sample_context().for_endpoint(include);
         let body = compiled.render(minijinja::Value::from(Serde(&context))).map_err(|err| err.to_string())?;
@@ -178,7 +198,7 @@ pub fn check_template(template: &str) -> Result<(), String> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::triggers::config::{EndpointConfig, EndpointUrl};
+    use crate::config::triggers::{EndpointConfig, EndpointUrl};
 
     fn config(template: Option<&str>) -> TriggersConfig {
         let mut config = TriggersConfig::default();
@@ -231,6 +251,15 @@ mod tests {
         assert!(check_template("not json {{ tenant }}").unwrap_err().contains("JSON"));
         assert!(check_template("{{ undefined_thing | json }}").is_err(), "strict undefined");
         assert!(check_template("{% if %}").is_err());
+    }
+
+    #[test]
+    fn a_bad_template_is_refused_by_its_key() {
+        for template in ["{{ nope", "not json {{ tenant }}"] {
+            let errors = BodyTemplates::new(&config(Some(template))).err().unwrap();
+            let keys: Vec<&str> = errors.iter().map(|e| e.key.as_str()).collect();
+            assert_eq!(keys, ["triggers.endpoints.chat.template"], "{template}");
+        }
     }
 
     #[test]

@@ -23,13 +23,13 @@
 //! records (`last_error`, `last_response`) and logs names the endpoint, never its URL, and quotes
 //! the receiver's answer cleaned of control characters (`redact`).
 
-use super::config::{EndpointConfig, TriggersConfig};
 use super::limits::Paces;
 use super::metrics::TriggerMetrics;
 use super::redact::{MAX_QUOTED_REPLY_CHARS, clean_reply, without_url};
 use super::safety::{CheckedResolver, check_literal, refusal_in};
 use super::signing;
 use crate::clock::{format_ms, now_ms};
+use crate::config::triggers::{EndpointConfig, TriggersConfig};
 use crate::store::outbox::{MAX_EXCERPT_BYTES, OutboxAction};
 use crate::store::trigger_limits::Pace;
 use crate::store::{Store, StoreError};

@@ -27,7 +27,6 @@
 pub mod actions;
 pub mod body;
 pub mod conditions;
-pub mod config;
 pub mod delivery;
 pub mod input;
 pub mod limits;
@@ -37,9 +36,9 @@ pub mod safety;
 pub mod signing;
 pub mod text;
 
+pub use crate::config::triggers::{EndpointConfig, TriggersConfig, TriggersConfigError};
 pub use actions::{ActionSpec, Decision, event_id};
 pub use conditions::{ConditionProblem, Conditions, Matched};
-pub use config::{EndpointConfig, TriggersConfig, TriggersConfigError};
 pub use delivery::Delivery;
 pub use input::{TriggerInput, parse_values};
 pub use metrics::TriggerMetrics;
@@ -80,20 +79,22 @@ impl RecordTriggers {
         let actions = content.get("actions");
         let cooldown = match content.get(COOLDOWN_FIELD) {
             None => Ok(None),
-            Some(value) => match value.as_u64().filter(|s| *s <= config::MAX_COOLDOWN_SECONDS) {
-                Some(seconds) if conditions.is_some() => Ok(Some(seconds)),
-                Some(_) => Err(ConditionProblem::new(
-                    format!("$.content.{COOLDOWN_FIELD}"),
-                    "a cooldown belongs to a record that fires: add trigger_conditions and actions",
-                )),
-                None => Err(ConditionProblem::new(
-                    format!("$.content.{COOLDOWN_FIELD}"),
-                    format!(
-                        "a whole number of seconds, 0 (none) to {} (a week)",
-                        config::MAX_COOLDOWN_SECONDS
-                    ),
-                )),
-            },
+            Some(value) => {
+                match value.as_u64().filter(|s| *s <= crate::config::triggers::MAX_COOLDOWN_SECONDS) {
+                    Some(seconds) if conditions.is_some() => Ok(Some(seconds)),
+                    Some(_) => Err(ConditionProblem::new(
+                        format!("$.content.{COOLDOWN_FIELD}"),
+                        "a cooldown belongs to a record that fires: add trigger_conditions and actions",
+                    )),
+                    None => Err(ConditionProblem::new(
+                        format!("$.content.{COOLDOWN_FIELD}"),
+                        format!(
+                            "a whole number of seconds, 0 (none) to {} (a week)",
+                            crate::config::triggers::MAX_COOLDOWN_SECONDS
+                        ),
+                    )),
+                }
+            }
         };
         let (conditions, actions) = match (conditions, actions) {
             (None, None) => return cooldown.map(|_| None).map_err(|problem| vec![problem]),
@@ -194,7 +195,7 @@ pub struct Triggers {
 }
 
 impl Triggers {
-    /// Validates `config` and compiles its body templates. `tasks` is the server's tracker: the
+    /// Compiles the body templates of `config` (validated with the config). `tasks` is the server's tracker: the
     /// background inserts of `enqueue` and the worker run on it, and shutdown waits for them.
     pub fn new(
         config: TriggersConfig,
@@ -202,9 +203,7 @@ impl Triggers {
         tasks: TaskTracker,
         metrics: TriggerMetrics,
     ) -> Result<Triggers, Vec<TriggersConfigError>> {
-        config.validate()?;
-        let bodies = BodyTemplates::new(&config)
-            .map_err(|message| vec![TriggersConfigError { key: "triggers.endpoints".into(), message }])?;
+        let bodies = BodyTemplates::new(&config)?;
         Ok(Triggers {
             config: Arc::new(config),
             bodies: Arc::new(bodies),

@@ -8,7 +8,7 @@
 //!   the key is the base64-decoded part of the `whsec_…` secret. With two secrets (a rotation)
 //!   there are two signatures, separated by a space; a receiver accepts any one it can verify.
 
-use super::config::WebhookSecret;
+use crate::config::triggers::WebhookSecret;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use hmac::{Hmac, Mac};

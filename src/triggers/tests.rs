@@ -209,7 +209,7 @@ async fn a_record_cools_down_per_subject_for_its_own_time_or_the_default() {
     let mut bad = seed_sop();
     bad[COOLDOWN_FIELD] = json!(-1);
     assert_eq!(check_conditions(&bad)[0].path, "$.content.trigger_cooldown_seconds");
-    bad[COOLDOWN_FIELD] = json!(config::MAX_COOLDOWN_SECONDS + 1);
+    bad[COOLDOWN_FIELD] = json!(crate::config::triggers::MAX_COOLDOWN_SECONDS + 1);
     assert_eq!(check_conditions(&bad).len(), 1);
     bad[COOLDOWN_FIELD] = json!("10m");
     assert_eq!(check_conditions(&bad).len(), 1);

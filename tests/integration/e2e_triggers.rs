@@ -10,7 +10,7 @@ use crate::support::{Proc, TempDir, TestDb, client, eventually};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use memgate::triggers::config::WebhookSecret;
+use memgate::config::triggers::WebhookSecret;
 use memgate::triggers::signing;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};

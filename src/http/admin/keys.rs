@@ -4,7 +4,7 @@ use super::{AdminContext, AdminJson};
 use crate::clock::format_ms;
 use crate::error::ApiError;
 use crate::fanout::Topic;
-use crate::identity::keys::{KeyError, NewKey};
+use crate::identity::keys::NewKey;
 use crate::state::AppState;
 use crate::store::StoreError;
 use crate::store::keys::KeyRecord;
@@ -42,10 +42,7 @@ pub async fn create(
         permissions: input.permissions,
         rate_limit_per_minute: input.rate_limit_per_minute,
     };
-    let (record, secret) = state.identity().keys().issue(&new).await.map_err(|err| match err {
-        KeyError::Invalid(message) => ApiError::invalid_request(message),
-        KeyError::Store(err) => ApiError::from(err),
-    })?;
+    let (record, secret) = state.identity().keys().issue(&new).await?;
     let mut answer = key_json(&record);
     answer["key"] = json!(secret);
     Ok((StatusCode::CREATED, Json(answer)))

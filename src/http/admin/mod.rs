@@ -16,14 +16,13 @@ use crate::error::{ApiError, Code};
 use crate::http::client::RequestOrigin;
 use crate::http::console::auth::too_many_failures;
 use crate::identity::DEFAULT_TENANT;
-use crate::memory::MemoryError;
 use crate::state::AppState;
 use axum::extract::{FromRequest, FromRequestParts, OriginalUri, Request, State};
 use axum::http::HeaderMap;
 use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// The largest JSON body a single-record admin call accepts.
 const MAX_ADMIN_BODY_BYTES: u64 = 1024 * 1024;
@@ -143,26 +142,5 @@ impl FromRequest<AppState> for AdminJson {
     async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
         let (parts, body) = request.into_parts();
         json_body(state, &parts.headers, body).await.map(AdminJson)
-    }
-}
-
-impl From<MemoryError> for ApiError {
-    fn from(err: MemoryError) -> ApiError {
-        match err {
-            MemoryError::Invalid(problems) => {
-                let summary = problems
-                    .iter()
-                    .map(|p| format!("{} ({})", p.path, p.kind))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                ApiError::coded(Code::ValidationFailed, format!("the record was refused: {summary}"))
-                    .with_detail("problems", json!(problems))
-            }
-            MemoryError::NotFound(_) => ApiError::not_found(err.to_string()),
-            MemoryError::Conflict { .. } => ApiError::coded(Code::RevisionConflict, err.to_string()),
-            MemoryError::IdTaken(_) => ApiError::coded(Code::IdTaken, err.to_string()),
-            MemoryError::TopicTaken => ApiError::coded(Code::TopicTaken, err.to_string()),
-            MemoryError::Store(inner) => ApiError::from(inner),
-        }
     }
 }

@@ -12,7 +12,7 @@
 
 use crate::console::Role;
 use crate::console::session::{self, ConsoleAuth};
-use crate::error::{ApiError, Code};
+use crate::error::{ApiError, Code, ErrorCode};
 use crate::store::{Store, StoreError};
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
@@ -69,34 +69,45 @@ impl Refusal {
     }
 }
 
+impl ErrorCode for Refusal {
+    fn error_code(&self) -> Code {
+        match self {
+            Refusal::AdminOff => Code::AdminApiOff,
+            Refusal::NoCredential | Refusal::WrongToken => Code::AdminTokenInvalid,
+            Refusal::SessionEnded => Code::SessionEnded,
+            Refusal::Csrf => Code::CsrfRefused,
+            Refusal::ReadOnly => Code::ReadOnlyRole,
+            Refusal::Store(err) => err.error_code(),
+        }
+    }
+
+    fn public_message(&self) -> String {
+        match self {
+            Refusal::AdminOff => "the admin API is off; set MEMGATE_ADMIN_TOKEN to turn it on".into(),
+            Refusal::NoCredential | Refusal::WrongToken => {
+                "the admin API needs `Authorization: Bearer <MEMGATE_ADMIN_TOKEN>` or a console session"
+                    .into()
+            }
+            Refusal::SessionEnded => "the console session has ended; log in again".into(),
+            Refusal::Csrf => "console requests must come from the console itself".into(),
+            Refusal::ReadOnly => {
+                "this session is read-only (viewer); log in with the admin token to change anything".into()
+            }
+            Refusal::Store(err) => err.public_message(),
+        }
+    }
+
+    fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            Refusal::Store(err) => err.retry_after_secs(),
+            _ => None,
+        }
+    }
+}
+
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
-        match self {
-            Refusal::AdminOff => ApiError::coded(
-                Code::AdminApiOff,
-                "the admin API is off; set MEMGATE_ADMIN_TOKEN to turn it on",
-            )
-            .into_response(),
-            Refusal::NoCredential | Refusal::WrongToken => ApiError::coded(
-                Code::AdminTokenInvalid,
-                "the admin API needs `Authorization: Bearer <MEMGATE_ADMIN_TOKEN>` or a console session",
-            )
-            .into_response(),
-            Refusal::SessionEnded => {
-                ApiError::coded(Code::SessionEnded, "the console session has ended; log in again")
-                    .into_response()
-            }
-            Refusal::Csrf => {
-                ApiError::coded(Code::CsrfRefused, "console requests must come from the console itself")
-                    .into_response()
-            }
-            Refusal::ReadOnly => ApiError::coded(
-                Code::ReadOnlyRole,
-                "this session is read-only (viewer); log in with the admin token to change anything",
-            )
-            .into_response(),
-            Refusal::Store(err) => ApiError::from(err).into_response(),
-        }
+        ApiError::from(self).into_response()
     }
 }
 

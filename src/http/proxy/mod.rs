@@ -128,12 +128,9 @@ pub async fn not_found(request: Request<Body>) -> ApiError {
 }
 
 /// A known path with a method it does not take.
-pub async fn method_not_allowed(request: Request<Body>) -> Response {
-    let mut response = ApiError::coded(
+pub async fn method_not_allowed(request: Request<Body>) -> ApiError {
+    ApiError::coded(
         Code::MethodNotAllowed,
         format!("{} is not allowed on {}", request.method(), request.uri().path()),
     )
-    .into_response();
-    *response.status_mut() = axum::http::StatusCode::METHOD_NOT_ALLOWED;
-    response
 }

@@ -18,9 +18,9 @@
 //! A record names an endpoint (`"service": "ticketing"`), never a URL: what memgate may call is
 //! the operator's choice alone. Secrets and URLs are checked while the file is read, so a bad one
 //! fails startup with its key's path (`serde_path_to_error`); `TriggersConfig::validate` checks
-//! what spans fields. Defaults sit beside their fields.
+//! what spans fields. Defaults sit beside their fields. A body template is checked by the triggers
+//! themselves (`triggers::body`), which alone know what a template sees.
 
-use super::actions::valid_service;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use secrecy::{ExposeSecret, SecretSlice};
@@ -288,6 +288,14 @@ impl<'de> Deserialize<'de> for WebhookSecret {
     }
 }
 
+/// An endpoint name: what `service` may say and what `[triggers.endpoints.<name>]` may be called.
+pub fn valid_service(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && name.len() <= 64
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
 /// A `[triggers]` setting that cannot work, named by its key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{key}: {message}")]
@@ -297,8 +305,9 @@ pub struct TriggersConfigError {
 }
 
 impl TriggersConfig {
-    /// Checks what the types alone cannot: names, counts and ranges, and that every body
-    /// template compiles and renders JSON for a sample. Every problem, each naming its key.
+    /// Checks what the types alone cannot: names, counts and ranges. Every problem, each naming
+    /// its key. Body templates are the triggers' own language: `triggers::body` compiles and
+    /// checks them when the triggers are built.
     pub fn validate(&self) -> Result<(), Vec<TriggersConfigError>> {
         let mut errors = Vec::new();
         let mut fail = |key: String, message: String| errors.push(TriggersConfigError { key, message });
@@ -375,11 +384,6 @@ impl TriggersConfig {
             }
             if !(1..=60_000).contains(&endpoint.max_per_minute) {
                 fail(key("max_per_minute"), format!("1 to 60000 (got {})", endpoint.max_per_minute));
-            }
-            if let Some(template) = &endpoint.template
-                && let Err(message) = super::body::check_template(template)
-            {
-                fail(key("template"), message);
             }
         }
         if errors.is_empty() { Ok(()) } else { Err(errors) }
@@ -462,7 +466,6 @@ mod tests {
             url = "https://x.example"
             secrets = []
             timeout_ms = 30000
-            template = "{{ nope"
             max_per_minute = 0
             "#,
         )
@@ -477,7 +480,6 @@ mod tests {
                 "triggers.lease_ms",
                 "triggers.endpoints.t.secrets",
                 "triggers.endpoints.t.max_per_minute",
-                "triggers.endpoints.t.template",
             ]
         );
         config.endpoints.clear();

@@ -1,0 +1,155 @@
+//! `[releases.<name>]`: releases defined or overridden in the file. Every key is optional: an
+//! absent one keeps the built-in release's value (`rollout::release` lays these over the built-in
+//! `v1` and `v2` and checks them against the templates), so the settled `ReleaseConfig` keeps
+//! its options, with each value present checked and typed.
+
+use super::{cosine, invalid};
+use crate::error::StartupError;
+use crate::record::is_valid_tenant;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRelease {
+    pub schema_versions: Option<Vec<String>>,
+    pub similarity_threshold: Option<f32>,
+    pub budget_tokens: Option<usize>,
+    pub max_items: Option<usize>,
+    pub max_stubs: Option<usize>,
+    /// `auto`, `system` or `last_user_turn`.
+    pub placement: Option<String>,
+    pub empty_block: Option<bool>,
+    /// `hybrid` (meaning and words fused) or `dense` (meaning alone).
+    pub retrieval: Option<String>,
+    pub lexical_weight: Option<f32>,
+    pub min_lexical: Option<f32>,
+    /// How the person's words are found (`query`); absent keys keep the defaults.
+    pub query: Option<RawQuery>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawQuery {
+    pub harness_tags: Option<Vec<String>>,
+    pub unwrap_tags: Option<Vec<String>>,
+    pub follow_up_words: Option<usize>,
+}
+
+/// A release as the file defines it, checked; `None` keeps the built-in value.
+#[derive(Debug, Default, Clone)]
+pub struct ReleaseConfig {
+    pub schema_versions: Option<Vec<String>>,
+    pub similarity_threshold: Option<f32>,
+    pub budget_tokens: Option<usize>,
+    pub max_items: Option<usize>,
+    pub max_stubs: Option<usize>,
+    pub placement: Option<PlacementSetting>,
+    pub empty_block: Option<bool>,
+    pub retrieval: Option<RetrievalSetting>,
+    pub lexical_weight: Option<f32>,
+    pub min_lexical: Option<f32>,
+    pub query: Option<QueryConfig>,
+}
+
+/// `[releases.<name>.query]`, checked; `None` keeps the default.
+#[derive(Debug, Default, Clone)]
+pub struct QueryConfig {
+    pub harness_tags: Option<Vec<String>>,
+    pub unwrap_tags: Option<Vec<String>>,
+    pub follow_up_words: Option<usize>,
+}
+
+/// Where a release's memory block goes (`inject::Placement`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlacementSetting {
+    Auto,
+    System,
+    LastUserTurn,
+}
+
+/// How a release finds records (`funnel::Retrieval`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetrievalSetting {
+    Hybrid,
+    Dense,
+}
+
+/// Every release of the file, each checked and named by its key.
+pub fn settle(raw: BTreeMap<String, RawRelease>) -> Result<BTreeMap<String, ReleaseConfig>, StartupError> {
+    raw.into_iter().map(|(name, release)| Ok((name.clone(), release.settle(&name)?))).collect()
+}
+
+impl RawRelease {
+    fn settle(self, name: &str) -> Result<ReleaseConfig, StartupError> {
+        let key = |field: &str| format!("releases.{name}.{field}");
+        if !is_valid_tenant(name) {
+            return Err(invalid(
+                &format!("releases.{name}"),
+                "a release name is 1 to 64 characters of A-Z a-z 0-9 . _ : -",
+            ));
+        }
+        if let Some(t) = self.similarity_threshold {
+            cosine(&key("similarity_threshold"), t)?;
+        }
+        let retrieval = match self.retrieval.as_deref() {
+            None => None,
+            Some("hybrid") => Some(RetrievalSetting::Hybrid),
+            Some("dense") => Some(RetrievalSetting::Dense),
+            Some(other) => return Err(invalid(&key("retrieval"), format!("`{other}`: use hybrid or dense"))),
+        };
+        for (field, value) in [("lexical_weight", self.lexical_weight), ("min_lexical", self.min_lexical)] {
+            if value.is_some_and(|v| !(0.0..=10.0).contains(&v)) {
+                return Err(invalid(&key(field), "use a number between 0 and 10"));
+            }
+        }
+        let placement = match self.placement.as_deref() {
+            None => None,
+            Some("auto") => Some(PlacementSetting::Auto),
+            Some("system") => Some(PlacementSetting::System),
+            Some("last_user_turn") => Some(PlacementSetting::LastUserTurn),
+            Some(other) => {
+                return Err(invalid(
+                    &key("placement"),
+                    format!("`{other}`: use auto, system or last_user_turn"),
+                ));
+            }
+        };
+        Ok(ReleaseConfig {
+            schema_versions: self.schema_versions,
+            similarity_threshold: self.similarity_threshold,
+            budget_tokens: self.budget_tokens,
+            max_items: self.max_items,
+            max_stubs: self.max_stubs,
+            placement,
+            empty_block: self.empty_block,
+            retrieval,
+            lexical_weight: self.lexical_weight,
+            min_lexical: self.min_lexical,
+            query: self.query.map(|q| QueryConfig {
+                harness_tags: q.harness_tags,
+                unwrap_tags: q.unwrap_tags,
+                follow_up_words: q.follow_up_words,
+            }),
+        })
+    }
+}
+
+impl ReleaseConfig {
+    /// `top`'s values, and `self`'s where `top` has none.
+    pub fn overlaid_with(self, top: ReleaseConfig) -> ReleaseConfig {
+        ReleaseConfig {
+            schema_versions: top.schema_versions.or(self.schema_versions),
+            similarity_threshold: top.similarity_threshold.or(self.similarity_threshold),
+            budget_tokens: top.budget_tokens.or(self.budget_tokens),
+            max_items: top.max_items.or(self.max_items),
+            max_stubs: top.max_stubs.or(self.max_stubs),
+            placement: top.placement.or(self.placement),
+            empty_block: top.empty_block.or(self.empty_block),
+            retrieval: top.retrieval.or(self.retrieval),
+            lexical_weight: top.lexical_weight.or(self.lexical_weight),
+            min_lexical: top.min_lexical.or(self.min_lexical),
+            query: top.query.or(self.query),
+        }
+    }
+}
