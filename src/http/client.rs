@@ -4,6 +4,7 @@
 
 use crate::state::AppState;
 use axum::extract::ConnectInfo;
+use axum::http::HeaderMap;
 use axum::http::request::Parts;
 use std::net::{IpAddr, SocketAddr};
 
@@ -36,6 +37,40 @@ impl RequestOrigin for AppState {
 
     fn is_https(&self, parts: &Parts) -> bool {
         let trusted = peer(parts).is_some_and(|p| self.client_addrs().is_trusted(p));
-        crate::http::console::auth::forwarded_https(&parts.headers, trusted)
+        forwarded_https(&parts.headers, trusted)
+    }
+}
+
+/// Whether a request came over HTTPS, for a memgate that does not terminate TLS itself: its peer
+/// is a trusted proxy (`client_ip.trusted_proxies`) that said `X-Forwarded-Proto: https`.
+/// A header from any other peer is ignored, as `client_addr` ignores `X-Forwarded-For`.
+pub fn forwarded_https(headers: &HeaderMap, peer_is_trusted_proxy: bool) -> bool {
+    peer_is_trusted_proxy
+        && headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            // A chain of proxies may list several; the first is what the client used.
+            .and_then(|v| v.split(',').next())
+            .is_some_and(|proto| proto.trim().eq_ignore_ascii_case("https"))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn headers(proto: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-proto", proto.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn only_a_trusted_proxy_says_https() {
+        let h = headers("HTTPS, http");
+        assert!(forwarded_https(&h, true));
+        assert!(!forwarded_https(&h, false));
+        assert!(!forwarded_https(&headers("http"), true));
+        assert!(!forwarded_https(&HeaderMap::new(), true));
     }
 }

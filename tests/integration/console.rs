@@ -87,7 +87,7 @@ impl ConsoleHost for Host {
     }
     fn is_https(&self, parts: &Parts) -> bool {
         // As if every peer were a trusted proxy.
-        auth::forwarded_https(&parts.headers, true)
+        memgate::http::client::forwarded_https(&parts.headers, true)
     }
 }
 

@@ -124,7 +124,7 @@ pub(crate) fn too_many_failures(wait: u64) -> ApiError {
 /// The admin API's check, for every `/admin/v1/…` request, at `now_ms` (sessions expire): the
 /// bearer token if the request has an `Authorization` header (no CSRF rule), else the session
 /// cookie (then the CSRF rule), then the viewer's limits. `https`: the request came over TLS or
-/// through a trusted proxy that said so (`forwarded_https`); it decides the scheme of the
+/// through a trusted proxy that said so (`http::client::forwarded_https`); it decides the scheme of the
 /// request's own origin.
 pub async fn authorize(
     headers: &HeaderMap,
@@ -233,19 +233,6 @@ fn normalize_origin(origin: &str) -> String {
     }
 }
 
-/// Whether a request came over HTTPS, for a memgate that does not terminate TLS itself: its peer
-/// is a trusted proxy (`client_ip.trusted_proxies`) that said `X-Forwarded-Proto: https`.
-/// A header from any other peer is ignored, as `client_addr` ignores `X-Forwarded-For`.
-pub fn forwarded_https(headers: &HeaderMap, peer_is_trusted_proxy: bool) -> bool {
-    peer_is_trusted_proxy
-        && headers
-            .get("x-forwarded-proto")
-            .and_then(|v| v.to_str().ok())
-            // A chain of proxies may list several; the first is what the client used.
-            .and_then(|v| v.split(',').next())
-            .is_some_and(|proto| proto.trim().eq_ignore_ascii_case("https"))
-}
-
 /// The `memgate_console` cookie's value, if the request carries one that could be a session
 /// (43 characters of base64url); anything else is no session at all, without a store lookup.
 pub fn session_cookie(headers: &HeaderMap) -> Option<&str> {
@@ -333,15 +320,6 @@ mod tests {
         assert!(!ok(&[("x-memgate-console", "1"), host, ("sec-fetch-site", "none")], false));
         // An Origin without a Host to compare with is refused.
         assert!(!ok(&[("x-memgate-console", "1"), ("origin", "http://m.example")], false));
-    }
-
-    #[test]
-    fn only_a_trusted_proxy_says_https() {
-        let h = headers(&[("x-forwarded-proto", "HTTPS, http")]);
-        assert!(forwarded_https(&h, true));
-        assert!(!forwarded_https(&h, false));
-        assert!(!forwarded_https(&headers(&[("x-forwarded-proto", "http")]), true));
-        assert!(!forwarded_https(&HeaderMap::new(), true));
     }
 
     #[test]

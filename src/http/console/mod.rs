@@ -34,7 +34,7 @@ pub trait ConsoleHost: Clone + Send + Sync + 'static {
     /// How long a client may take to send a login body (`limits.body_read_timeout_ms`).
     fn body_read_timeout(&self) -> Duration;
     /// Whether the request came over HTTPS: TLS here, or a trusted proxy's
-    /// `X-Forwarded-Proto: https` (`auth::forwarded_https`). Decides the cookie's `Secure` and
+    /// `X-Forwarded-Proto: https` (`http::client::forwarded_https`). Decides the cookie's `Secure` and
     /// the scheme of the request's own origin in the CSRF rule.
     fn is_https(&self, parts: &Parts) -> bool;
 }
