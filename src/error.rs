@@ -343,6 +343,7 @@ impl std::fmt::Display for ApiError {
 impl std::error::Error for ApiError {}
 
 #[cfg(test)]
+#[allow(clippy::expect_used)]
 mod tests {
     use super::*;
 

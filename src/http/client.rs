@@ -53,3 +53,24 @@ pub fn forwarded_https(headers: &HeaderMap, peer_is_trusted_proxy: bool) -> bool
             .and_then(|v| v.split(',').next())
             .is_some_and(|proto| proto.trim().eq_ignore_ascii_case("https"))
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn headers(proto: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-proto", proto.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn only_a_trusted_proxy_says_https() {
+        let h = headers("HTTPS, http");
+        assert!(forwarded_https(&h, true));
+        assert!(!forwarded_https(&h, false));
+        assert!(!forwarded_https(&headers("http"), true));
+        assert!(!forwarded_https(&HeaderMap::new(), true));
+    }
+}

@@ -251,7 +251,6 @@ pub fn session_cookie(headers: &HeaderMap) -> Option<&str> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::http::client::forwarded_https;
     use axum::http::HeaderValue;
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
@@ -321,15 +320,6 @@ mod tests {
         assert!(!ok(&[("x-memgate-console", "1"), host, ("sec-fetch-site", "none")], false));
         // An Origin without a Host to compare with is refused.
         assert!(!ok(&[("x-memgate-console", "1"), ("origin", "http://m.example")], false));
-    }
-
-    #[test]
-    fn only_a_trusted_proxy_says_https() {
-        let h = headers(&[("x-forwarded-proto", "HTTPS, http")]);
-        assert!(forwarded_https(&h, true));
-        assert!(!forwarded_https(&h, false));
-        assert!(!forwarded_https(&headers(&[("x-forwarded-proto", "http")]), true));
-        assert!(!forwarded_https(&HeaderMap::new(), true));
     }
 
     #[test]
