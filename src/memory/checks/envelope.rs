@@ -65,24 +65,21 @@ pub fn check(input: &Value, rules: &Rules<'_>) -> Result<Envelope, Vec<Problem>>
         }
     }
 
-    let id = optional_string(map, "id", &mut problems).and_then(|id| {
-        check_token(&id, "id", 128, &mut problems);
-        Some(id)
-    });
+    let id =
+        optional_string(map, "id", &mut problems).inspect(|id| check_token(id, "id", 128, &mut problems));
     let record_type = required_string(map, "type", &mut problems);
     let schema_version =
         optional_string(map, "schema_version", &mut problems).unwrap_or_else(|| "v1".to_owned());
     let scope = check_scope(map.get("scope"), &mut problems);
     let valid_from_ms = optional_date(map, "valid_from", &mut problems).unwrap_or(rules.now_ms);
     let valid_until_ms = optional_date(map, "valid_until", &mut problems).unwrap_or(OPEN_END_MS);
-    if map.contains_key("valid_from") || map.contains_key("valid_until") {
-        if valid_until_ms <= valid_from_ms {
-            problems.push(Problem::new(
-                "$.valid_until",
-                "invalid_time_range",
-                "valid_until must be after valid_from",
-            ));
-        }
+    if (map.contains_key("valid_from") || map.contains_key("valid_until")) && valid_until_ms <= valid_from_ms
+    {
+        problems.push(Problem::new(
+            "$.valid_until",
+            "invalid_time_range",
+            "valid_until must be after valid_from",
+        ));
     }
     let priority = match map.get("priority") {
         None | Some(Value::Null) => 3,
@@ -106,7 +103,7 @@ pub fn check(input: &Value, rules: &Rules<'_>) -> Result<Envelope, Vec<Problem>>
             3
         }
     };
-    let key = optional_string(map, "key", &mut problems).and_then(|key| {
+    let key = optional_string(map, "key", &mut problems).inspect(|key| {
         if key.is_empty() || key.chars().count() > 256 || key.chars().any(char::is_control) {
             problems.push(Problem::new(
                 "$.key",
@@ -114,7 +111,6 @@ pub fn check(input: &Value, rules: &Rules<'_>) -> Result<Envelope, Vec<Problem>>
                 "key must be 1 to 256 characters, no control characters",
             ));
         }
-        Some(key)
     });
     let aliases = check_aliases(map.get("aliases"), &mut problems);
     let status = match map.get("status") {
@@ -148,20 +144,19 @@ pub fn check(input: &Value, rules: &Rules<'_>) -> Result<Envelope, Vec<Problem>>
 
     let content = match map.get("content") {
         Some(content @ Value::Object(_)) => {
-            if let Some(record_type) = &record_type {
-                if let Err(found) = rules.schemas.validate(&schema_version, record_type, content, "$.content")
-                {
-                    problems.extend(found.into_iter().map(|p| Problem {
-                        // Unknown type and version are about those fields, not the content.
-                        path: match p.kind.as_str() {
-                            "unknown_type" => "$.type".to_owned(),
-                            "unknown_schema_version" => "$.schema_version".to_owned(),
-                            _ => p.path,
-                        },
-                        kind: p.kind,
-                        message: p.message,
-                    }));
-                }
+            if let Some(record_type) = &record_type
+                && let Err(found) = rules.schemas.validate(&schema_version, record_type, content, "$.content")
+            {
+                problems.extend(found.into_iter().map(|p| Problem {
+                    // Unknown type and version are about those fields, not the content.
+                    path: match p.kind.as_str() {
+                        "unknown_type" => "$.type".to_owned(),
+                        "unknown_schema_version" => "$.schema_version".to_owned(),
+                        _ => p.path,
+                    },
+                    kind: p.kind,
+                    message: p.message,
+                }));
             }
             content.clone()
         }

@@ -71,7 +71,7 @@ fn is_template_slot(t: &str) -> bool {
         name.len() <= 64
             && name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
             && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
-            && (!m.digit || !(m.upper && m.lower))
+            && !(m.digit && m.upper && m.lower)
     };
     let words = |inner: &str| {
         !inner.trim().is_empty()
