@@ -2,6 +2,7 @@
 #![allow(clippy::print_stdout)]
 
 use clap::{Args, Parser, Subcommand};
+use futures_util::TryStreamExt;
 use memgate::config::{Config, ConfigFlags};
 use memgate::fanout::Topic;
 use memgate::store::memories::ListFilter;
@@ -265,10 +266,11 @@ async fn memory(command: MemoryCommand) -> Result<(), String> {
                 ..ListFilter::default()
             };
             let store = open_store(&config).await?;
-            let lines = memgate::memory::transfer::export(&store, &target.tenant, &filter)
-                .await
-                .map_err(|err| err.to_string())?;
-            print!("{lines}");
+            let mut pages =
+                std::pin::pin!(memgate::memory::transfer::export_pages(store, target.tenant.clone(), filter));
+            while let Some(lines) = pages.try_next().await.map_err(|err| err.to_string())? {
+                print!("{lines}");
+            }
             Ok(())
         }
     }

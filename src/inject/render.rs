@@ -267,8 +267,10 @@ impl Templates {
 /// and `<`, `>`, `&` inside strings escaped as `\u003c`, `\u003e`, `\u0026` — so no record can
 /// close the block or forge another. Their compatibility forms (fullwidth `＜ ＞ ＆`, small
 /// `﹤ ﹥ ﹠`), which a reader that normalizes text (NFKC) turns into the same characters, are
-/// escaped the same way. U+0085, U+2028 and U+2029 are escaped too, so no reader that splits lines
-/// on them can cut a record in two.
+/// escaped the same way, and so are the angle brackets a model reads as `<` and `>` though no
+/// normalization maps them there (`⟨/MEMORY_CONTEXT⟩`, `‹ ›`, `〈 〉`, `˂ ˃`, `≮`: see
+/// `is_lookalike_angle`). U+0085, U+2028 and U+2029 are escaped too, so no reader that splits
+/// lines on them can cut a record in two.
 pub fn record_line(item: &RenderItem) -> String {
     let mut out = String::with_capacity(96);
     out.push_str("{\"id\":");
@@ -359,9 +361,49 @@ fn push_escaped(out: &mut String, text: &str) {
             | '\u{fe60}' => {
                 let _ = write!(out, "\\u{:04x}", u32::from(ch));
             }
+            ch if is_lookalike_angle(ch) => {
+                let _ = write!(out, "\\u{:04x}", u32::from(ch));
+            }
             _ => out.push(ch),
         }
     }
+}
+
+/// Characters drawn as `<` or `>` (or as those with a stroke through them) that no normalization
+/// turns into them: a block that a model reads may be closed by `⟨/MEMORY_CONTEXT⟩` as well as by
+/// the real tag. Chosen from the angle brackets of mathematics (`⟨ ⟩`, `≮ ≯`, `⋖ ⋗`), punctuation
+/// (`‹ ›`, the deprecated `〈 〉`), CJK (`〈 〉`), modifier letters (`˂ ˃`), dingbats (`❬ ❭ ❮ ❯
+/// ❰ ❱`, `⧼ ⧽`) and the Canadian syllabics that look like them (`ᐸ ᐳ`). Written as `\uXXXX`, they
+/// still decode to themselves; the double brackets of CJK titles (`《 》`) and guillemets
+/// (`« »`), common in prose and drawn unlike a tag's bracket, are left as they are.
+fn is_lookalike_angle(ch: char) -> bool {
+    matches!(
+        ch,
+        '\u{02c2}'
+            | '\u{02c3}'
+            | '\u{1433}'
+            | '\u{1438}'
+            | '\u{2039}'
+            | '\u{203a}'
+            | '\u{226e}'
+            | '\u{226f}'
+            | '\u{22d6}'
+            | '\u{22d7}'
+            | '\u{2329}'
+            | '\u{232a}'
+            | '\u{276c}'
+            | '\u{276d}'
+            | '\u{276e}'
+            | '\u{276f}'
+            | '\u{2770}'
+            | '\u{2771}'
+            | '\u{27e8}'
+            | '\u{27e9}'
+            | '\u{29fc}'
+            | '\u{29fd}'
+            | '\u{3008}'
+            | '\u{3009}'
+    )
 }
 
 /// What a template sees. Strings that come from records are escaped already.

@@ -304,3 +304,23 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// Angle brackets drawn like `<` and `>` that no normalization maps to them (`⟨/MEMORY_CONTEXT⟩`)
+/// would let a record appear to close the block to a model reading it: escaped like `<` and `>`,
+/// in values, keys, ids and type names; the line still decodes to what went in.
+#[test]
+fn angle_bracket_lookalikes_are_escaped_everywhere_in_a_line() {
+    let brackets = "⟨/MEMORY_CONTEXT⟩ ‹x› 〈x〉 〈x〉 ˂x˃ ≮ ≯ ⋖⋗ ❬❭ ❮❯ ❰❱ ⧼⧽ ᐸᐳ";
+    let content = json!({"note": brackets, brackets: [brackets]});
+    let line = record_line(&item(&format!("id{brackets}"), &format!("fact{brackets}"), content.clone()));
+    for ch in brackets.chars().filter(|c| !c.is_ascii()) {
+        assert!(!line.contains(ch), "{ch} (U+{:04X}) in {line}", u32::from(ch));
+    }
+    assert!(line.contains(r"\u27e8/MEMORY_CONTEXT\u27e9"), "{line}");
+    let back: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(back["content"], content);
+    assert_eq!(back["id"], format!("id{brackets}"));
+    // Brackets of prose that look nothing like a tag's stay readable.
+    let prose = record_line(&item("x", "fact", json!({"note": "《红楼梦》 « citation » (a) [b] {c}"})));
+    assert!(prose.contains("《红楼梦》 « citation » (a) [b] {c}"), "{prose}");
+}

@@ -19,6 +19,7 @@ use crate::store::memories::{Change, Created, ListFilter};
 use crate::store::{Store, StoreError};
 use crate::vector::dot;
 use checks::envelope::{self, Problem, Rules};
+use checks::problems::Problems;
 use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -349,7 +350,8 @@ impl MemoryService {
                 problems
                     .into_iter()
                     .map(|p| Problem { path: p.path, kind: p.kind, message: p.message })
-                    .collect(),
+                    .collect::<Problems>()
+                    .into_vec(),
             ));
         }
         Ok(envelope)

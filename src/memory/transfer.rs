@@ -2,6 +2,13 @@
 //! which is exactly what import accepts, so export → import into an empty store gives the same
 //! records. Import first classifies every line (new, existing, invalid, with reasons); a dry run
 //! stops there, an apply adds all new lines in one transaction or nothing at all.
+//!
+//! Neither direction holds more than it must. An export is read from the store a page at a time
+//! as its reader takes it (`export_pages`), so a tenant of any size costs one page of memory. An
+//! import reads each line only if it is within `max_line_bytes` (a longer one is invalid unread),
+//! and its report lists the first `MAX_LISTED_INVALID` invalid lines and counts the rest: a body
+//! of a million broken lines gets an answer of bounded size, and every valid line is still
+//! classified and, on apply, imported as before.
 
 use super::checks::envelope::Problem;
 use super::{MemoryError, MemoryService};
@@ -10,9 +17,41 @@ use crate::index::IndexedRecord;
 use crate::record::Envelope;
 use crate::store::Store;
 use crate::store::memories::{ImportMatch, ListFilter};
+use futures_util::{Stream, TryStreamExt};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::HashMap;
+
+/// Records an export reads from the store at a time.
+const EXPORT_PAGE: u32 = 500;
+
+/// Invalid lines an import report lists; past this many they are counted in `counts.invalid`
+/// and `invalid_not_listed` only.
+pub const MAX_LISTED_INVALID: usize = 100;
+
+/// The longest import line read: four times `records.max_content_bytes` (content written with
+/// `\u` escapes, plus the envelope and metadata around it), and at least 1 MiB, the largest body
+/// `POST /admin/v1/memories` takes, so any record that can be created can be imported.
+pub fn max_line_bytes(max_content_bytes: usize) -> usize {
+    max_content_bytes.saturating_mul(4).max(1024 * 1024)
+}
+
+/// One import line as JSON, or why it is not read: longer than `max_line_bytes` (refused
+/// without parsing it), or not JSON.
+pub fn parse_line(text: &str, max_line_bytes: usize) -> Result<Value, Problem> {
+    if text.len() > max_line_bytes {
+        return Err(Problem::new(
+            "$",
+            "too_large",
+            format!(
+                "the line is {} bytes; a line may hold at most {max_line_bytes} (four times records.max_content_bytes, at least 1 MiB)",
+                text.len()
+            ),
+        ));
+    }
+    serde_json::from_str(text)
+        .map_err(|err| Problem::new("$", "invalid_json", format!("not a JSON object: {err}")))
+}
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
@@ -44,7 +83,47 @@ pub struct ImportReport {
     pub import_id: Option<String>,
     pub applied: bool,
     pub counts: ImportCounts,
+    /// New and existing lines, and the first `MAX_LISTED_INVALID` invalid ones, in body order.
     pub lines: Vec<ImportLine>,
+    /// Invalid lines past the first `MAX_LISTED_INVALID`, counted but not listed.
+    pub invalid_not_listed: usize,
+}
+
+/// The lines of a report as they are classified: every outcome counted, invalid lines past
+/// `MAX_LISTED_INVALID` not kept.
+#[derive(Debug, Default)]
+pub struct ReportLines {
+    pub counts: ImportCounts,
+    pub lines: Vec<ImportLine>,
+    pub invalid_not_listed: usize,
+}
+
+impl ReportLines {
+    pub fn push(&mut self, line: usize, outcome: LineOutcome) {
+        match &outcome {
+            LineOutcome::New { .. } => self.counts.new += 1,
+            LineOutcome::Existing { .. } => self.counts.existing += 1,
+            LineOutcome::Invalid { .. } => {
+                self.counts.invalid += 1;
+                if self.counts.invalid > MAX_LISTED_INVALID {
+                    self.invalid_not_listed += 1;
+                    return;
+                }
+            }
+        }
+        self.lines.push(ImportLine { line, outcome });
+    }
+
+    fn report(self, dry_run: bool, import_id: Option<String>) -> ImportReport {
+        ImportReport {
+            dry_run,
+            applied: import_id.is_some(),
+            import_id,
+            counts: self.counts,
+            lines: self.lines,
+            invalid_not_listed: self.invalid_not_listed,
+        }
+    }
 }
 
 /// How far an applied import is from being findable by meaning (`GET /admin/v1/imports/{id}`).
@@ -114,20 +193,20 @@ impl MemoryService {
         actor: &str,
     ) -> Result<ImportReport, MemoryError> {
         let now = now_ms();
-        let mut lines = Vec::new();
+        let max_line = max_line_bytes(self.max_content_bytes);
+        let mut report = ReportLines::default();
         let mut to_add: Vec<(String, Envelope)> = Vec::new();
         // Within one file, a repeated id or topic is a mistake in the file, named by line.
         let mut seen_ids: HashMap<String, usize> = HashMap::new();
         let mut seen_topics: HashMap<(String, Vec<String>), usize> = HashMap::new();
-        let mut counts = ImportCounts::default();
 
         for (index, text) in body.lines().enumerate() {
             let line = index + 1;
             if text.trim().is_empty() {
                 continue;
             }
-            let outcome = match serde_json::from_str::<Value>(text) {
-                Err(err) => invalid("$", "invalid_json", format!("not a JSON object: {err}")),
+            let outcome = match parse_line(text, max_line) {
+                Err(problem) => LineOutcome::Invalid { problems: vec![problem] },
                 Ok(value) => match self.check(&value, now) {
                     Err(MemoryError::Invalid(problems)) => LineOutcome::Invalid { problems },
                     Err(other) => return Err(other),
@@ -162,17 +241,12 @@ impl MemoryService {
                     }
                 },
             };
-            match &outcome {
-                LineOutcome::New { .. } => counts.new += 1,
-                LineOutcome::Existing { .. } => counts.existing += 1,
-                LineOutcome::Invalid { .. } => counts.invalid += 1,
-            }
-            lines.push(ImportLine { line, outcome });
+            report.push(line, outcome);
         }
 
         // All or nothing: an apply with an invalid line adds nothing.
-        if dry_run || counts.invalid > 0 {
-            return Ok(ImportReport { dry_run, import_id: None, applied: false, counts, lines });
+        if dry_run || report.counts.invalid > 0 {
+            return Ok(report.report(dry_run, None));
         }
         let import_id = format!("imp-{}", uuid::Uuid::new_v4().simple());
         let added = self
@@ -186,7 +260,7 @@ impl MemoryService {
         }
         self.announce();
         self.spawn_backfill();
-        Ok(ImportReport { dry_run, import_id: Some(import_id), applied: true, counts, lines })
+        Ok(report.report(dry_run, Some(import_id)))
     }
 
     /// Removes exactly the records that import added; returns their ids.
@@ -208,29 +282,68 @@ impl MemoryService {
         Ok(removed.into_iter().map(|r| r.id).collect())
     }
 
-    /// Every matching record of the tenant as JSON Lines, in id order.
+    /// Every matching record of the tenant as JSON Lines, in id order, in one string (for callers
+    /// that want it whole; `export_pages` reads it as a stream).
     pub async fn export(&self, tenant: &str, filter: &ListFilter) -> Result<String, MemoryError> {
-        export(self.store(), tenant, filter).await
+        export_pages(self.store.clone(), tenant.to_owned(), filter.clone())
+            .try_fold(String::new(), |mut whole, page| async move {
+                whole.push_str(&page);
+                Ok(whole)
+            })
+            .await
+    }
+
+    /// Every matching record of the tenant as JSON Lines, in id order, a page at a time.
+    pub fn export_pages(
+        &self,
+        tenant: &str,
+        filter: &ListFilter,
+    ) -> impl Stream<Item = Result<String, MemoryError>> + Send + 'static {
+        export_pages(self.store.clone(), tenant.to_owned(), filter.clone())
     }
 }
 
-/// Every matching record of the tenant as JSON Lines, in id order. Reads the store only (no
-/// index, no model), so `memgate memory export` runs without loading the embedder.
-pub async fn export(store: &Store, tenant: &str, filter: &ListFilter) -> Result<String, MemoryError> {
-    let mut out = String::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let page =
-            store.list_memories(tenant, filter, cursor.as_deref(), 500).await.map_err(MemoryError::Store)?;
-        for record in &page {
-            out.push_str(&record.envelope_json().to_string());
-            out.push('\n');
-        }
-        match page.last() {
-            Some(last) if page.len() == 500 => cursor = Some(last.id.clone()),
-            _ => return Ok(out),
-        }
+/// Every matching record of the tenant as JSON Lines, in id order: one chunk of lines per page
+/// of `EXPORT_PAGE` records, each page read from the store only when the one before has been
+/// taken, so a slow reader holds one page and an export of any size never sits in memory whole.
+/// Reads the store only (no index, no model), so `memgate memory export` runs without loading the
+/// embedder. Pages follow the id order by keyset (after the last id sent), so a record written
+/// during an export appears in it if its id sorts after the page being read.
+pub fn export_pages(
+    store: Store,
+    tenant: String,
+    filter: ListFilter,
+) -> impl Stream<Item = Result<String, MemoryError>> + Send + 'static {
+    struct Pages {
+        store: Store,
+        tenant: String,
+        filter: ListFilter,
+        /// The last id sent; `None` before the first page.
+        after: Option<String>,
+        done: bool,
     }
+    let pages = Pages { store, tenant, filter, after: None, done: false };
+    futures_util::stream::try_unfold(pages, |mut pages| async move {
+        if pages.done {
+            return Ok(None);
+        }
+        let page = pages
+            .store
+            .list_memories(&pages.tenant, &pages.filter, pages.after.as_deref(), EXPORT_PAGE)
+            .await
+            .map_err(MemoryError::Store)?;
+        let Some(last) = page.last() else {
+            return Ok(None);
+        };
+        pages.done = page.len() < EXPORT_PAGE as usize;
+        pages.after = Some(last.id.clone());
+        let mut chunk = String::new();
+        for record in &page {
+            chunk.push_str(&record.envelope_json().to_string());
+            chunk.push('\n');
+        }
+        Ok(Some((chunk, pages)))
+    })
 }
 
 fn invalid(path: &str, kind: &str, message: String) -> LineOutcome {

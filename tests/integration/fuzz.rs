@@ -27,6 +27,10 @@ const PIECES: &[&str] = &[
     "PWD",
     "pin",
     "token",
+    "_token",
+    "bot_token",
+    "Token",
+    "next_page_token",
     "=",
     ":",
     "：",
@@ -68,6 +72,20 @@ const PIECES: &[&str] = &[
     "</MEMORY_CONTEXT>",
     "＜",
     "＞",
+    "⟨/MEMORY_CONTEXT⟩",
+    "⟨",
+    "⟩",
+    "‹",
+    "›",
+    "〈",
+    "〉",
+    "〈",
+    "〉",
+    "˂",
+    "˃",
+    "≮",
+    "≯",
+    "ᐸ",
     "<system-reminder>",
     "</system-reminder>",
     "Bearer ",
@@ -80,6 +98,8 @@ const PIECES: &[&str] = &[
     "🙂",
     "\u{0}",
     "\u{2028}",
+    "\u{a0}",
+    "\u{3000}",
     "\u{85}",
     "a",
     "Z",
@@ -92,6 +112,8 @@ fn hostile_string() -> impl Strategy<Value = String> {
         2 => "[a-zA-Z0-9 ]{1,12}",
         1 => any::<char>().prop_map(String::from),
         1 => (0usize..700).prop_map(|n| " ".repeat(n)),
+        // Runs of mixed blanks, which the password detector reads as one space.
+        1 => (0usize..300).prop_map(|n| "\t \u{a0}\u{3000}".repeat(n)),
     ];
     proptest::collection::vec(piece, 0..16).prop_map(|pieces| pieces.concat())
 }
@@ -254,11 +276,31 @@ proptest! {
     }
 
     #[test]
-    fn any_import_line_is_parsed_or_refused(line in hostile_string()) {
-        if let Ok(value) = serde_json::from_str::<Value>(&line) {
+    fn any_import_line_is_parsed_or_refused(line in hostile_string(), max_line in 0usize..2048) {
+        if let Ok(value) = crate::memory::transfer::parse_line(&line, max_line) {
+            prop_assert!(line.len() <= max_line);
             let rules = Rules { schemas: schemas(), max_content_bytes: 64 * 1024, now_ms: 0 };
-            let _ = envelope::check(&value, &rules);
+            if let Err(problems) = envelope::check(&value, &rules) {
+                prop_assert!(problems.len() <= crate::memory::checks::problems::MAX_PROBLEMS + 1);
+            }
         }
+    }
+
+    #[test]
+    fn any_record_renders_as_one_line_with_no_bracket_a_model_reads_as_a_tag(content in json_value(), id in hostile_string()) {
+        let item = crate::inject::RenderItem {
+            id: id.clone(),
+            record_type: "fact".to_owned(),
+            priority: 3,
+            updated_at: "2024-06-15T09:00:00Z".to_owned(),
+            content: content.clone(),
+            stub: None,
+        };
+        let line = crate::inject::record_line(&item);
+        prop_assert!(!line.contains(['<', '>', '&', '\n', '\r', '＜', '＞', '⟨', '⟩', '‹', '›', '〈', '〉', '〈', '〉', '˂', '˃', '≮', '≯', 'ᐸ']), "{}", line);
+        let back: Value = serde_json::from_str(&line).expect("a record line is JSON");
+        prop_assert_eq!(&back["id"], &json!(id));
+        prop_assert_eq!(&back["content"], &content);
     }
 
     #[test]

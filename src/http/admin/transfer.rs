@@ -6,21 +6,30 @@ use super::memories::{ListQuery, parse_query};
 use crate::error::{ApiError, Code};
 use crate::state::AppState;
 use axum::Json;
+use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
+use futures_util::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+/// Streams the export a page at a time. The first page is read before the answer starts, so a
+/// store that fails at once answers with an error status; one that fails later cuts the body
+/// short (a reader sees an incomplete last line or a reset, never a silent short export).
 pub async fn export(
     State(state): State<AppState>,
     ctx: AdminContext,
     request: Request,
 ) -> Result<Response, ApiError> {
     let query: ListQuery = parse_query(&request)?;
-    let lines = state.memories().export(&ctx.tenant, &query.filter()?).await?;
-    Ok(([(CONTENT_TYPE, "application/x-ndjson")], lines).into_response())
+    let mut pages = Box::pin(state.memories().export_pages(&ctx.tenant, &query.filter()?));
+    let first = pages.try_next().await?;
+    let rest = pages
+        .inspect_err(|err| tracing::warn!(error = %err, "an export failed part way; its body was cut short"));
+    let body = futures_util::stream::iter(first.map(Ok)).chain(rest);
+    Ok(([(CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(body)).into_response())
 }
 
 #[derive(Debug, Deserialize)]

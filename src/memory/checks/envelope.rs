@@ -1,27 +1,20 @@
 //! Checking a record envelope on the way in. Every problem is collected — not just the first — and
-//! named by JSON path and kind, so a writer can fix a record in one go. Secrets are named by kind
-//! and path only; the offending text is never repeated back.
+//! named by JSON path and kind, so a writer can fix a record in one go (up to
+//! `problems::MAX_PROBLEMS` of them; the rest are counted). Secrets are named by kind and path
+//! only; the offending text is never repeated back.
+//!
+//! Sizes come first: content or metadata over `records.max_content_bytes` is refused before its
+//! schema is checked or its strings scanned for secrets, so what those checks cost is bounded by
+//! the limit rather than by the body.
 
 use crate::clock::parse_rfc3339_ms;
+pub use crate::memory::checks::problems::Problem;
+use crate::memory::checks::problems::Problems;
 use crate::memory::checks::schemas::SchemaSet;
 use crate::memory::checks::{json_path, secrets};
 use crate::record::{Envelope, OPEN_END_MS, Status, is_valid_scope};
-use serde::Serialize;
 use serde_json::{Map, Value};
-
-/// One thing wrong with a write.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Problem {
-    pub path: String,
-    pub kind: String,
-    pub message: String,
-}
-
-impl Problem {
-    pub fn new(path: impl Into<String>, kind: &str, message: impl Into<String>) -> Problem {
-        Problem { path: path.into(), kind: kind.to_owned(), message: message.into() }
-    }
-}
+use std::collections::HashSet;
 
 const FIELDS: [&str; 13] = [
     "id",
@@ -51,12 +44,17 @@ pub struct Rules<'a> {
     pub now_ms: i64,
 }
 
-/// Parses and checks one envelope; `Err` holds every problem found.
+/// Parses and checks one envelope; `Err` holds every problem found (at most
+/// `problems::MAX_PROBLEMS` named, then a count of the rest).
 pub fn check(input: &Value, rules: &Rules<'_>) -> Result<Envelope, Vec<Problem>> {
-    let mut problems = Vec::new();
     let Value::Object(map) = input else {
         return Err(vec![Problem::new("$", "invalid_type", "a record must be a JSON object")]);
     };
+    let oversized = check_sizes(map, rules.max_content_bytes);
+    if !oversized.is_empty() {
+        return Err(oversized);
+    }
+    let mut problems = Problems::default();
     for name in map.keys() {
         if !FIELDS.contains(&name.as_str()) && !SERVER_FIELDS.contains(&name.as_str()) {
             problems.push(Problem::new(
@@ -67,24 +65,21 @@ pub fn check(input: &Value, rules: &Rules<'_>) -> Result<Envelope, Vec<Problem>>
         }
     }
 
-    let id = optional_string(map, "id", &mut problems).and_then(|id| {
-        check_token(&id, "id", 128, &mut problems);
-        Some(id)
-    });
+    let id =
+        optional_string(map, "id", &mut problems).inspect(|id| check_token(id, "id", 128, &mut problems));
     let record_type = required_string(map, "type", &mut problems);
     let schema_version =
         optional_string(map, "schema_version", &mut problems).unwrap_or_else(|| "v1".to_owned());
     let scope = check_scope(map.get("scope"), &mut problems);
     let valid_from_ms = optional_date(map, "valid_from", &mut problems).unwrap_or(rules.now_ms);
     let valid_until_ms = optional_date(map, "valid_until", &mut problems).unwrap_or(OPEN_END_MS);
-    if map.contains_key("valid_from") || map.contains_key("valid_until") {
-        if valid_until_ms <= valid_from_ms {
-            problems.push(Problem::new(
-                "$.valid_until",
-                "invalid_time_range",
-                "valid_until must be after valid_from",
-            ));
-        }
+    if (map.contains_key("valid_from") || map.contains_key("valid_until")) && valid_until_ms <= valid_from_ms
+    {
+        problems.push(Problem::new(
+            "$.valid_until",
+            "invalid_time_range",
+            "valid_until must be after valid_from",
+        ));
     }
     let priority = match map.get("priority") {
         None | Some(Value::Null) => 3,
@@ -108,7 +103,7 @@ pub fn check(input: &Value, rules: &Rules<'_>) -> Result<Envelope, Vec<Problem>>
             3
         }
     };
-    let key = optional_string(map, "key", &mut problems).and_then(|key| {
+    let key = optional_string(map, "key", &mut problems).inspect(|key| {
         if key.is_empty() || key.chars().count() > 256 || key.chars().any(char::is_control) {
             problems.push(Problem::new(
                 "$.key",
@@ -116,7 +111,6 @@ pub fn check(input: &Value, rules: &Rules<'_>) -> Result<Envelope, Vec<Problem>>
                 "key must be 1 to 256 characters, no control characters",
             ));
         }
-        Some(key)
     });
     let aliases = check_aliases(map.get("aliases"), &mut problems);
     let status = match map.get("status") {
@@ -150,30 +144,19 @@ pub fn check(input: &Value, rules: &Rules<'_>) -> Result<Envelope, Vec<Problem>>
 
     let content = match map.get("content") {
         Some(content @ Value::Object(_)) => {
-            let size = content.to_string().len();
-            if size > rules.max_content_bytes {
-                problems.push(Problem::new(
-                    "$.content",
-                    "too_large",
-                    format!(
-                        "content is {size} bytes; the limit is {} (records.max_content_bytes)",
-                        rules.max_content_bytes
-                    ),
-                ));
-            } else if let Some(record_type) = &record_type {
-                if let Err(found) = rules.schemas.validate(&schema_version, record_type, content, "$.content")
-                {
-                    problems.extend(found.into_iter().map(|p| Problem {
-                        // Unknown type and version are about those fields, not the content.
-                        path: match p.kind.as_str() {
-                            "unknown_type" => "$.type".to_owned(),
-                            "unknown_schema_version" => "$.schema_version".to_owned(),
-                            _ => p.path,
-                        },
-                        kind: p.kind,
-                        message: p.message,
-                    }));
-                }
+            if let Some(record_type) = &record_type
+                && let Err(found) = rules.schemas.validate(&schema_version, record_type, content, "$.content")
+            {
+                problems.extend(found.into_iter().map(|p| Problem {
+                    // Unknown type and version are about those fields, not the content.
+                    path: match p.kind.as_str() {
+                        "unknown_type" => "$.type".to_owned(),
+                        "unknown_schema_version" => "$.schema_version".to_owned(),
+                        _ => p.path,
+                    },
+                    kind: p.kind,
+                    message: p.message,
+                }));
             }
             content.clone()
         }
@@ -208,7 +191,7 @@ pub fn check(input: &Value, rules: &Rules<'_>) -> Result<Envelope, Vec<Problem>>
         }
     }
 
-    redact_secret_keys(input, &mut problems);
+    redact_secret_keys(input, problems.kept_mut());
     match (problems.is_empty(), record_type) {
         (true, Some(record_type)) => Ok(Envelope {
             id,
@@ -224,19 +207,56 @@ pub fn check(input: &Value, rules: &Rules<'_>) -> Result<Envelope, Vec<Problem>>
             metadata,
             status,
         }),
-        _ => Err(problems),
+        _ => Err(problems.into_vec()),
     }
 }
 
+/// Content and metadata within `records.max_content_bytes` each, measured as compact JSON; a
+/// problem for each that is over.
+fn check_sizes(map: &Map<String, Value>, limit: usize) -> Vec<Problem> {
+    ["content", "metadata"]
+        .into_iter()
+        .filter_map(|field| {
+            let size = json_size(map.get(field)?);
+            (size > limit).then(|| {
+                Problem::new(
+                    json_path::child_key("$", field),
+                    "too_large",
+                    format!("{field} is {size} bytes; the limit is {limit} (records.max_content_bytes)"),
+                )
+            })
+        })
+        .collect()
+}
+
+/// The length of `value` as compact JSON, counted without writing it out.
+fn json_size(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a `Value` to a writer that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 /// Object keys that are themselves secrets would reappear in the paths and messages of other
-/// problems (an unknown field, a schema violation): replace them there.
+/// problems (an unknown field, a schema violation): replace them there. Secret findings name
+/// such keys `<redacted>` already and are left as they are.
 fn redact_secret_keys(input: &Value, problems: &mut [Problem]) {
-    fn keys(value: &Value, out: &mut Vec<String>) {
+    fn keys<'a>(value: &'a Value, out: &mut HashSet<&'a str>) {
         match value {
             Value::Object(map) => {
                 for (key, child) in map {
                     if secrets::is_secret_text(key) {
-                        out.push(key.clone());
+                        out.insert(key);
                     }
                     keys(child, out);
                 }
@@ -245,12 +265,16 @@ fn redact_secret_keys(input: &Value, problems: &mut [Problem]) {
             _ => {}
         }
     }
-    let mut secret_keys = Vec::new();
+    let mut others = problems.iter_mut().filter(|p| p.kind != "secret").peekable();
+    if others.peek().is_none() {
+        return;
+    }
+    let mut secret_keys = HashSet::new();
     keys(input, &mut secret_keys);
-    for problem in problems.iter_mut() {
+    for problem in others {
         for key in &secret_keys {
-            problem.path = problem.path.replace(key.as_str(), secrets::REDACTED_KEY);
-            problem.message = problem.message.replace(key.as_str(), secrets::REDACTED_KEY);
+            problem.path = problem.path.replace(key, secrets::REDACTED_KEY);
+            problem.message = problem.message.replace(key, secrets::REDACTED_KEY);
         }
     }
 }
@@ -279,7 +303,7 @@ pub fn merge_patch(current: &Value, patch: &Value) -> Result<Value, Vec<Problem>
     Ok(Value::Object(merged))
 }
 
-fn required_string(map: &Map<String, Value>, field: &str, problems: &mut Vec<Problem>) -> Option<String> {
+fn required_string(map: &Map<String, Value>, field: &str, problems: &mut Problems) -> Option<String> {
     match map.get(field) {
         Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
         None | Some(Value::Null) => {
@@ -301,7 +325,7 @@ fn required_string(map: &Map<String, Value>, field: &str, problems: &mut Vec<Pro
     }
 }
 
-fn optional_string(map: &Map<String, Value>, field: &str, problems: &mut Vec<Problem>) -> Option<String> {
+fn optional_string(map: &Map<String, Value>, field: &str, problems: &mut Problems) -> Option<String> {
     match map.get(field) {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),
@@ -316,7 +340,7 @@ fn optional_string(map: &Map<String, Value>, field: &str, problems: &mut Vec<Pro
     }
 }
 
-fn optional_date(map: &Map<String, Value>, field: &str, problems: &mut Vec<Problem>) -> Option<i64> {
+fn optional_date(map: &Map<String, Value>, field: &str, problems: &mut Problems) -> Option<i64> {
     let text = optional_string(map, field, problems)?;
     let parsed = parse_rfc3339_ms(&text);
     if parsed.is_none() {
@@ -330,7 +354,7 @@ fn optional_date(map: &Map<String, Value>, field: &str, problems: &mut Vec<Probl
 }
 
 /// Ids are path segments and cursor material: a conservative alphabet.
-fn check_token(text: &str, field: &str, max: usize, problems: &mut Vec<Problem>) {
+fn check_token(text: &str, field: &str, max: usize, problems: &mut Problems) {
     let ok = !text.is_empty()
         && text.len() <= max
         && text.bytes().all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b));
@@ -343,7 +367,7 @@ fn check_token(text: &str, field: &str, max: usize, problems: &mut Vec<Problem>)
     }
 }
 
-fn check_scope(value: Option<&Value>, problems: &mut Vec<Problem>) -> Vec<String> {
+fn check_scope(value: Option<&Value>, problems: &mut Problems) -> Vec<String> {
     let Some(Value::Array(items)) = value else {
         let kind = if value.is_none() { "missing_field" } else { "invalid_type" };
         problems.push(Problem::new(
@@ -376,7 +400,7 @@ fn check_scope(value: Option<&Value>, problems: &mut Vec<Problem>) -> Vec<String
     scope
 }
 
-fn check_aliases(value: Option<&Value>, problems: &mut Vec<Problem>) -> Vec<String> {
+fn check_aliases(value: Option<&Value>, problems: &mut Problems) -> Vec<String> {
     match value {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(items)) => {

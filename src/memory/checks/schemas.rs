@@ -59,7 +59,7 @@ pub enum SchemaLoadError {
 }
 
 /// One problem with a record's content, named by JSON path.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct SchemaProblem {
     pub path: String,
     /// `schema_violation`, `unknown_type` or `unknown_schema_version`.
@@ -173,16 +173,18 @@ impl SchemaSet {
                 ),
             )]);
         };
-        let mut problems = Vec::new();
-        for error in schema.validator.iter_errors(content) {
-            for problem in describe(&error, content, base, version, record_type) {
-                if !problems.contains(&problem) {
-                    problems.push(problem);
-                }
-            }
-        }
+        // A set, not a search of the list: content of many unknown fields is one problem each,
+        // and a search per problem made checking it quadratic.
+        let mut problems: Vec<SchemaProblem> = std::collections::HashSet::<SchemaProblem>::from_iter(
+            schema
+                .validator
+                .iter_errors(content)
+                .flat_map(|error| describe(&error, content, base, version, record_type)),
+        )
+        .into_iter()
+        .collect();
         // By path, so that answers do not change with the validator's internal keyword order.
-        problems.sort_by(|a, b| (&a.path, &a.message).cmp(&(&b.path, &b.message)));
+        problems.sort_by(|a, b| (&a.path, &a.message, &a.kind).cmp(&(&b.path, &b.message, &b.kind)));
         if problems.is_empty() { Ok(()) } else { Err(problems) }
     }
 }

@@ -292,3 +292,34 @@ async fn an_imports_progress_ends_ready_with_every_record_embedded() {
     let undone = send(admin.req(Method::GET, &path, Some("acme"))).await.expect(200, "progress").clone();
     assert_eq!((undone["state"].as_str(), undone["present"].as_i64()), (Some("undone"), Some(0)), "{undone}");
 }
+
+/// An export of more records than the store reads at once is sent as the store reads it: no
+/// length known in advance (chunked), every record once, in id order, the same bytes on every
+/// call. Collected whole first, it went out with a `content-length`.
+#[tokio::test]
+async fn an_export_of_several_store_pages_is_streamed_with_every_record_once() {
+    let admin = Admin::start();
+    // Archived: nothing for the background embedder to do.
+    let ids: Vec<String> = (0..1234).map(|i| format!("mem-page-{i:05}")).collect();
+    let body: Vec<String> = ids
+        .iter()
+        .map(|id| {
+            with(fact_with_id(id, &format!("note {id}"), &["public"]), "status", json!("archived"))
+                .to_string()
+        })
+        .collect();
+    admin.import(None, &body.join("\n"), false).await.expect(201, "import");
+
+    let answer = send(admin.req(Method::GET, "/export", None)).await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert!(answer.headers.get("content-length").is_none(), "{:?}", answer.headers);
+    assert_eq!(answer.headers.get("transfer-encoding").and_then(|v| v.to_str().ok()), Some("chunked"));
+    let exported: Vec<String> = answer
+        .text
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap()["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(exported, ids, "every record once, in id order");
+    assert!(answer.text.ends_with('\n'));
+    assert_eq!(admin.export(None, "").await, answer.text, "two exports of the same records differ");
+}

@@ -12,19 +12,25 @@
 //! prefix and enough random-looking characters, a decodable JWT header, a PEM body, a password
 //! after `password:` that is not a word of the sentence going on) rather than a keyword alone.
 
+mod bytes;
+mod names;
 mod passwords;
+mod placeholders;
 mod shapes;
 
 #[cfg(test)]
 mod tests;
 
 use super::json_path::{child_index, child_key};
-use passwords::{has_password_assignment, is_placeholder, is_reference};
+use names::sensitive_key;
+use passwords::has_password_assignment;
+use placeholders::{is_placeholder, is_reference};
 use serde_json::Value;
 use shapes::*;
+use std::collections::HashSet;
 
 /// What a secret looks like it is.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SecretKind {
     AwsAccessKey,
     AwsSecretKey,
@@ -114,16 +120,34 @@ pub fn is_secret_text(text: &str) -> bool {
 /// Every secret in `value`, each named by kind and JSON path under `base` (e.g. "$.content").
 /// A value holding several kinds yields one finding per kind, in the order `value` holds them.
 pub fn scan(value: &Value, base: &str) -> Vec<SecretFinding> {
-    let mut findings = Vec::new();
+    let mut findings = Findings::default();
     walk(value, base, &mut findings);
-    findings
+    findings.list
 }
 
-fn walk(value: &Value, path: &str, out: &mut Vec<SecretFinding>) {
+/// Findings in the order they were found, each (path, kind) once. Paths repeat: a secret key
+/// and its value share one, and every secret key of an object is `<redacted>` in its path. The
+/// set answers "seen already?" in constant time; a search of the list made a value with many
+/// findings (`{"pwd": [0, 0, …]}`) quadratic.
+#[derive(Default)]
+struct Findings {
+    list: Vec<SecretFinding>,
+    seen: HashSet<(String, SecretKind)>,
+}
+
+impl Findings {
+    fn push(&mut self, path: &str, kind: SecretKind) {
+        if self.seen.insert((path.to_owned(), kind)) {
+            self.list.push(SecretFinding { path: path.to_owned(), kind });
+        }
+    }
+}
+
+fn walk(value: &Value, path: &str, out: &mut Findings) {
     match value {
         Value::String(text) => {
             for kind in text_secrets(text) {
-                push(out, path, kind);
+                out.push(path, kind);
             }
         }
         Value::Array(items) => {
@@ -138,10 +162,10 @@ fn walk(value: &Value, path: &str, out: &mut Vec<SecretFinding>) {
                 let child_path =
                     if key_secrets.is_empty() { child_key(path, key) } else { child_key(path, REDACTED_KEY) };
                 for kind in key_secrets {
-                    push(out, &child_path, kind);
+                    out.push(&child_path, kind);
                 }
                 if let Some(kind) = sensitive_key(key) {
-                    flag_values_under_key(child, &child_path, &kind, out);
+                    flag_values_under_key(child, &child_path, kind, out);
                 }
                 walk(child, &child_path, out);
             }
@@ -150,24 +174,18 @@ fn walk(value: &Value, path: &str, out: &mut Vec<SecretFinding>) {
     }
 }
 
-fn push(out: &mut Vec<SecretFinding>, path: &str, kind: SecretKind) {
-    if !out.iter().any(|f| f.path == path && f.kind == kind) {
-        out.push(SecretFinding { path: path.to_owned(), kind });
-    }
-}
-
 /// A value under a key named like a credential is one, whatever it looks like, unless it is a
 /// placeholder (`"********"`, `"<redacted>"`, `"${DB_PASSWORD}"`) or says where the secret is
 /// kept (`"https://vault.example.com/…"`). Strings in which a specific
 /// detector already found something are left to that detector, so the finding says more.
-fn flag_values_under_key(value: &Value, path: &str, kind: &SecretKind, out: &mut Vec<SecretFinding>) {
+fn flag_values_under_key(value: &Value, path: &str, kind: SecretKind, out: &mut Findings) {
     match value {
         Value::String(text)
             if !is_placeholder(text) && !is_reference(text) && text_secrets(text).is_empty() =>
         {
-            push(out, path, kind.clone());
+            out.push(path, kind);
         }
-        Value::Number(_) => push(out, path, kind.clone()),
+        Value::Number(_) => out.push(path, kind),
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
                 if matches!(item, Value::String(_) | Value::Number(_)) {
@@ -177,71 +195,6 @@ fn flag_values_under_key(value: &Value, path: &str, kind: &SecretKind, out: &mut
         }
         _ => {}
     }
-}
-
-/// Key names whose values are credentials, compared after lower-casing and dropping everything
-/// but letters and digits, as suffixes: `db_password`, `Client-Secret` and `openaiApiKey` match;
-/// `password_hint`, `password_policy` and `secret_santa` do not.
-const SENSITIVE_KEY_SUFFIXES: &[&str] = &[
-    "password",
-    "passwords",
-    "passwd",
-    "pwd",
-    "passphrase",
-    "secret",
-    "secrets",
-    "apikey",
-    "apikeys",
-    "accesstoken",
-    "refreshtoken",
-    "authtoken",
-    "sessiontoken",
-    "bearertoken",
-    "apitoken",
-    "privatekey",
-    "secretkey",
-    "credentials",
-];
-
-/// Short names that are credentials only as the whole key (`pin`, but not `spin` or `pinned`;
-/// `pass`, but not `bypass` or `compass`).
-const SENSITIVE_WHOLE_KEYS: &[&str] = &["token", "pass", "pin", "pincode", "credential", "creds"];
-
-/// `*_token` names that hold a cursor or a count rather than a credential.
-const NOT_SECRET_TOKENS: &[&str] =
-    &["pagetoken", "nextpagetoken", "continuationtoken", "paginationtoken", "cancellationtoken", "maxtoken"];
-
-fn sensitive_key(key: &str) -> Option<SecretKind> {
-    let normalized: String =
-        key.chars().filter(|c| c.is_ascii_alphanumeric()).map(|c| c.to_ascii_lowercase()).collect();
-    let aws_secret = normalized.contains("secretaccesskey")
-        || (normalized.contains("aws")
-            && (normalized.ends_with("secret") || normalized.ends_with("secretkey")));
-    let lower = key.to_lowercase();
-    if aws_secret {
-        Some(SecretKind::AwsSecretKey)
-    } else if SENSITIVE_KEY_SUFFIXES.iter().any(|suffix| normalized.ends_with(suffix))
-        || SENSITIVE_WHOLE_KEYS.contains(&normalized.as_str())
-        || (ends_with_token_word(key) && !NOT_SECRET_TOKENS.contains(&normalized.as_str()))
-        || ["密码", "口令", "пароль"].iter().any(|word| lower.ends_with(word))
-    {
-        Some(SecretKind::Password)
-    } else {
-        None
-    }
-}
-
-/// `github_token`, `slack-token`, `botToken`, `X.Token`: a name whose last word is `token`
-/// (`token_count` and `tokens` are not).
-fn ends_with_token_word(key: &str) -> bool {
-    let Some(stem) =
-        key.strip_suffix("token").or_else(|| key.strip_suffix("Token")).or_else(|| key.strip_suffix("TOKEN"))
-    else {
-        return false;
-    };
-    let camel = key.ends_with("Token")
-        && stem.chars().next_back().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-    stem.ends_with(['_', '-', '.', ' ']) || camel
 }
 
 /// The kinds of secret found in one string. Specific shapes first; the free-text password
@@ -276,7 +229,7 @@ fn text_secrets(text: &str) -> Vec<SecretKind> {
             kinds.push(kind);
         }
     }
-    if kinds.is_empty() && has_password_assignment(text, bytes, lower) {
+    if kinds.is_empty() && has_password_assignment(text, lower) {
         kinds.push(SecretKind::Password);
     }
     kinds

@@ -1,7 +1,14 @@
-//! Passwords in free text (`password: hunter2`, `the wifi password is Guest2024`), and the two
-//! kinds of value that stand for a secret without being one: placeholders and references.
+//! Passwords in free text: `password: hunter2`, `the wifi password is Guest2024`,
+//! `{"bot_token": "…"}` written into a string.
+//!
+//! The text is read with every run of blanks (spaces, tabs, the other Unicode spaces, but not line
+//! breaks) as one space, so no run of blanks, however long, separates a credential's name from
+//! its value; the value itself is read at most `MAX_VALUE_BYTES` past the name.
 
-use super::shapes::{is_token_byte, mix, positions, run_len};
+use super::bytes::{is_token_byte, mix, positions, run_len};
+use super::names::token_name_at;
+use super::placeholders::{is_placeholder, is_reference};
+use std::borrow::Cow;
 
 /// Names after which `:` or `=` introduces a credential. ASCII ones are matched case-insensitively
 /// and may end a longer name (`DB_PASSWORD=…`, `spring.datasource.password=…`).
@@ -57,19 +64,37 @@ const NOT_PASSWORDS: &[&str] = &[
     "null",
 ];
 
-/// `password: hunter2`, `pwd=S3cr3t!`, `"password": "…"`, `DB_PASSWORD=…`, `密码：abc123`, and
-/// `the password is Summer2024`, but not `reset your password in settings`, `the password policy
-/// requires 12 characters` or `Password: must be 12 characters long`.
-pub(super) fn has_password_assignment(text: &str, bytes: &[u8], lower: &[u8]) -> bool {
+/// `password: hunter2`, `pwd=S3cr3t!`, `"password": "…"`, `DB_PASSWORD=…`, `密码：abc123`,
+/// `"bot_token": "…"` and `the password is Summer2024`, but not `reset your password in
+/// settings`, `the password policy requires 12 characters` or `Password: must be 12 characters
+/// long`. `lower` is `text` in ASCII lower case.
+pub(super) fn has_password_assignment(text: &str, lower: &[u8]) -> bool {
+    let text = collapse_blanks(text);
+    let lowered;
+    let lower = match &text {
+        Cow::Borrowed(_) => lower,
+        Cow::Owned(collapsed) => {
+            lowered = collapsed.to_ascii_lowercase();
+            lowered.as_bytes()
+        }
+    };
+    let bytes = text.as_bytes();
+    let after_ok = |end: usize| lower.get(end).is_none_or(|b| !is_token_byte(*b));
     let ascii = PASSWORD_WORDS.iter().any(|word| {
         positions(lower, word).any(|start| {
             let end = start + word.len();
             let before_ok = start == 0 || !lower[start - 1].is_ascii_alphanumeric();
-            let after_ok = lower.get(end).is_none_or(|b| !is_token_byte(*b));
-            before_ok && after_ok && value_after_name(bytes, lower, end)
+            before_ok && after_ok(end) && value_after_name(bytes, lower, end)
         })
     });
+    let token = || {
+        positions(lower, b"token").any(|start| {
+            let end = start + b"token".len();
+            after_ok(end) && token_name_at(bytes, start) && value_after_name(bytes, lower, end)
+        })
+    };
     ascii
+        || token()
         || PASSWORD_WORDS_INTL.iter().any(|word| {
             text.match_indices(word).any(|(start, _)| {
                 // Chinese runs words together; Russian separates them.
@@ -78,6 +103,38 @@ pub(super) fn has_password_assignment(text: &str, bytes: &[u8], lower: &[u8]) ->
                 before_ok && value_after_name(bytes, lower, start + word.len())
             })
         })
+}
+
+/// `text` with every run of blanks as one space; borrowed when it has no run to collapse.
+fn collapse_blanks(text: &str) -> Cow<'_, str> {
+    let mut previous_blank = false;
+    let collapsed_already = text.chars().all(|c| {
+        let blank = is_blank(c);
+        let fine = !blank || (c == ' ' && !previous_blank);
+        previous_blank = blank;
+        fine
+    });
+    if collapsed_already {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut previous_blank = false;
+    for c in text.chars() {
+        let blank = is_blank(c);
+        if !blank {
+            out.push(c);
+        } else if !previous_blank {
+            out.push(' ');
+        }
+        previous_blank = blank;
+    }
+    Cow::Owned(out)
+}
+
+/// Whitespace within a line. Line breaks end a value (`PASSWORD=\nPORT=5432` assigns nothing),
+/// so they stay.
+fn is_blank(c: char) -> bool {
+    c.is_whitespace() && !matches!(c, '\n' | '\r' | '\u{b}' | '\u{c}' | '\u{85}' | '\u{2028}' | '\u{2029}')
 }
 
 fn is_cjk(c: char) -> bool {
@@ -191,87 +248,4 @@ fn looks_like_password(value: &[u8], sentence_goes_on: bool) -> bool {
         (true, false, true) => !sentence_goes_on,
         (true, true, _) => true,
     }
-}
-
-/// Values that say where something is rather than being a secret: a link (`https://vault…`; a URL
-/// with a password in it is caught as a connection string) or a file path (`PWD=/srv/app`).
-pub(super) fn is_reference(value: &str) -> bool {
-    let path_like = ["/", "~/", "./", "../"].iter().any(|prefix| value.starts_with(prefix))
-        && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'_' | b'-' | b'~'))
-        && (value.matches('/').count() >= 2 || !value.bytes().any(|b| b.is_ascii_digit()));
-    path_like || value.contains("://")
-}
-
-/// Values that stand for a secret without being one: masks (`********`), the words that say so
-/// (`redacted`, `your_api_key_here`), environment references (`$DB_PASSWORD`, `%DB_PASSWORD%`),
-/// and template slots with a template's whole shape: `${DB_PASSWORD}`, `{{ access_token }}`,
-/// `{name}`, `%(name)s`, `<client secret>`, `[REDACTED]`. A value that merely starts with a bracket
-/// is not one: `[Xk9#pL2qR]` and `{S3cretPw}` are passwords in brackets.
-pub(super) fn is_placeholder(value: &str) -> bool {
-    let t = value.trim().trim_matches(|c| c == '"' || c == '\'');
-    if t.is_empty() || t.chars().all(|c| "*•●·xX#.-_?".contains(c)) {
-        return true;
-    }
-    if is_template_slot(t) || t == "%s" {
-        return true;
-    }
-    // `$DB_PASSWORD`, `%DB_PASSWORD%`: environment references.
-    let env_name = |name: &str| {
-        !name.is_empty() && name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-    };
-    if t.strip_prefix('$').is_some_and(env_name)
-        || t.strip_prefix('%').and_then(|r| r.strip_suffix('%')).is_some_and(env_name)
-    {
-        return true;
-    }
-    let lower = t.to_lowercase();
-    matches!(
-        lower.as_str(),
-        "redacted"
-            | "hidden"
-            | "masked"
-            | "removed"
-            | "none"
-            | "null"
-            | "nil"
-            | "n/a"
-            | "na"
-            | "tbd"
-            | "unknown"
-            | "unset"
-            | "not set"
-            | "empty"
-            | "placeholder"
-            | "dummy"
-            | "example"
-    ) || lower.starts_with("your_")
-        || lower.starts_with("your-")
-        || lower.starts_with("your ")
-}
-
-/// A template slot, whole: an opening and its closing delimiter around a name. Variable slots
-/// (`${…}`, `{{…}}`, `%(…)s`) hold an identifier, which may carry digits only in one letter case
-/// (`${AWS_KEY_2}`, but not `${Xk9pL2}`); prose slots (`<…>`, `[…]`, `{…}`) hold words without
-/// digits.
-fn is_template_slot(t: &str) -> bool {
-    let identifier = |name: &str| {
-        let name = name.trim();
-        let m = mix(name.as_bytes());
-        name.len() <= 64
-            && name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
-            && (!m.digit || !(m.upper && m.lower))
-    };
-    let words = |inner: &str| {
-        !inner.trim().is_empty()
-            && inner.len() <= 64
-            && inner.chars().all(|c| c.is_alphabetic() || matches!(c, ' ' | '_' | '-' | '.'))
-    };
-    let between = |open: &str, close: &str| t.strip_prefix(open).and_then(|rest| rest.strip_suffix(close));
-    between("${", "}").is_some_and(identifier)
-        || between("{{", "}}").is_some_and(identifier)
-        || between("%(", ")s").is_some_and(identifier)
-        || between("<", ">").is_some_and(words)
-        || between("[", "]").is_some_and(words)
-        || between("{", "}").is_some_and(words)
 }
