@@ -277,18 +277,18 @@ proptest! {
 
     #[test]
     fn any_import_line_is_parsed_or_refused(line in hostile_string(), max_line in 0usize..2048) {
-        if let Ok(value) = crate::memory::transfer::parse_line(&line, max_line) {
+        if let Ok(value) = memgate::memory::transfer::parse_line(&line, max_line) {
             prop_assert!(line.len() <= max_line);
             let rules = Rules { schemas: schemas(), max_content_bytes: 64 * 1024, now_ms: 0 };
             if let Err(problems) = envelope::check(&value, &rules) {
-                prop_assert!(problems.len() <= crate::memory::checks::problems::MAX_PROBLEMS + 1);
+                prop_assert!(problems.len() <= memgate::memory::checks::problems::MAX_PROBLEMS + 1);
             }
         }
     }
 
     #[test]
     fn any_record_renders_as_one_line_with_no_bracket_a_model_reads_as_a_tag(content in json_value(), id in hostile_string()) {
-        let item = crate::inject::RenderItem {
+        let item = memgate::inject::RenderItem {
             id: id.clone(),
             record_type: "fact".to_owned(),
             priority: 3,
@@ -296,7 +296,7 @@ proptest! {
             content: content.clone(),
             stub: None,
         };
-        let line = crate::inject::record_line(&item);
+        let line = memgate::inject::record_line(&item);
         prop_assert!(!line.contains(['<', '>', '&', '\n', '\r', '＜', '＞', '⟨', '⟩', '‹', '›', '〈', '〉', '〈', '〉', '˂', '˃', '≮', '≯', 'ᐸ']), "{}", line);
         let back: Value = serde_json::from_str(&line).expect("a record line is JSON");
         prop_assert_eq!(&back["id"], &json!(id));
