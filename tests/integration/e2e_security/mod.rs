@@ -1,6 +1,7 @@
-//! Security reviews' findings, each end to end against the real binary: one tenant never reaches
-//! another, a caller's trace names only what it may see, limits cannot be walked around, and no
-//! input hurts the process. Each test failed before its fix.
+//! Security review findings, each end to end against the real binary: one tenant never reaches
+//! another, a caller's trace names only what it may see, limits cannot be walked around, no
+//! input hurts the process or costs more than its size, and no credential shape slips through.
+//! Each test failed before its fix.
 
 mod admin_limits;
 mod bodies;

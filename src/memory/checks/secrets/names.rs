@@ -33,9 +33,23 @@ const SENSITIVE_KEY_SUFFIXES: &[&str] = &[
 /// `pass`, but not `bypass` or `compass`).
 const SENSITIVE_WHOLE_KEYS: &[&str] = &["token", "pass", "pin", "pincode", "credential", "creds"];
 
-/// `*_token` names that hold a cursor or a count rather than a credential.
-const NOT_SECRET_TOKENS: &[&str] =
-    &["pagetoken", "nextpagetoken", "continuationtoken", "paginationtoken", "cancellationtoken", "maxtoken"];
+/// `*_token` names that hold a cursor, a count or a tokenizer's special token (`"eos_token":
+/// "</s>"` in a model's config) rather than a credential.
+const NOT_SECRET_TOKENS: &[&str] = &[
+    "pagetoken",
+    "nextpagetoken",
+    "continuationtoken",
+    "paginationtoken",
+    "cancellationtoken",
+    "maxtoken",
+    "padtoken",
+    "unktoken",
+    "bostoken",
+    "eostoken",
+    "septoken",
+    "clstoken",
+    "masktoken",
+];
 
 pub(super) fn sensitive_key(key: &str) -> Option<SecretKind> {
     let normalized: String =

@@ -372,6 +372,7 @@ fn token_names_inside_text() {
         "the api_token is stored in the vault",
         "bot_token: <your bot token>",
         "access_token: ${ACCESS_TOKEN}",
+        r#"{"eos_token": "</s>", "pad_token": "<pad>", "unk_token": "[UNK]"}"#,
     ] {
         assert_clean(text);
     }
