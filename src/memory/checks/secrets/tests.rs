@@ -79,7 +79,7 @@ fn kind_names_are_snake_case() {
     }
 }
 
-/// The credential shapes a security review found missing (issue 10, finding 6), each alone, in a
+/// The credential shapes a security review found missing, each alone, in a
 /// sentence and under an innocent key.
 #[test]
 fn vendor_tokens_and_opaque_bearers() {
