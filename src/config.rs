@@ -132,6 +132,15 @@ pub struct RawRelease {
     pub min_lexical: Option<f32>,
     /// How the person's words are found (`query`); absent keys keep the defaults.
     pub query: Option<RawQuery>,
+    /// memgate's memory tools for this release's callers: `off`, `read` or `write` (the default;
+    /// a caller still needs the key permission).
+    pub memory_tools: Option<String>,
+    /// What the write tools' records start as: `active` (the default) or `proposed`.
+    pub agent_writes: Option<String>,
+    /// Upstream rounds of one request whose tool calls memgate answers (default 4).
+    pub max_tool_rounds: Option<u32>,
+    /// The time memgate's tool rounds may take in all, in ms (default 60000).
+    pub tool_time_budget_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
