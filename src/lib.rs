@@ -28,6 +28,7 @@ pub mod rollout;
 pub mod slots;
 pub mod state;
 pub mod store;
+pub mod tools;
 pub mod triggers;
 pub mod turn;
 pub mod upstream;

@@ -7,6 +7,8 @@ use crate::funnel::semantic::DEFAULT_PROBES;
 use crate::funnel::{FunnelSettings, Retrieval};
 use crate::inject::{Placement, Templates};
 use crate::query::QueryRule;
+use crate::record::Status;
+use crate::tools::{Level, ToolSettings};
 use std::collections::BTreeMap;
 
 #[derive(Debug, Clone)]
@@ -18,6 +20,8 @@ pub struct Release {
     pub empty_block: bool,
     /// How the person's words are found in a request (`query`).
     pub query: QueryRule,
+    /// memgate's memory tools: what this release's callers may get and how they run (`tools`).
+    pub tools: ToolSettings,
 }
 
 /// Every release the config and the templates define, checked against each other.
@@ -44,6 +48,7 @@ pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<
                 )
             ));
         }
+        let tools = tool_settings(&name, &r)?;
         let placement = match r.placement.as_deref() {
             None | Some("auto") => Placement::Auto,
             Some("system") => Placement::System,
@@ -74,6 +79,7 @@ pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<
                 name,
                 placement,
                 empty_block: r.empty_block.unwrap_or(false),
+                tools,
             },
         );
     }
@@ -93,7 +99,41 @@ fn overlay(base: RawRelease, top: RawRelease) -> RawRelease {
         lexical_weight: top.lexical_weight.or(base.lexical_weight),
         min_lexical: top.min_lexical.or(base.min_lexical),
         query: top.query.or(base.query),
+        memory_tools: top.memory_tools.or(base.memory_tools),
+        agent_writes: top.agent_writes.or(base.agent_writes),
+        max_tool_rounds: top.max_tool_rounds.or(base.max_tool_rounds),
+        tool_time_budget_ms: top.tool_time_budget_ms.or(base.tool_time_budget_ms),
     }
+}
+
+/// A release's tool settings, each refused by its key's name when it takes no such value.
+fn tool_settings(name: &str, r: &RawRelease) -> Result<ToolSettings, String> {
+    let defaults = ToolSettings::default();
+    let level = match r.memory_tools.as_deref() {
+        None => defaults.level,
+        Some(text) => Level::parse(text).ok_or_else(|| {
+            format!("releases.{name}.memory_tools must be \"off\", \"read\" or \"write\" (got {text:?})")
+        })?,
+    };
+    let agent_writes = match r.agent_writes.as_deref() {
+        None | Some("active") => Status::Active,
+        Some("proposed") => Status::Proposed,
+        Some(text) => {
+            return Err(format!(
+                "releases.{name}.agent_writes must be \"active\" or \"proposed\" (got {text:?})"
+            ));
+        }
+    };
+    let max_rounds = r.max_tool_rounds.unwrap_or(defaults.max_rounds);
+    if !(1..=32).contains(&max_rounds) {
+        return Err(format!("releases.{name}.max_tool_rounds must be 1 to 32 (got {max_rounds})"));
+    }
+    let time_budget = match r.tool_time_budget_ms {
+        None => defaults.time_budget,
+        Some(0) => return Err(format!("releases.{name}.tool_time_budget_ms must be at least 1")),
+        Some(ms) => std::time::Duration::from_millis(ms),
+    };
+    Ok(ToolSettings { level, agent_writes, max_rounds, time_budget })
 }
 
 fn query_rule(raw: RawQuery) -> QueryRule {

@@ -21,6 +21,7 @@ mod e2e_security;
 mod e2e_shutdown;
 mod e2e_triggers;
 mod linear;
+mod memory_tools;
 mod outbox;
 mod router;
 mod store;
