@@ -19,6 +19,7 @@ mod e2e_replicas;
 mod e2e_rollout;
 mod e2e_security;
 mod e2e_shutdown;
+mod e2e_tools;
 mod e2e_triggers;
 mod linear;
 mod memory_tools;
