@@ -260,9 +260,7 @@ impl Metrics {
             tool_calls.clone(),
         );
         let tool_rounds: Family<ReleaseLabels, Histogram, fn() -> Histogram> =
-            Family::new_with_constructor(|| {
-                Histogram::new([1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0, 32.0].into_iter())
-            });
+            Family::new_with_constructor(|| Histogram::new([1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0, 32.0]));
         registry.register(
             "memory_tool_rounds",
             "Upstream rounds of Messages requests that offered memgate's memory tools, by release",

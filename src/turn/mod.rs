@@ -191,6 +191,7 @@ impl Report {
 }
 
 impl Turns {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         recaller: Recaller,
         rollout: Arc<Rollout>,
