@@ -269,3 +269,32 @@ async fn e2e_tools_a_turn_with_memgates_and_the_clients_tool_returns_the_clients
         "{metrics}"
     );
 }
+
+/// A JWT's permission claim gives the tools as a key permission does: writes go into the
+/// token's `user:<sub>` scope with `agent:jwt:<sub>` as author; a token without it gets none.
+#[tokio::test]
+async fn e2e_tools_a_jwt_permission_claim_gives_the_tools() {
+    use crate::e2e_identity::{hs256, in_a_minute};
+    let gate = Gate::start("", &[]);
+    let send = |token: String, text: &str| {
+        let body = serde_json::to_vec(&ask_body(text, false)).unwrap();
+        let request = client()
+            .post(gate.gw.url("/v1/messages"))
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .body(body);
+        async move { request.send().await.unwrap() }
+    };
+    let claims = json!({"sub": "u-9", "tenant": TENANT, "exp": in_a_minute(), "memgate_permissions": ["memory_write_tools"]});
+    let response = send(hs256(claims), "Remember that I work nights.").await;
+    assert_eq!(response.status(), 200);
+    let records = gate.records("user:u-9").await;
+    assert_eq!(records.len(), 1, "{records:#?}");
+    assert_eq!(records[0]["author"], "agent:jwt:u-9");
+    let before = gate.upstream_bodies().await.len();
+    let plain = json!({"sub": "u-9", "tenant": TENANT, "exp": in_a_minute()});
+    send(hs256(plain), "Remember that I work days.").await;
+    let bodies = gate.upstream_bodies().await;
+    assert_eq!(bodies.len(), before + 1);
+    assert!(tool_names(&bodies[before]).is_empty());
+}
