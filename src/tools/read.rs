@@ -46,7 +46,7 @@ pub(super) fn line(record: &Record, score: Option<f32>, full: bool) -> Value {
         out.insert("author".into(), json!(author));
     }
     if let Some(score) = score {
-        out.insert("score".into(), json!((score * 1000.0).round() / 1000.0));
+        out.insert("score".into(), json!((f64::from(score) * 1000.0).round() / 1000.0));
     }
     if full {
         out.insert("scope".into(), json!(record.scope));

@@ -23,9 +23,21 @@ impl Event {
     }
 }
 
-/// An event written out: `event: <name>`, `data: <json>`, a blank line.
+/// An event written out: `event: <name>`, `data: <json>`, a blank line; the data's `type` first,
+/// as the API writes it (a reader that peeks at the start of a line finds it there).
 pub fn encode(name: &str, data: &Value) -> Bytes {
-    Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
+    let json = match data {
+        Value::Object(map) if map.contains_key("type") => {
+            let mut text = format!("{{\"type\":{}", map["type"]);
+            for (key, value) in map.iter().filter(|(key, _)| *key != "type") {
+                text.push_str(&format!(",{}:{value}", Value::String(key.clone())));
+            }
+            text.push('}');
+            text
+        }
+        other => other.to_string(),
+    };
+    Bytes::from(format!("event: {name}\ndata: {json}\n\n"))
 }
 
 #[derive(Default)]
@@ -109,5 +121,11 @@ mod tests {
         assert_eq!(events[0].kind(), "ping");
         assert_eq!(&events[0].raw[..], b"event: ping\ndata: {\"type\": \"ping\"}\n\n");
         assert_eq!(events[1].name, "message_stop");
+        let written =
+            encode("content_block_stop", &serde_json::json!({"index": 2, "type": "content_block_stop"}));
+        assert_eq!(
+            &written[..],
+            b"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":2}\n\n"
+        );
     }
 }
