@@ -339,11 +339,8 @@ impl Metrics {
             .observe(added.as_secs_f64());
     }
 
-    /// One memory tool call; `tool` is one of memgate's six names (anything else counts as
-    /// `other`), `outcome` one of a fixed set.
-    pub fn record_tool_call(&self, release: &str, tool: &str, outcome: &'static str) {
-        let tool =
-            crate::tools::definitions::NAMES.iter().find(|name| **name == tool).copied().unwrap_or("other");
+    /// One memory tool call; `tool` and `outcome` come from fixed sets (`tools::metric_name`).
+    pub fn record_tool_call(&self, release: &str, tool: &'static str, outcome: &'static str) {
         self.tool_calls.get_or_create(&ToolLabels { release: release.to_owned(), tool, outcome }).inc();
     }
 

@@ -8,8 +8,60 @@ use crate::funnel::{FunnelSettings, Retrieval};
 use crate::inject::{Placement, Templates};
 use crate::query::QueryRule;
 use crate::record::Status;
-use crate::tools::{Level, ToolSettings};
 use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Which of memgate's memory tools (`tools`) a caller gets, ordered: `Off < Read < Write`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum Level {
+    #[default]
+    Off,
+    Read,
+    Write,
+}
+
+impl Level {
+    pub fn parse(text: &str) -> Option<Level> {
+        match text {
+            "off" => Some(Level::Off),
+            "read" => Some(Level::Read),
+            "write" => Some(Level::Write),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Off => "off",
+            Level::Read => "read",
+            Level::Write => "write",
+        }
+    }
+}
+
+/// A release's tool settings (`[releases.<name>]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSettings {
+    /// `memory_tools`: the most this release's callers get (default `write`).
+    pub level: Level,
+    /// `agent_writes`: what the write tools' records start as (`Active`, or `Proposed`).
+    pub agent_writes: Status,
+    /// `max_tool_rounds`: how many times in one request memgate answers the model's tool calls.
+    pub max_rounds: u32,
+    /// `tool_time_budget_ms`: how long those rounds may take in all.
+    pub time_budget: Duration,
+}
+
+impl Default for ToolSettings {
+    fn default() -> Self {
+        ToolSettings {
+            level: Level::Write,
+            agent_writes: Status::Active,
+            max_rounds: 4,
+            time_budget: Duration::from_secs(60),
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct Release {
@@ -20,7 +72,7 @@ pub struct Release {
     pub empty_block: bool,
     /// How the person's words are found in a request (`query`).
     pub query: QueryRule,
-    /// memgate's memory tools: what this release's callers may get and how they run (`tools`).
+    /// memgate's memory tools: what this release's callers may get and how they run.
     pub tools: ToolSettings,
 }
 
@@ -131,7 +183,7 @@ fn tool_settings(name: &str, r: &RawRelease) -> Result<ToolSettings, String> {
     let time_budget = match r.tool_time_budget_ms {
         None => defaults.time_budget,
         Some(0) => return Err(format!("releases.{name}.tool_time_budget_ms must be at least 1")),
-        Some(ms) => std::time::Duration::from_millis(ms),
+        Some(ms) => Duration::from_millis(ms),
     };
     Ok(ToolSettings { level, agent_writes, max_rounds, time_budget })
 }

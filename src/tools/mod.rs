@@ -35,39 +35,14 @@ mod write;
 use crate::identity::Caller;
 use crate::memory::MemoryService;
 use crate::observability::metrics::Metrics;
-use crate::record::Status;
 use crate::rollout::Release;
 use serde_json::Value;
 use std::sync::Arc;
-use std::time::Duration;
 
-/// Which of the tools a caller gets, ordered: `Off < Read < Write`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
-pub enum Level {
-    #[default]
-    Off,
-    Read,
-    Write,
-}
+pub use crate::rollout::release::{Level, ToolSettings};
 
+/// What a caller and a request get, decided here (the release's cap is its own setting).
 impl Level {
-    pub fn parse(text: &str) -> Option<Level> {
-        match text {
-            "off" => Some(Level::Off),
-            "read" => Some(Level::Read),
-            "write" => Some(Level::Write),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Level::Off => "off",
-            Level::Read => "read",
-            Level::Write => "write",
-        }
-    }
-
     /// What the caller's permissions allow.
     pub fn permitted(caller: &Caller) -> Level {
         let p = &caller.permissions;
@@ -89,30 +64,6 @@ impl Level {
     fn least(permitted: Level, release: Level, asked: Option<Level>) -> Level {
         let level = permitted.min(release);
         asked.map_or(level, |asked| level.min(asked))
-    }
-}
-
-/// A release's tool settings (`[releases.<name>]`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolSettings {
-    /// `memory_tools`: the most this release's callers get (default `write`).
-    pub level: Level,
-    /// `agent_writes`: what the write tools' records start as (`Active`, or `Proposed`).
-    pub agent_writes: Status,
-    /// `max_tool_rounds`: how many times in one request memgate answers the model's tool calls.
-    pub max_rounds: u32,
-    /// `tool_time_budget_ms`: how long those rounds may take in all.
-    pub time_budget: Duration,
-}
-
-impl Default for ToolSettings {
-    fn default() -> Self {
-        ToolSettings {
-            level: Level::Write,
-            agent_writes: Status::Active,
-            max_rounds: 4,
-            time_budget: Duration::from_secs(60),
-        }
     }
 }
 
@@ -206,7 +157,7 @@ impl MemoryTools {
         input: &Value,
     ) -> ToolResult {
         let result = self.run(caller, release, name, input).await;
-        self.metrics.record_tool_call(&release.name, name, result.outcome);
+        self.metrics.record_tool_call(&release.name, metric_name(name), result.outcome);
         result
     }
 
@@ -227,6 +178,11 @@ impl MemoryTools {
         };
         result.unwrap_or_else(|refusal| refusal)
     }
+}
+
+/// A tool's name as a metric label: one of the six, or `other`.
+pub fn metric_name(name: &str) -> &'static str {
+    definitions::NAMES.iter().find(|known| **known == name).copied().unwrap_or("other")
 }
 
 /// Text for the model with `<`, `>` and `&` escaped as JSON escapes: a record's text cannot close

@@ -177,7 +177,11 @@ impl Rounds {
         if let Some(limit) = limit {
             let results: Vec<ToolResult> = calls.iter().map(|_| ToolResult::limit_reached(&limit)).collect();
             for call in calls {
-                shared.metrics.record_tool_call(&shared.release.name, &call.name, "limit");
+                shared.metrics.record_tool_call(
+                    &shared.release.name,
+                    crate::tools::metric_name(&call.name),
+                    "limit",
+                );
             }
             return (results, true);
         }
@@ -190,7 +194,11 @@ impl Rounds {
                 Ok(result) => results.push(result),
                 Err(_) => {
                     limited = true;
-                    shared.metrics.record_tool_call(&shared.release.name, &call.name, "limit");
+                    shared.metrics.record_tool_call(
+                        &shared.release.name,
+                        crate::tools::metric_name(&call.name),
+                        "limit",
+                    );
                     results
                         .push(ToolResult::limit_reached(&format!("{} ms", settings.time_budget.as_millis())));
                 }
