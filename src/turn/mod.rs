@@ -9,7 +9,11 @@
 //!    person's words, the funnel, the block placed in the body), and shadow runs of candidate
 //!    releases in the background. `explain` begins a turn the same way, with its own release
 //!    and a full trace, and never sends it.
-//! 2. The edge sends the body upstream and relays the answer; the body's budget is the edge's.
+//!    Where the caller, the release and the request allow memgate's memory tools, their
+//!    definitions are added to the body's `tools` (and the caller reads its own write scope).
+//! 2. `Turns::converse` sends the body upstream: once, or — with the tools offered — in as many
+//!    rounds as the model's calls of them take (`rounds`: memgate runs the calls and continues;
+//!    the client gets one answer). The edge relays the answer; the body's budget is the edge's.
 //! 3. `Turns::settle` — once the upstream's status is known: the release's outcome (`rollout`'s
 //!    stats, which the canary guard reads), the records' access counts, trigger actions, the
 //!    console's history and recent requests (`settle`), and the report: which release served,
