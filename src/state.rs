@@ -190,6 +190,8 @@ impl AppState {
             upstream.clone(),
             recorder.clone(),
             recent.clone(),
+            crate::tools::MemoryTools::new(recaller.memories().clone(), metrics.clone()),
+            metrics.clone(),
             stale_after,
         );
         let inner = Inner {

@@ -470,6 +470,7 @@ pub fn record_fact(tenant: &str, id: &str, content: Value, at: i64) -> memgate::
         last_accessed_at_ms: None,
         access_count: 0,
         change_seq: 0,
+        author: None,
     }
 }
 

@@ -564,6 +564,7 @@ impl World {
             last_accessed_at_ms: None,
             access_count: 0,
             change_seq: 0,
+            author: None,
         };
         (record, vector)
     }

@@ -160,6 +160,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
                     last_accessed_at_ms: None,
                     access_count: 0,
                     change_seq: 0,
+                    author: None,
                 });
             }
         }

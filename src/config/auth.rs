@@ -127,7 +127,8 @@ pub struct ClaimMapping {
     pub team_claim: Option<String>,
     /// A claim holding a list of raw scopes (`role:admin`, …).
     pub scopes_claim: Option<String>,
-    /// A claim holding a list of permissions (`pin_release`, `assert_subject`, `debug`).
+    /// A claim holding a list of permissions (`pin_release`, `assert_subject`, `debug`,
+    /// `memory_read_tools`, …: the names keys take).
     pub permissions_claim: Option<String>,
 }
 

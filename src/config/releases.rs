@@ -8,6 +8,7 @@ use crate::error::StartupError;
 use crate::record::is_valid_tenant;
 use serde::Deserialize;
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -26,6 +27,15 @@ pub struct RawRelease {
     pub min_lexical: Option<f32>,
     /// How the person's words are found (`query`); absent keys keep the defaults.
     pub query: Option<RawQuery>,
+    /// memgate's memory tools for this release's callers: `off`, `read` or `write` (the default;
+    /// a caller still needs the key permission).
+    pub memory_tools: Option<String>,
+    /// What the write tools' records start as: `active` (the default) or `proposed`.
+    pub agent_writes: Option<String>,
+    /// Upstream rounds of one request whose tool calls memgate answers (default 4).
+    pub max_tool_rounds: Option<u32>,
+    /// The time memgate's tool rounds may take in all, in ms (default 60000).
+    pub tool_time_budget_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -50,6 +60,12 @@ pub struct ReleaseConfig {
     pub lexical_weight: Option<f32>,
     pub min_lexical: Option<f32>,
     pub query: Option<QueryConfig>,
+    pub memory_tools: Option<ToolsSetting>,
+    pub agent_writes: Option<AgentWritesSetting>,
+    /// 1 to 32.
+    pub max_tool_rounds: Option<u32>,
+    /// At least 1 ms.
+    pub tool_time_budget: Option<Duration>,
 }
 
 /// `[releases.<name>.query]`, checked; `None` keeps the default.
@@ -66,6 +82,21 @@ pub enum PlacementSetting {
     Auto,
     System,
     LastUserTurn,
+}
+
+/// Which of memgate's memory tools a release offers its callers (`tools::Level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolsSetting {
+    Off,
+    Read,
+    Write,
+}
+
+/// What an agent's writes start as (`record::Status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentWritesSetting {
+    Active,
+    Proposed,
 }
 
 /// How a release finds records (`funnel::Retrieval`).
@@ -115,6 +146,29 @@ impl RawRelease {
                 ));
             }
         };
+        let memory_tools = match self.memory_tools.as_deref() {
+            None => None,
+            Some("off") => Some(ToolsSetting::Off),
+            Some("read") => Some(ToolsSetting::Read),
+            Some("write") => Some(ToolsSetting::Write),
+            Some(other) => {
+                return Err(invalid(&key("memory_tools"), format!("`{other}`: use off, read or write")));
+            }
+        };
+        let agent_writes = match self.agent_writes.as_deref() {
+            None => None,
+            Some("active") => Some(AgentWritesSetting::Active),
+            Some("proposed") => Some(AgentWritesSetting::Proposed),
+            Some(other) => {
+                return Err(invalid(&key("agent_writes"), format!("`{other}`: use active or proposed")));
+            }
+        };
+        if self.max_tool_rounds.is_some_and(|n| !(1..=32).contains(&n)) {
+            return Err(invalid(&key("max_tool_rounds"), "use a number from 1 to 32"));
+        }
+        if self.tool_time_budget_ms == Some(0) {
+            return Err(invalid(&key("tool_time_budget_ms"), "use at least 1"));
+        }
         Ok(ReleaseConfig {
             schema_versions: self.schema_versions,
             similarity_threshold: self.similarity_threshold,
@@ -131,6 +185,10 @@ impl RawRelease {
                 unwrap_tags: q.unwrap_tags,
                 follow_up_words: q.follow_up_words,
             }),
+            memory_tools,
+            agent_writes,
+            max_tool_rounds: self.max_tool_rounds,
+            tool_time_budget: self.tool_time_budget_ms.map(Duration::from_millis),
         })
     }
 }
@@ -150,6 +208,10 @@ impl ReleaseConfig {
             lexical_weight: top.lexical_weight.or(self.lexical_weight),
             min_lexical: top.min_lexical.or(self.min_lexical),
             query: top.query.or(self.query),
+            memory_tools: top.memory_tools.or(self.memory_tools),
+            agent_writes: top.agent_writes.or(self.agent_writes),
+            max_tool_rounds: top.max_tool_rounds.or(self.max_tool_rounds),
+            tool_time_budget: top.tool_time_budget.or(self.tool_time_budget),
         }
     }
 }

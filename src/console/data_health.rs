@@ -32,6 +32,8 @@ pub struct StatusCounts {
     pub active: u64,
     pub paused: u64,
     pub archived: u64,
+    /// Agents' writes awaiting review.
+    pub proposed: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -133,6 +135,7 @@ pub fn data_health<'a>(
             Status::Active => counts.active += 1,
             Status::Paused => counts.paused += 1,
             Status::Archived => counts.archived += 1,
+            Status::Proposed => counts.proposed += 1,
         }
         if record.status != Status::Active {
             continue;
@@ -198,6 +201,7 @@ pub async fn data_health_from_store(
             Status::Active => counts.active += group.count,
             Status::Paused => counts.paused += group.count,
             Status::Archived => counts.archived += group.count,
+            Status::Proposed => counts.proposed += group.count,
         }
         if group.status != Status::Active {
             continue;
@@ -289,6 +293,7 @@ mod tests {
             last_accessed_at_ms: None,
             access_count: accesses,
             change_seq: 0,
+            author: None,
         }
     }
 
@@ -315,7 +320,7 @@ mod tests {
             record("f", Status::Archived, json!({"statement": "old"}), (0, 1), 0),
         ];
         let health = data_health(&records, &schemas, now);
-        assert_eq!(health.records, StatusCounts { total: 6, active: 4, paused: 1, archived: 1 });
+        assert_eq!(health.records, StatusCounts { total: 6, active: 4, paused: 1, archived: 1, proposed: 0 });
         assert_eq!(health.live, 4);
         assert_eq!(health.non_empty_content, Share { count: 3, share: 0.75 });
         assert_eq!(health.future_valid_until, Share { count: 3, share: 0.75 });

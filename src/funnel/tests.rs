@@ -60,6 +60,7 @@ fn record(id: &str, scope: &[&str], valid: (i64, i64), schema: &str) -> Record {
         last_accessed_at_ms: None,
         access_count: 0,
         change_seq: 0,
+        author: None,
     }
 }
 

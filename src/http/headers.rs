@@ -15,6 +15,8 @@ pub const VERSION: &str = "x-memory-version";
 pub const MODE: &str = "x-memory-mode";
 /// `1` asks for the trace (callers with the debug permission).
 pub const DEBUG: &str = "x-memory-debug";
+/// `off`, `read` or `write`: narrows the memory tools one request gets (never widens them).
+pub const TOOLS: &str = "x-memory-tools";
 /// Numbers and strings for trigger comparisons (`satisfaction=1`, or JSON).
 pub const VALUES: &str = "x-memory-values";
 /// The admin API's tenant and actor.
@@ -51,7 +53,7 @@ pub fn credentials(headers: &HeaderMap) -> Credentials<'_> {
 }
 
 /// What a request asks of memory: `X-Memory-Mode` (`off` or `read`), `X-Memory-Debug` (`1` or
-/// `0`), `X-Memory-Version` and `X-Memory-Values`. Whether the caller may ask it is the turn's
+/// `0`), `X-Memory-Version`, `X-Memory-Tools` (`off`, `read` or `write`) and `X-Memory-Values`. Whether the caller may ask it is the turn's
 /// to judge; a value these headers do not take is refused here.
 pub fn ask(headers: &HeaderMap) -> Result<Ask, ApiError> {
     let text = |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or(""));
@@ -64,6 +66,12 @@ pub fn ask(headers: &HeaderMap) -> Result<Ask, ApiError> {
         None | Some("0") => false,
         Some("1") => true,
         Some(_) => return Err(ApiError::coded(Code::InvalidHeader, "X-Memory-Debug must be 1 or 0")),
+    };
+    let tools = match text(TOOLS) {
+        None => None,
+        Some(value) => Some(crate::tools::Level::parse(value).ok_or_else(|| {
+            ApiError::coded(Code::InvalidHeader, "X-Memory-Tools must be `off`, `read` or `write`")
+        })?),
     };
     let values = match headers.get(VALUES) {
         None => Default::default(),
@@ -79,7 +87,7 @@ pub fn ask(headers: &HeaderMap) -> Result<Ask, ApiError> {
             })?
         }
     };
-    Ok(Ask { off, debug, pin: text(VERSION).map(str::to_owned), values })
+    Ok(Ask { off, debug, pin: text(VERSION).map(str::to_owned), tools, values })
 }
 
 /// The turn's report as headers: `X-Memory-Version` on every answer (which release served says

@@ -15,8 +15,11 @@
 //! 4. `identity` — who is calling and which credential goes upstream.
 //! 5. `body` — size limit, read deadlines, bytes held against the budget as they arrive, JSON
 //!    and shape checks (Messages only).
-//! 6. `recall` — the memory block for this caller and release, placed in the body.
-//! 7. `upstream` — pooled client, timeouts; the answer relayed chunk by chunk.
+//! 6. `recall` — the memory block for this caller and release, placed in the body; memgate's
+//!    memory tools (`tools`) offered after the client's own, where the caller may have them.
+//! 7. `upstream` — pooled client, timeouts; the answer relayed chunk by chunk. With the tools
+//!    offered, the turn runs the upstream rounds their calls take (`turn::rounds`) and the client
+//!    gets one answer.
 //!
 //! `/admin/v1/…` goes through `admin::require_admin` (bearer token or console session) to handlers
 //! that call `memory::MemoryService`, which checks records (`memory::checks`) and writes them

@@ -33,8 +33,19 @@ const CACHE_MAX: usize = 10_000;
 /// What a key may do beyond reading its own scopes' records. `batches`, `files` and
 /// `upstream_other` open `/v1/*` paths beyond Messages and models in managed mode, where every
 /// tenant's requests share memgate's one upstream key and so its workspace (docs/operations.md).
-pub const PERMISSIONS: [&str; 6] =
-    ["pin_release", "assert_subject", "debug", "batches", "files", "upstream_other"];
+/// `memory_read_tools`, `memory_write_tools` and `memory_write_any` give the key memgate's memory
+/// tools (docs/memory-tools.md).
+pub const PERMISSIONS: [&str; 9] = [
+    "pin_release",
+    "assert_subject",
+    "debug",
+    "batches",
+    "files",
+    "upstream_other",
+    "memory_read_tools",
+    "memory_write_tools",
+    "memory_write_any",
+];
 
 /// A request to issue a key.
 #[derive(Debug, Clone)]

@@ -86,6 +86,14 @@ pub struct Permissions {
     pub files: bool,
     /// Managed mode: may use any other `/v1/*` path with memgate's upstream key.
     pub upstream_other: bool,
+    /// Gets memgate's read tools (`memory_search`, `memory_get`, `memory_list`) in its Messages
+    /// requests, executed by memgate (`tools`).
+    pub memory_read_tools: bool,
+    /// Gets the write tools too (`memory_add`, `memory_update`, `memory_delete`), which write
+    /// into the caller's own scope.
+    pub memory_write_tools: bool,
+    /// The write tools may change and delete records other authors wrote (that the caller sees).
+    pub memory_write_any: bool,
 }
 
 impl Permissions {
@@ -99,6 +107,9 @@ impl Permissions {
                 "batches" => p.batches = true,
                 "files" => p.files = true,
                 "upstream_other" => p.upstream_other = true,
+                "memory_read_tools" => p.memory_read_tools = true,
+                "memory_write_tools" => p.memory_write_tools = true,
+                "memory_write_any" => p.memory_write_any = true,
                 _ => {}
             }
         }
@@ -145,6 +156,36 @@ impl Caller {
             memory_allowed: true,
             passthrough_key: None,
             key_name: None,
+        }
+    }
+
+    /// The gateway key's id, for a caller that presented one.
+    pub fn key_id(&self) -> Option<&str> {
+        self.rate_key.strip_prefix("key:")
+    }
+
+    /// Where this caller's own writes go (memgate's write tools): the end user's scope
+    /// (`user:<subject>`) when one is known and among the caller's scopes, else the key's own
+    /// `agent:<key id>`. `None` for a caller with neither (a JWT without `sub`, passthrough).
+    pub fn own_scope(&self) -> Option<String> {
+        if let Some(subject) = &self.subject {
+            let scope = format!("user:{subject}");
+            if self.scopes.contains(&scope) {
+                return Some(scope);
+            }
+        }
+        self.key_id().map(|id| format!("agent:{id}"))
+    }
+
+    /// Who this caller's writes are by: `agent:<key id>` for a key, `agent:jwt:<subject>` for a
+    /// JWT caller (its records' author and its changes' actor).
+    pub fn author(&self) -> Option<String> {
+        match (self.key_id(), &self.subject) {
+            (Some(id), _) => Some(format!("agent:{id}")),
+            (None, Some(subject)) if self.rate_key.starts_with("jwt:") => {
+                Some(format!("agent:jwt:{subject}"))
+            }
+            _ => None,
         }
     }
 

@@ -102,6 +102,16 @@ impl ErrorCode for MemoryError {
     }
 }
 
+/// Who writes a record, for `MemoryService::create_as`.
+pub struct Writer<'a> {
+    /// Named in the record's history.
+    pub actor: &'a str,
+    /// Kept on the record (`Record::author`).
+    pub author: Option<&'a str>,
+    /// A near-duplicate updates only a twin by the same author.
+    pub own_twins_only: bool,
+}
+
 /// Records embedded and stored per backfill batch.
 const BACKFILL_BATCH: usize = 256;
 
@@ -382,6 +392,19 @@ impl MemoryService {
     }
 
     pub async fn create(&self, tenant: &str, input: &Value, actor: &str) -> Result<Created, MemoryError> {
+        self.create_as(tenant, input, &Writer { actor, author: None, own_twins_only: false }).await
+    }
+
+    /// Creates a record as `writer` says: its actor in the history, its author on the record,
+    /// and whether a near-duplicate may update only a twin by the same author (an agent must not
+    /// change another author's record by writing something like it).
+    pub async fn create_as(
+        &self,
+        tenant: &str,
+        input: &Value,
+        writer: &Writer<'_>,
+    ) -> Result<Created, MemoryError> {
+        let actor = writer.actor;
         let now = now_ms();
         let envelope = self.check(input, now)?;
         // An exact repeat is answered with the existing record before any near-duplicate search,
@@ -393,7 +416,8 @@ impl MemoryService {
         }
         let vector = self.embed_one(envelope_passage_text(&envelope)).await;
         if let (Some(vector), None, None) = (&vector, &envelope.key, &envelope.id) {
-            if let Some((twin, similarity)) = self.near_twin(tenant, &envelope, vector) {
+            let author = writer.own_twins_only.then_some(writer.author);
+            if let Some((twin, similarity)) = self.near_twin(tenant, &envelope, vector, author) {
                 // The write updates its twin like a PATCH of the fields it names: what it leaves
                 // out (validity, priority, aliases, …) stays as the twin had it.
                 let current = self.get(tenant, &twin).await?;
@@ -412,7 +436,7 @@ impl MemoryService {
         let new_id = format!("mem-{}", uuid::Uuid::new_v4().simple());
         let created = self
             .store
-            .create_memory(tenant, &envelope, &new_id, actor, now)
+            .create_memory_by(tenant, &envelope, &new_id, actor, writer.author, now)
             .await
             .map_err(|err| MemoryError::from_store(err, envelope.id.as_deref().unwrap_or(&new_id)))?;
         if let Created::New(record) | Created::Superseded(record) = &created {
@@ -423,7 +447,14 @@ impl MemoryService {
 
     /// A live record of the same type and scope whose embedding is at least `dedupe_threshold`
     /// similar to `vector`, if any: the best one.
-    fn near_twin(&self, tenant: &str, envelope: &Envelope, vector: &[f32]) -> Option<(String, f32)> {
+    /// With `author`, only a twin written by that author counts.
+    fn near_twin(
+        &self,
+        tenant: &str,
+        envelope: &Envelope,
+        vector: &[f32],
+        author: Option<Option<&str>>,
+    ) -> Option<(String, f32)> {
         let new_text = envelope_passage_text(envelope);
         let index = self.index.tenant(tenant)?;
         let index = index.read().unwrap_or_else(|p| p.into_inner());
@@ -435,6 +466,7 @@ impl MemoryService {
             if record.record_type != envelope.record_type
                 || record.scope != envelope.scope
                 || record.key.is_some()
+                || author.is_some_and(|author| record.author.as_deref() != author)
             {
                 continue;
             }

@@ -94,8 +94,19 @@ struct DegradedLabels {
     reason: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolLabels {
+    release: String,
+    tool: &'static str,
+    outcome: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
+    /// memgate's memory tools: calls by release, tool and outcome, and upstream rounds per
+    /// Messages request that offered them.
+    tool_calls: Family<ToolLabels, Counter>,
+    tool_rounds: Family<ReleaseLabels, Histogram, fn() -> Histogram>,
     requests: Family<RequestLabels, Counter>,
     upstream_latency: HistogramFamily,
     added_latency: HistogramFamily,
@@ -242,7 +253,22 @@ impl Metrics {
         for mode in ["fleet", "local"] {
             let _ = rate_limit_checks.get_or_create(&ModeLabels { mode });
         }
+        let tool_calls = Family::<ToolLabels, Counter>::default();
+        registry.register(
+            "memory_tool_calls",
+            "Memory tool calls memgate executed, by release, tool and outcome (ok, error, refused, limit)",
+            tool_calls.clone(),
+        );
+        let tool_rounds: Family<ReleaseLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(|| Histogram::new([1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0, 32.0]));
+        registry.register(
+            "memory_tool_rounds",
+            "Upstream rounds of Messages requests that offered memgate's memory tools, by release",
+            tool_rounds.clone(),
+        );
         Metrics {
+            tool_calls,
+            tool_rounds,
             rate_limit_checks,
             fleet_seen: std::sync::Mutex::default(),
             index_age,
@@ -311,6 +337,18 @@ impl Metrics {
         self.release_added_latency
             .get_or_create(&ReleaseLabels { release: release.to_owned() })
             .observe(added.as_secs_f64());
+    }
+
+    /// One memory tool call; `tool` and `outcome` come from fixed sets (`tools::metric_name`).
+    pub fn record_tool_call(&self, release: &str, tool: &'static str, outcome: &'static str) {
+        self.tool_calls.get_or_create(&ToolLabels { release: release.to_owned(), tool, outcome }).inc();
+    }
+
+    /// How many upstream rounds a request that offered the tools took.
+    pub fn record_tool_rounds(&self, release: &str, rounds: u32) {
+        self.tool_rounds
+            .get_or_create(&ReleaseLabels { release: release.to_owned() })
+            .observe(f64::from(rounds));
     }
 
     pub fn record_rollback(&self, release: &str, by_guard: bool) {

@@ -16,6 +16,9 @@ pub enum Status {
     Active,
     Paused,
     Archived,
+    /// Written by an agent (a release with `agent_writes = "proposed"`) and awaiting review:
+    /// never injected nor found by tools; `activate` approves it.
+    Proposed,
 }
 
 impl Status {
@@ -24,6 +27,7 @@ impl Status {
             Status::Active => "active",
             Status::Paused => "paused",
             Status::Archived => "archived",
+            Status::Proposed => "proposed",
         }
     }
 
@@ -32,6 +36,7 @@ impl Status {
             "active" => Some(Status::Active),
             "paused" => Some(Status::Paused),
             "archived" => Some(Status::Archived),
+            "proposed" => Some(Status::Proposed),
             _ => None,
         }
     }
@@ -81,6 +86,9 @@ pub struct Record {
     /// The store's sequence number of the record's last write: orders changes between replicas
     /// without trusting anyone's clock (`Store::changed_since`). Never part of the API.
     pub change_seq: i64,
+    /// Who wrote the record's live version (`admin:<actor>`, `agent:<key id>`, …); `None` for
+    /// records written before memgate kept it, and for imports.
+    pub author: Option<String>,
 }
 
 impl Record {
@@ -119,6 +127,9 @@ impl Record {
                 self.last_accessed_at_ms.map_or(Value::Null, |ms| json!(format_ms(ms))),
             );
             map.insert("access_count".into(), json!(self.access_count));
+            if let Some(author) = &self.author {
+                map.insert("author".into(), json!(author));
+            }
             if let Some(Value::Object(metadata)) = map.get_mut("metadata") {
                 metadata.insert("last_updated".into(), json!(format_ms(self.updated_at_ms)));
             }

@@ -198,6 +198,8 @@ impl Rollout {
                     "budget_tokens": r.funnel.budget_tokens,
                     "max_items": r.funnel.max_items,
                     "placement": r.placement.as_str(),
+                    "memory_tools": r.tools.level.as_str(),
+                    "agent_writes": r.tools.agent_writes.as_str(),
                 })
             })
             .collect()

@@ -3,12 +3,68 @@
 //! `[releases.<name>]` in the config overrides or adds.
 
 use crate::config::Config;
-use crate::config::releases::{PlacementSetting, QueryConfig, ReleaseConfig, RetrievalSetting};
+use crate::config::releases::{
+    AgentWritesSetting, PlacementSetting, QueryConfig, ReleaseConfig, RetrievalSetting, ToolsSetting,
+};
 use crate::funnel::semantic::DEFAULT_PROBES;
 use crate::funnel::{FunnelSettings, Retrieval};
 use crate::inject::{Placement, Templates};
 use crate::query::QueryRule;
+use crate::record::Status;
 use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Which of memgate's memory tools (`tools`) a caller gets, ordered: `Off < Read < Write`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum Level {
+    #[default]
+    Off,
+    Read,
+    Write,
+}
+
+impl Level {
+    pub fn parse(text: &str) -> Option<Level> {
+        match text {
+            "off" => Some(Level::Off),
+            "read" => Some(Level::Read),
+            "write" => Some(Level::Write),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Off => "off",
+            Level::Read => "read",
+            Level::Write => "write",
+        }
+    }
+}
+
+/// A release's tool settings (`[releases.<name>]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSettings {
+    /// `memory_tools`: the most this release's callers get (default `write`).
+    pub level: Level,
+    /// `agent_writes`: what the write tools' records start as (`Active`, or `Proposed`).
+    pub agent_writes: Status,
+    /// `max_tool_rounds`: how many times in one request memgate answers the model's tool calls.
+    pub max_rounds: u32,
+    /// `tool_time_budget_ms`: how long those rounds may take in all.
+    pub time_budget: Duration,
+}
+
+impl Default for ToolSettings {
+    fn default() -> Self {
+        ToolSettings {
+            level: Level::Write,
+            agent_writes: Status::Active,
+            max_rounds: 4,
+            time_budget: Duration::from_secs(60),
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct Release {
@@ -19,6 +75,8 @@ pub struct Release {
     pub empty_block: bool,
     /// How the person's words are found in a request (`query`).
     pub query: QueryRule,
+    /// memgate's memory tools: what this release's callers may get and how they run.
+    pub tools: ToolSettings,
 }
 
 /// Every release the config and the templates define, checked against each other.
@@ -45,6 +103,7 @@ pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<
                 )
             ));
         }
+        let tools = tool_settings(&r);
         let placement = match r.placement {
             None | Some(PlacementSetting::Auto) => Placement::Auto,
             Some(PlacementSetting::System) => Placement::System,
@@ -72,6 +131,7 @@ pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<
                     },
                 },
                 query: query_rule(r.query.unwrap_or_default()),
+                tools,
                 name,
                 placement,
                 empty_block: r.empty_block.unwrap_or(false),
@@ -79,6 +139,25 @@ pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<
         );
     }
     Ok(releases)
+}
+
+/// A release's tool settings: the checked values the config holds, the defaults for the rest.
+fn tool_settings(r: &ReleaseConfig) -> ToolSettings {
+    let defaults = ToolSettings::default();
+    ToolSettings {
+        level: match r.memory_tools {
+            None => defaults.level,
+            Some(ToolsSetting::Off) => Level::Off,
+            Some(ToolsSetting::Read) => Level::Read,
+            Some(ToolsSetting::Write) => Level::Write,
+        },
+        agent_writes: match r.agent_writes {
+            None | Some(AgentWritesSetting::Active) => Status::Active,
+            Some(AgentWritesSetting::Proposed) => Status::Proposed,
+        },
+        max_rounds: r.max_tool_rounds.unwrap_or(defaults.max_rounds),
+        time_budget: r.tool_time_budget.unwrap_or(defaults.time_budget),
+    }
 }
 
 fn query_rule(raw: QueryConfig) -> QueryRule {

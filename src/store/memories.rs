@@ -11,7 +11,7 @@ use sqlx::{Any, AnyConnection, Row, Transaction};
 
 const COLUMNS: &str = "tenant, id, record_type, schema_version, scope_json, valid_from, valid_until, \
     priority, topic_key, aliases_json, content_json, metadata_json, revision, status, created_at, \
-    updated_at, last_accessed_at, access_count, change_seq";
+    updated_at, last_accessed_at, access_count, change_seq, author";
 
 /// Who did a change, and what kind of change it was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +22,8 @@ pub enum Action {
     Pause,
     Archive,
     Activate,
+    /// Back to review (`proposed`).
+    Propose,
     Delete,
     Import,
     UndoImport,
@@ -36,6 +38,7 @@ impl Action {
             Action::Pause => "pause",
             Action::Archive => "archive",
             Action::Activate => "activate",
+            Action::Propose => "propose",
             Action::Delete => "delete",
             Action::Import => "import",
             Action::UndoImport => "undo_import",
@@ -129,13 +132,27 @@ impl Store {
         actor: &str,
         now_ms: i64,
     ) -> Result<Created, StoreError> {
+        self.create_memory_by(tenant, envelope, new_id, actor, None, now_ms).await
+    }
+
+    /// `create_memory`, naming the record's `author` (which a supersede takes over too).
+    pub async fn create_memory_by(
+        &self,
+        tenant: &str,
+        envelope: &Envelope,
+        new_id: &str,
+        actor: &str,
+        author: Option<&str>,
+        now_ms: i64,
+    ) -> Result<Created, StoreError> {
         let (mut tx, seq) = self.begin_record_write().await?;
         if let Some(existing) = find_exact_repeat(&mut tx, tenant, envelope).await? {
             return Ok(Created::ExactRepeat(existing));
         }
         if let Some(key) = &envelope.key {
             if let Some(current) = find_by_topic(&mut tx, tenant, key, &envelope.scope).await? {
-                let next = apply(&current, envelope, now_ms, seq);
+                let mut next = apply(&current, envelope, now_ms, seq);
+                next.author = author.map(str::to_owned);
                 write_update(&mut tx, &current, &next, Action::Supersede, actor, now_ms).await?;
                 tx.commit().await?;
                 return Ok(Created::Superseded(next));
@@ -145,7 +162,8 @@ impl Store {
         if fetch_record(&mut tx, tenant, &id).await?.is_some() {
             return Err(StoreError::IdTaken(id));
         }
-        let record = new_record(tenant, &id, envelope, now_ms, seq);
+        let mut record = new_record(tenant, &id, envelope, now_ms, seq);
+        record.author = author.map(str::to_owned);
         insert(&mut tx, &record, None).await?;
         log_change(
             &mut tx,
@@ -205,6 +223,7 @@ impl Store {
             Status::Active => Action::Activate,
             Status::Paused => Action::Pause,
             Status::Archived => Action::Archive,
+            Status::Proposed => Action::Propose,
         };
         write_update(&mut tx, &current, &next, action, actor, now_ms).await?;
         tx.commit().await?;
@@ -643,6 +662,7 @@ fn new_record(tenant: &str, id: &str, envelope: &Envelope, now_ms: i64, seq: i64
         last_accessed_at_ms: None,
         access_count: 0,
         change_seq: seq,
+        author: None,
     }
 }
 
@@ -654,6 +674,7 @@ fn apply(current: &Record, envelope: &Envelope, now_ms: i64, seq: i64) -> Record
     next.status = envelope.status.unwrap_or(current.status);
     next.last_accessed_at_ms = current.last_accessed_at_ms;
     next.access_count = current.access_count;
+    next.author = current.author.clone();
     next
 }
 
@@ -723,8 +744,8 @@ async fn insert(
     let query = sqlx::query(
         "INSERT INTO memories (tenant, id, record_type, schema_version, scope_json, valid_from, valid_until, \
          priority, topic_key, aliases_json, content_json, metadata_json, content_hash, revision, status, \
-         created_at, updated_at, last_accessed_at, access_count, import_id, search_text, change_seq) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
+         created_at, updated_at, last_accessed_at, access_count, import_id, search_text, change_seq, author) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)",
     );
     bind_record_columns(query.bind(&record.tenant).bind(&record.id), record)
         .bind(record.created_at_ms)
@@ -734,6 +755,7 @@ async fn insert(
         .bind(import_id.map(str::to_owned))
         .bind(search_text(record))
         .bind(record.change_seq)
+        .bind(record.author.clone())
         .execute(&mut **tx)
         .await
         .map_err(super::topic_conflict)?;
@@ -788,13 +810,14 @@ async fn write_update(
         "UPDATE memories SET record_type = $3, schema_version = $4, scope_json = $5, valid_from = $6, \
          valid_until = $7, priority = $8, topic_key = $9, aliases_json = $10, content_json = $11, \
          metadata_json = $12, content_hash = $13, revision = $14, status = $15, updated_at = $16, \
-         search_text = $17, change_seq = $19 WHERE tenant = $1 AND id = $2 AND revision = $18",
+         search_text = $17, change_seq = $19, author = $20 WHERE tenant = $1 AND id = $2 AND revision = $18",
     );
     let updated = bind_record_columns(query.bind(&current.tenant).bind(&current.id), next)
         .bind(next.updated_at_ms)
         .bind(search_text(next))
         .bind(current.revision)
         .bind(next.change_seq)
+        .bind(next.author.clone())
         .execute(&mut **tx)
         .await
         .map_err(super::topic_conflict)?;
@@ -943,6 +966,7 @@ fn record_from_row(row: &AnyRow) -> Result<Record, StoreError> {
         last_accessed_at_ms: row.try_get("last_accessed_at")?,
         access_count: row.try_get("access_count")?,
         change_seq: row.try_get("change_seq")?,
+        author: row.try_get("author")?,
     })
 }
 

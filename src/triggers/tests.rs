@@ -41,6 +41,7 @@ fn record(id: &str, content: Value) -> Record {
         last_accessed_at_ms: None,
         access_count: 0,
         change_seq: 0,
+        author: None,
     }
 }
 

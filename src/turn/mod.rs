@@ -9,7 +9,11 @@
 //!    person's words, the funnel, the block placed in the body), and shadow runs of candidate
 //!    releases in the background. `explain` begins a turn the same way, with its own release
 //!    and a full trace, and never sends it.
-//! 2. The edge sends the body upstream and relays the answer; the body's budget is the edge's.
+//!    Where the caller, the release and the request allow memgate's memory tools, their
+//!    definitions are added to the body's `tools` (and the caller reads its own write scope).
+//! 2. `Turns::converse` sends the body upstream: once, or — with the tools offered — in as many
+//!    rounds as the model's calls of them take (`rounds`: memgate runs the calls and continues;
+//!    the client gets one answer). The edge relays the answer; the body's budget is the edge's.
 //! 3. `Turns::settle` — once the upstream's status is known: the release's outcome (`rollout`'s
 //!    stats, which the canary guard reads), the records' access counts, trigger actions, the
 //!    console's history and recent requests (`settle`), and the report: which release served,
@@ -19,6 +23,7 @@
 //! whose credential the upstream refused, or one memory was not allowed to touch, learns nothing
 //! about records, and its call counts in no release's figures.
 
+pub mod rounds;
 mod settle;
 mod verify;
 
@@ -27,9 +32,14 @@ use crate::console::{MetricsRecorder, RecentRequests};
 use crate::error::{ApiError, ErrorKind};
 use crate::funnel::trace::Detail;
 use crate::identity::{Authenticator, Caller};
+use crate::observability::UpstreamLatency;
+use crate::observability::metrics::Metrics;
 use crate::recall::{self, MemoryStatus, Recalled, Recaller, Wish};
 use crate::rollout::{Release, Rollout};
+use crate::tools::{Level, MemoryTools, ToolCaller};
 use crate::upstream::{Upstream, UpstreamRequest};
+use axum::body::Body;
+use axum::http::Response;
 use bytes::Bytes;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -50,6 +60,9 @@ struct Handles {
     upstream: Arc<Upstream>,
     recorder: Arc<MetricsRecorder>,
     recent: Arc<RecentRequests>,
+    /// memgate's memory tools, run in the turn's rounds (`rounds`).
+    tools: MemoryTools,
+    metrics: Arc<Metrics>,
     /// An index older than this is stale (its store unreachable): the report says so.
     stale_after: Duration,
 }
@@ -64,6 +77,8 @@ pub struct Ask {
     pub debug: bool,
     /// `X-Memory-Version`: a release pinned, for callers with the pin permission.
     pub pin: Option<String>,
+    /// `X-Memory-Tools`: the memory tools narrowed for this request (`None`: as permitted).
+    pub tools: Option<crate::tools::Level>,
     /// `X-Memory-Values`: numbers and strings for trigger comparisons.
     pub values: BTreeMap<String, Value>,
 }
@@ -116,6 +131,8 @@ pub struct Turn {
     endpoint: Endpoint,
     facts: MessagesFacts,
     started: Instant,
+    /// The caller as memgate's tools see it, when they are offered in this turn's body.
+    tools: Option<ToolCaller>,
 }
 
 impl Turn {
@@ -135,6 +152,11 @@ impl Turn {
 
     pub fn caller(&self) -> &Caller {
         &self.caller
+    }
+
+    /// Which of memgate's tools the body offers.
+    pub fn tools(&self) -> Level {
+        self.tools.as_ref().map_or(Level::Off, |tools| tools.level)
     }
 }
 
@@ -173,6 +195,7 @@ impl Report {
 }
 
 impl Turns {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         recaller: Recaller,
         rollout: Arc<Rollout>,
@@ -180,10 +203,22 @@ impl Turns {
         upstream: Arc<Upstream>,
         recorder: Arc<MetricsRecorder>,
         recent: Arc<RecentRequests>,
+        tools: MemoryTools,
+        metrics: Arc<Metrics>,
         stale_after: Duration,
     ) -> Turns {
         Turns {
-            inner: Arc::new(Handles { recaller, rollout, identity, upstream, recorder, recent, stale_after }),
+            inner: Arc::new(Handles {
+                recaller,
+                rollout,
+                identity,
+                upstream,
+                recorder,
+                recent,
+                tools,
+                metrics,
+                stale_after,
+            }),
         }
     }
 
@@ -234,13 +269,67 @@ impl Turns {
         let shadows =
             if wish.off || explain.is_some() { Vec::new() } else { handles.rollout.shadows_for(&release) };
         let original = (!shadows.is_empty()).then(|| body.clone());
-        let recalled = handles.recaller.recall(&caller, &release, body, &wish).await?;
+        // memgate's tools, where the caller, the release and the request allow them; their caller
+        // reads its own write scope too, and so does recall for it.
+        let level = match &explain {
+            None if !wish.off => Level::for_request(&caller, &release, ask.tools),
+            _ => Level::Off,
+        };
+        let tool_caller = (level > Level::Off).then(|| ToolCaller::new(&caller, level));
+        if let Some(tools) = &tool_caller {
+            caller.scopes = tools.caller.scopes.clone();
+        }
+        let mut recalled = handles.recaller.recall(&caller, &release, body, &wish).await?;
+        let tools = tool_caller.and_then(|tools| {
+            let names = crate::tools::definitions::names(level);
+            let elements = crate::tools::definitions::array_elements(level);
+            match rounds::body::offer_tools(&recalled.body, elements, names) {
+                Ok(offered) => {
+                    recalled.body = Bytes::from(offered);
+                    Some(tools)
+                }
+                Err(why) => {
+                    tracing::debug!(?why, "memgate's tools not offered in this request");
+                    None
+                }
+            }
+        });
         // A degraded active run injected nothing for want of time or an embedder: comparing a
         // candidate with it would count a difference the candidate did not make.
         if let (Some(original), false) = (original, recalled.status == MemoryStatus::Degraded) {
             recall::shadow::spawn(&handles.recaller, &handles.rollout, &caller, &recalled, shadows, original);
         }
-        Ok(Turn { caller, release, recalled, wish, memory_allowed, endpoint, facts, started })
+        Ok(Turn { caller, release, recalled, wish, memory_allowed, endpoint, facts, started, tools })
+    }
+
+    /// Sends the turn's body upstream with `request`'s method, path and headers: once, or —
+    /// when memgate's tools are offered in a Messages request — in as many rounds as the model's
+    /// calls of them take (`rounds`). The answer carries the first round's status and headers
+    /// and, as `UpstreamLatency`, the time spent waiting on the upstream.
+    pub async fn converse(
+        &self,
+        turn: &Turn,
+        mut request: UpstreamRequest,
+    ) -> Result<Response<Body>, ApiError> {
+        let handles = &self.inner;
+        let tools = match (&turn.tools, turn.endpoint) {
+            (Some(tools), Endpoint::Messages) => tools.clone(),
+            _ => {
+                request.body = Some(reqwest::Body::from(turn.body()));
+                return handles.upstream.send(request).await;
+            }
+        };
+        let rounds = rounds::Rounds::new(
+            handles.tools.clone(),
+            handles.upstream.clone(),
+            handles.metrics.clone(),
+            tools,
+            turn.release.clone(),
+            request,
+        );
+        let (mut response, outcome) = rounds.run(turn.body(), turn.facts.stream).await?;
+        response.extensions_mut().insert(UpstreamLatency(outcome.upstream_time));
+        Ok(response)
     }
 
     /// Settles a turn once the upstream has answered (or failed to): see the module comment.

@@ -50,12 +50,12 @@ pub async fn assert_upstream_saw_only_memgates_key(mock: &Proc, forbidden: &[&st
     }
 }
 
-fn hs256(claims: Value) -> String {
+pub fn hs256(claims: Value) -> String {
     let key = jsonwebtoken::EncodingKey::from_secret(JWT_SECRET.as_bytes()).unwrap();
     jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &key).unwrap()
 }
 
-fn in_a_minute() -> i64 {
+pub fn in_a_minute() -> i64 {
     jsonwebtoken::get_current_timestamp() as i64 + 60
 }
 

@@ -206,6 +206,7 @@ fn sop_record(tenant: &str) -> Record {
         last_accessed_at_ms: None,
         access_count: 0,
         change_seq: 0,
+        author: None,
     }
 }
 

@@ -16,8 +16,10 @@ const TOOL_INPUT: &str = r#"{"location": "Paris"}"#;
 pub(super) struct Answer {
     pub(super) id: String,
     pub(super) model: String,
+    /// A thinking block first, with its signature (memory tool calls with thinking enabled).
+    pub(super) thinking: Option<(String, String)>,
     pub(super) text: String,
-    pub(super) tool: Option<ToolCall>,
+    pub(super) tools: Vec<ToolCall>,
     pub(super) input_tokens: u64,
     pub(super) output_tokens: u64,
 }
@@ -26,37 +28,70 @@ pub(super) struct Answer {
 pub(super) struct ToolCall {
     pub(super) id: String,
     pub(super) name: String,
+    /// The input as JSON text, streamed in pieces.
+    pub(super) input: String,
 }
 
 impl Answer {
-    /// `with_tool` adds a `tool_use` block after the text (the `mock-tool-use` model).
+    /// `with_tool` adds a `tool_use` block after the text (the `mock-tool-use` model). With
+    /// memgate's memory tools offered, the mock calls them as a model would (`memory::plan`).
     pub(super) fn new(body: &Map<String, Value>, model: &str, with_tool: bool) -> Self {
         let hash = format!("{:016x}", body_hash(body));
         let user_text: String = last_user_text(body).chars().take(USER_TEXT_CHARS).collect();
-        let text = format!("Hello from mock-upstream (model {model}). You said: {user_text}");
-        let tool = with_tool.then(|| ToolCall {
-            id: format!("toolu_mock_{hash}"),
-            name: first_tool_name(body).unwrap_or(DEFAULT_TOOL).to_owned(),
-        });
+        let mut text = format!("Hello from mock-upstream (model {model}). You said: {user_text}");
+        let mut thinking = None;
+        let mut tools = Vec::new();
+        if with_tool {
+            tools.push(ToolCall {
+                id: format!("toolu_mock_{hash}"),
+                name: first_tool_name(body).unwrap_or(DEFAULT_TOOL).to_owned(),
+                input: TOOL_INPUT.to_owned(),
+            });
+        } else if let Some(plan) = super::memory::plan(body, model) {
+            text = plan.text;
+            tools = plan
+                .calls
+                .into_iter()
+                .enumerate()
+                .map(|(i, (name, input))| ToolCall {
+                    id: format!("toolu_mock_{hash}_{i}"),
+                    name,
+                    input: input.to_string(),
+                })
+                .collect();
+            let thinks =
+                body.get("thinking").and_then(|t| t.get("type")).and_then(Value::as_str) == Some("enabled");
+            if thinks && !tools.is_empty() {
+                thinking =
+                    Some(("The person wants me to use memory.".to_owned(), format!("sig_mock_{hash}")));
+            }
+        }
+        let output_tokens = text.split_whitespace().count() as u64
+            + tools.iter().map(|t| (t.input.len() as u64).div_ceil(4)).sum::<u64>();
         Answer {
             id: format!("msg_mock_{hash}"),
             model: model.to_owned(),
-            output_tokens: text.split_whitespace().count() as u64,
+            output_tokens,
+            thinking,
             text,
-            tool,
+            tools,
             input_tokens: estimate_input_tokens(body),
         }
     }
 
     fn stop_reason(&self) -> &'static str {
-        if self.tool.is_some() { "tool_use" } else { "end_turn" }
+        if self.tools.is_empty() { "end_turn" } else { "tool_use" }
     }
 
     /// The complete (non-streaming) message.
     pub(super) fn to_json(&self) -> Value {
-        let mut content = vec![json!({ "type": "text", "text": self.text })];
-        if let Some(tool) = &self.tool {
-            let input: Value = serde_json::from_str(TOOL_INPUT).unwrap_or(Value::Null);
+        let mut content = Vec::new();
+        if let Some((thinking, signature)) = &self.thinking {
+            content.push(json!({ "type": "thinking", "thinking": thinking, "signature": signature }));
+        }
+        content.push(json!({ "type": "text", "text": self.text }));
+        for tool in &self.tools {
+            let input: Value = serde_json::from_str(&tool.input).unwrap_or(Value::Null);
             content.push(json!({
                 "type": "tool_use", "id": tool.id, "name": tool.name, "input": input,
             }));
@@ -90,22 +125,38 @@ impl Answer {
     /// The content blocks, each as (`content_block_start`, its delta events, `content_block_stop`),
     /// with the text and the tool input split into about `deltas` pieces each.
     pub(super) fn blocks(&self, deltas: usize) -> Vec<(Event, Vec<Event>, Event)> {
-        let mut blocks = vec![(
-            block_start(0, json!({ "type": "text", "text": "" })),
-            split_even(&self.text, deltas).into_iter().map(|piece| text_delta(0, piece)).collect(),
-            block_stop(0),
-        )];
-        if let Some(tool) = &self.tool {
+        let mut blocks = Vec::new();
+        if let Some((thinking, signature)) = &self.thinking {
+            let at = blocks.len();
+            let mut pieces: Vec<Event> = split_even(thinking, deltas)
+                .into_iter()
+                .map(|piece| content_delta(at, json!({ "type": "thinking_delta", "thinking": piece })))
+                .collect();
+            pieces.push(content_delta(at, json!({ "type": "signature_delta", "signature": signature })));
+            blocks.push((
+                block_start(at, json!({ "type": "thinking", "thinking": "" })),
+                pieces,
+                block_stop(at),
+            ));
+        }
+        let at = blocks.len();
+        blocks.push((
+            block_start(at, json!({ "type": "text", "text": "" })),
+            split_even(&self.text, deltas).into_iter().map(|piece| text_delta(at, piece)).collect(),
+            block_stop(at),
+        ));
+        for tool in &self.tools {
+            let at = blocks.len();
             let start =
-                block_start(1, json!({ "type": "tool_use", "id": tool.id, "name": tool.name, "input": {} }));
-            let pieces = split_even(TOOL_INPUT, deltas)
+                block_start(at, json!({ "type": "tool_use", "id": tool.id, "name": tool.name, "input": {} }));
+            let pieces = split_even(&tool.input, deltas)
                 .into_iter()
                 .map(|piece| {
                     let delta = json!({ "type": "input_json_delta", "partial_json": piece });
-                    content_delta(1, delta)
+                    content_delta(at, delta)
                 })
                 .collect();
-            blocks.push((start, pieces, block_stop(1)));
+            blocks.push((start, pieces, block_stop(at)));
         }
         blocks
     }
@@ -158,7 +209,7 @@ pub(super) fn estimate_input_tokens(body: &Map<String, Value>) -> u64 {
 }
 
 /// The text of the last user message that has some (its last text block when it has blocks).
-fn last_user_text(body: &Map<String, Value>) -> &str {
+pub(super) fn last_user_text(body: &Map<String, Value>) -> &str {
     let Some(messages) = body.get("messages").and_then(Value::as_array) else {
         return "";
     };

@@ -18,6 +18,7 @@
 
 mod answer;
 mod handlers;
+mod memory;
 mod record;
 mod reply;
 mod stream;

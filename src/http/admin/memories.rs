@@ -19,7 +19,9 @@ pub async fn create(
     ctx: AdminContext,
     AdminJson(input): AdminJson,
 ) -> Result<Response, ApiError> {
-    let created = state.memories().create(&ctx.tenant, &input, &ctx.actor).await?;
+    let author = format!("admin:{}", ctx.actor);
+    let writer = crate::memory::Writer { actor: &ctx.actor, author: Some(&author), own_twins_only: false };
+    let created = state.memories().create_as(&ctx.tenant, &input, &writer).await?;
     let (status, record, flag) = match &created {
         Created::New(record) => (StatusCode::CREATED, record, None),
         Created::Superseded(record) => (StatusCode::OK, record, Some("superseded")),
@@ -153,10 +155,9 @@ impl ListQuery {
     pub fn filter(&self) -> Result<ListFilter, ApiError> {
         let status = match self.status.as_deref() {
             None | Some("") => None,
-            Some(s) => Some(
-                Status::parse(s)
-                    .ok_or_else(|| ApiError::invalid_request("status must be active, paused or archived"))?,
-            ),
+            Some(s) => Some(Status::parse(s).ok_or_else(|| {
+                ApiError::invalid_request("status must be active, paused, archived or proposed")
+            })?),
         };
         if self.q.as_ref().is_some_and(|q| q.chars().count() > 256) {
             return Err(ApiError::invalid_request("q is limited to 256 characters"));

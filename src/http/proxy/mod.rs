@@ -88,12 +88,13 @@ async fn forward_messages_request(
     let upstream_headers = upstream_request_headers(&parts.headers, &turn.caller().upstream_credential);
     // Without injection the caller's bytes go up as they came: no re-serialization, so field
     // order, number formatting and unknown fields are exactly the client's. With injection only
-    // the block is added (see `inject::placement`).
-    let body = Some(reqwest::Body::from(turn.body()));
-    let mut response = match state.upstream().send(upstream_request(&parts, upstream_headers, body)).await {
-        Ok(response) => response,
-        Err(err) => err.into_response(),
-    };
+    // the block is added (see `inject::placement`), with memgate's tools their definitions
+    // (`turn::rounds`).
+    let mut response =
+        match state.turns().converse(&turn, upstream_request(&parts, upstream_headers, None)).await {
+            Ok(response) => response,
+            Err(err) => err.into_response(),
+        };
     drop(budget_permit);
     let answer = Answer {
         status: response.status().as_u16(),

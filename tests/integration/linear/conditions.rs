@@ -63,6 +63,7 @@ fn record(content: Value) -> Record {
         last_accessed_at_ms: None,
         access_count: 0,
         change_seq: 0,
+        author: None,
     }
 }
 
