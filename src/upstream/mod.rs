@@ -8,6 +8,7 @@
 //! (HTTP/1) or resets the stream (HTTP/2), so the upstream stops generating for nobody.
 
 pub mod headers;
+pub mod wire;
 
 use crate::config::UpstreamConfig;
 use crate::error::{ApiError, ErrorKind, StartupError};

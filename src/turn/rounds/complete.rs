@@ -3,8 +3,8 @@
 
 use super::{Next, Outcome, Rounds, add_usage, calls_in, next_after};
 use crate::error::{ApiError, ErrorKind};
-use axum::body::Body;
-use axum::http::Response;
+use crate::upstream::wire::Body;
+use crate::upstream::wire::Response;
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use std::time::Instant;
@@ -14,7 +14,7 @@ const MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
 
 pub(super) async fn run(rounds: Rounds, mut body: Bytes) -> Result<(Response<Body>, Outcome), ApiError> {
     let mut outcome = Outcome::default();
-    let mut first: Option<(axum::http::response::Parts, Value)> = None;
+    let mut first: Option<(crate::upstream::wire::ResponseParts, Value)> = None;
     let mut content: Vec<Value> = Vec::new();
     let mut usage = Map::new();
     let mut answered = 0u32;
@@ -24,7 +24,7 @@ pub(super) async fn run(rounds: Rounds, mut body: Bytes) -> Result<(Response<Bod
         let response = rounds.send(body.clone()).await?;
         outcome.rounds += 1;
         let (parts, answer) = response.into_parts();
-        let bytes = axum::body::to_bytes(answer, MAX_ANSWER_BYTES).await.map_err(|_| {
+        let bytes = crate::upstream::wire::to_bytes(answer, MAX_ANSWER_BYTES).await.map_err(|_| {
             ApiError::new(ErrorKind::UpstreamUnreachable, "the upstream broke off its answer")
         })?;
         // Reading the answer is the upstream's time too: the model writes it meanwhile.
@@ -83,7 +83,7 @@ pub(super) async fn run(rounds: Rounds, mut body: Bytes) -> Result<(Response<Bod
                     }
                 }
                 let mut parts = parts;
-                parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+                parts.headers.remove(crate::upstream::wire::header::CONTENT_LENGTH);
                 rounds.finished(&outcome);
                 let text = serde_json::to_vec(&message)
                     .map_err(|_| ApiError::internal("the answer could not be written"))?;
@@ -95,7 +95,7 @@ pub(super) async fn run(rounds: Rounds, mut body: Bytes) -> Result<(Response<Bod
 
 /// The first round's status and headers, which the client's answer carries (its `request-id`
 /// is the one the turn reports).
-fn clone_parts(parts: &axum::http::response::Parts) -> axum::http::response::Parts {
+fn clone_parts(parts: &crate::upstream::wire::ResponseParts) -> crate::upstream::wire::ResponseParts {
     let mut response = Response::new(());
     *response.status_mut() = parts.status;
     *response.headers_mut() = parts.headers.clone();

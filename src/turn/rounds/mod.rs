@@ -37,9 +37,9 @@ use crate::error::ApiError;
 use crate::observability::metrics::Metrics;
 use crate::rollout::Release;
 use crate::tools::{MemoryTools, ToolCaller, ToolResult};
+use crate::upstream::wire::Body;
+use crate::upstream::wire::{HeaderMap, Method, Response};
 use crate::upstream::{Upstream, UpstreamRequest};
-use axum::body::Body;
-use axum::http::{HeaderMap, Method, Response};
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -117,7 +117,7 @@ impl Rounds {
     ) -> Rounds {
         let UpstreamRequest { method, path_and_query, mut headers, .. } = request;
         // memgate reads every round's answer: it must come uncompressed.
-        headers.remove(axum::http::header::ACCEPT_ENCODING);
+        headers.remove(crate::upstream::wire::header::ACCEPT_ENCODING);
         Rounds {
             inner: Arc::new(Shared {
                 tools,

@@ -24,8 +24,8 @@ use super::sse::{self, Event, Parser};
 use super::{Call, Next, Outcome, Rounds, add_usage, calls_in, error_event, next_after};
 use crate::error::ApiError;
 use crate::observability::UpstreamLatency;
-use axum::body::Body;
-use axum::http::Response;
+use crate::upstream::wire::Body;
+use crate::upstream::wire::Response;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use serde_json::{Map, Value, json};
@@ -39,7 +39,7 @@ const PING_EVERY: Duration = Duration::from_secs(5);
 /// The most of a failed round's error body read for the `error` event.
 const MAX_ERROR_BYTES: usize = 64 * 1024;
 
-type UpstreamStream = Pin<Box<dyn Stream<Item = Result<Bytes, axum::Error>> + Send>>;
+type UpstreamStream = Pin<Box<dyn Stream<Item = Result<Bytes, crate::upstream::wire::BodyError>> + Send>>;
 type Pending = Pin<Box<dyn Future<Output = Step> + Send>>;
 
 /// What memgate's work between rounds ends in.
@@ -72,7 +72,7 @@ pub(super) async fn run(rounds: Rounds, body: Bytes) -> Result<(Response<Body>, 
 fn is_event_stream(response: &Response<Body>) -> bool {
     response
         .headers()
-        .get(axum::http::header::CONTENT_TYPE)
+        .get(crate::upstream::wire::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"))
 }
@@ -350,7 +350,8 @@ async fn next_round(
     if !response.status().is_success() || !is_event_stream(&response) {
         // The upstream's own error, in an `error` event: its type and message as it gave them.
         let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), MAX_ERROR_BYTES).await.unwrap_or_default();
+        let bytes =
+            crate::upstream::wire::to_bytes(response.into_body(), MAX_ERROR_BYTES).await.unwrap_or_default();
         let error = serde_json::from_slice::<Value>(&bytes)
             .ok()
             .filter(|e| e.get("error").is_some_and(Value::is_object))
