@@ -9,7 +9,7 @@
 //!   follows;
 //! - single-record writes, one at a time: `MemoryService::create` (checks, embedding the record,
 //!   near-duplicate search, store transaction, storing the embedding, index update), and the
-//!   store alone: `Store::create_memory` (one transaction: repeat and topic lookups, insert,
+//!   store alone: `Store::create_record` (one transaction: repeat and topic lookups, insert,
 //!   scopes, changelog) and `Store::put_embedding`.
 //!
 //! The embedding model is the production one (multilingual-e5-small, 1 ONNX thread by default,
@@ -224,7 +224,7 @@ async fn write_phase(
     // imported records still missing one (that would compete with the writes measured here).
     let mut vectors = store.embeddings_of_model(embedder.model_id()).await?;
     let items: Vec<IndexedRecord> = store
-        .all_memories()
+        .all_records()
         .await?
         .into_iter()
         .map(|record| {
@@ -255,7 +255,7 @@ async fn write_phase(
         }
     }
 
-    // The store alone: create_memory, then put_embedding with a stored-size vector.
+    // The store alone: create_record, then put_embedding with a stored-size vector.
     let mut store_times = Vec::with_capacity(args.creates);
     let mut embedding_times = Vec::with_capacity(args.creates);
     let vector: Vec<f32> = (0..embedder.dimensions()).map(|i| (i as f32 * 0.37).sin()).collect();
@@ -267,7 +267,7 @@ async fn write_phase(
             envelope::check(&input, &rules).map_err(|p| format!("invalid synthetic record: {p:?}"))?;
         let id = format!("mem-{}", uuid::Uuid::new_v4().simple());
         let started = Instant::now();
-        let created = store.create_memory(TENANT, &envelope, &id, "bench", now).await?;
+        let created = store.create_record(TENANT, &envelope, &id, "bench", now).await?;
         store_times.push(started.elapsed());
         let stored_id = match created {
             Created::New(r) | Created::Superseded(r) | Created::ExactRepeat(r) => r.id,
@@ -363,7 +363,7 @@ fn print_tables(report: &Value) {
     for b in report["backends"].as_array().into_iter().flatten() {
         for (op, key) in [
             ("MemoryService::create (with embedding)", "service_create"),
-            ("Store::create_memory", "store_create_memory"),
+            ("Store::create_record", "store_create_memory"),
             ("Store::put_embedding", "store_put_embedding"),
         ] {
             let s = &b[key];

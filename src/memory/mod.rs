@@ -226,7 +226,7 @@ impl MemoryService {
         // The cursor is read before the records: whatever commits in between is read again by
         // the next sync, and applying a write twice is harmless.
         let cursor = self.store.sync_cursor().await?;
-        let records = self.store.all_memories().await?;
+        let records = self.store.all_records().await?;
         let mut vectors = self.store.embeddings_of_model(self.embedder.model_id()).await?;
         let items: Vec<IndexedRecord> = records
             .into_iter()
@@ -426,7 +426,7 @@ impl MemoryService {
                 let merged = self.check(&merged, now)?;
                 let record = self
                     .store
-                    .update_memory(tenant, &twin, &merged, Some(current.revision), actor, now)
+                    .update_record(tenant, &twin, &merged, Some(current.revision), actor, now)
                     .await
                     .map_err(|err| MemoryError::from_store(err, &twin))?;
                 self.publish(&record, Some(vector.clone())).await;
@@ -436,7 +436,7 @@ impl MemoryService {
         let new_id = format!("mem-{}", uuid::Uuid::new_v4().simple());
         let created = self
             .store
-            .create_memory_by(tenant, &envelope, &new_id, actor, writer.author, now)
+            .create_record_by(tenant, &envelope, &new_id, actor, writer.author, now)
             .await
             .map_err(|err| MemoryError::from_store(err, envelope.id.as_deref().unwrap_or(&new_id)))?;
         if let Created::New(record) | Created::Superseded(record) = &created {
@@ -487,7 +487,7 @@ impl MemoryService {
     }
 
     pub async fn get(&self, tenant: &str, id: &str) -> Result<Record, MemoryError> {
-        self.store.get_memory(tenant, id).await.map_err(|err| MemoryError::from_store(err, id))
+        self.store.get_record(tenant, id).await.map_err(|err| MemoryError::from_store(err, id))
     }
 
     /// Applies a partial envelope; `if_match` is the revision the writer read.
@@ -512,7 +512,7 @@ impl MemoryService {
         let expected = Some(if_match.unwrap_or(current.revision));
         let record = self
             .store
-            .update_memory(tenant, id, &envelope, expected, actor, now)
+            .update_record(tenant, id, &envelope, expected, actor, now)
             .await
             .map_err(|err| MemoryError::from_store(err, id))?;
         let vector = self.embed_one(passage_text(&record)).await;
@@ -529,7 +529,7 @@ impl MemoryService {
     ) -> Result<Record, MemoryError> {
         let record = self
             .store
-            .set_memory_status(tenant, id, status, actor, now_ms())
+            .set_record_status(tenant, id, status, actor, now_ms())
             .await
             .map_err(|err| MemoryError::from_store(err, id))?;
         let vector = self.index.tenant(tenant).and_then(|i| {
@@ -549,7 +549,7 @@ impl MemoryService {
     pub async fn delete(&self, tenant: &str, id: &str, actor: &str) -> Result<Record, MemoryError> {
         let (record, seq) = self
             .store
-            .delete_memory(tenant, id, actor, now_ms())
+            .delete_record(tenant, id, actor, now_ms())
             .await
             .map_err(|err| MemoryError::from_store(err, id))?;
         self.index.remove(tenant, id, seq);
@@ -558,7 +558,7 @@ impl MemoryService {
     }
 
     pub async fn history(&self, tenant: &str, id: &str) -> Result<Vec<Change>, MemoryError> {
-        let changes = self.store.memory_history(tenant, id).await.map_err(MemoryError::Store)?;
+        let changes = self.store.record_history(tenant, id).await.map_err(MemoryError::Store)?;
         if changes.is_empty() {
             // No history: either no such record, or `forget` erased every entry of a live one.
             self.get(tenant, id).await?;
@@ -573,7 +573,7 @@ impl MemoryService {
         cursor: Option<&str>,
         limit: u32,
     ) -> Result<Vec<Record>, MemoryError> {
-        self.store.list_memories(tenant, filter, cursor, limit).await.map_err(MemoryError::Store)
+        self.store.list_records(tenant, filter, cursor, limit).await.map_err(MemoryError::Store)
     }
 
     /// Erases a scope's records and their history for good; returns (records, changes) erased.

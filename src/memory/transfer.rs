@@ -329,7 +329,7 @@ pub fn export_pages(
         }
         let page = pages
             .store
-            .list_memories(&pages.tenant, &pages.filter, pages.after.as_deref(), EXPORT_PAGE)
+            .list_records(&pages.tenant, &pages.filter, pages.after.as_deref(), EXPORT_PAGE)
             .await
             .map_err(MemoryError::Store)?;
         let Some(last) = page.last() else {

@@ -117,14 +117,14 @@ pub enum ImportMatch {
 }
 
 impl Store {
-    pub async fn get_memory(&self, tenant: &str, id: &str) -> Result<Record, StoreError> {
+    pub async fn get_record(&self, tenant: &str, id: &str) -> Result<Record, StoreError> {
         let mut conn = self.pool().acquire().await?;
         fetch_record(&mut conn, tenant, id).await?.ok_or(StoreError::NotFound)
     }
 
     /// Creates a record, or supersedes the live one with the same key and scope, or — for an exact
     /// repeat of existing content — returns that record unchanged.
-    pub async fn create_memory(
+    pub async fn create_record(
         &self,
         tenant: &str,
         envelope: &Envelope,
@@ -132,11 +132,11 @@ impl Store {
         actor: &str,
         now_ms: i64,
     ) -> Result<Created, StoreError> {
-        self.create_memory_by(tenant, envelope, new_id, actor, None, now_ms).await
+        self.create_record_by(tenant, envelope, new_id, actor, None, now_ms).await
     }
 
-    /// `create_memory`, naming the record's `author` (which a supersede takes over too).
-    pub async fn create_memory_by(
+    /// `create_record`, naming the record's `author` (which a supersede takes over too).
+    pub async fn create_record_by(
         &self,
         tenant: &str,
         envelope: &Envelope,
@@ -182,7 +182,7 @@ impl Store {
     }
 
     /// Replaces a record's envelope. `expected_revision`, when given, must match the stored one.
-    pub async fn update_memory(
+    pub async fn update_record(
         &self,
         tenant: &str,
         id: &str,
@@ -201,7 +201,7 @@ impl Store {
     }
 
     /// Pauses, archives or reactivates a record.
-    pub async fn set_memory_status(
+    pub async fn set_record_status(
         &self,
         tenant: &str,
         id: &str,
@@ -232,7 +232,7 @@ impl Store {
 
     /// Deletes a record; its history stays (and says who deleted it). Returns the record as it
     /// was, and the sequence number of its removal.
-    pub async fn delete_memory(
+    pub async fn delete_record(
         &self,
         tenant: &str,
         id: &str,
@@ -283,7 +283,7 @@ impl Store {
         Ok(())
     }
 
-    pub async fn memory_history(&self, tenant: &str, id: &str) -> Result<Vec<Change>, StoreError> {
+    pub async fn record_history(&self, tenant: &str, id: &str) -> Result<Vec<Change>, StoreError> {
         let rows = sqlx::query(
             "SELECT memory_id, revision, action, actor, at, before_json, after_json FROM memory_changes \
              WHERE tenant = $1 AND memory_id = $2 ORDER BY seq",
@@ -355,7 +355,7 @@ impl Store {
     }
 
     /// A page of records in id order, starting after `after_id`.
-    pub async fn list_memories(
+    pub async fn list_records(
         &self,
         tenant: &str,
         filter: &ListFilter,
@@ -478,7 +478,7 @@ impl Store {
     }
 
     /// Every record of every tenant, for loading the in-memory index at startup.
-    pub async fn all_memories(&self) -> Result<Vec<Record>, StoreError> {
+    pub async fn all_records(&self) -> Result<Vec<Record>, StoreError> {
         let rows =
             sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM memories ORDER BY tenant, id")))
                 .fetch_all(self.pool())

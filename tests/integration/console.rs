@@ -792,10 +792,10 @@ async fn data_health_reads_the_tenants_records(db: TestDb) {
         status: None,
     };
     // Written straight to the store, as an old schema would have let them in.
-    store.create_memory("acme", &envelope("f-1", json!({"statement": "ok"})), "x", "t", 1).await.unwrap();
-    store.create_memory("acme", &envelope("f-2", json!({"statement": ""})), "x", "t", 1).await.unwrap();
-    store.create_memory("acme", &envelope("f-3", json!({"tier": "gold"})), "x", "t", 1).await.unwrap();
-    store.create_memory("other", &envelope("f-4", json!({"statement": "x"})), "x", "t", 1).await.unwrap();
+    store.create_record("acme", &envelope("f-1", json!({"statement": "ok"})), "x", "t", 1).await.unwrap();
+    store.create_record("acme", &envelope("f-2", json!({"statement": ""})), "x", "t", 1).await.unwrap();
+    store.create_record("acme", &envelope("f-3", json!({"tier": "gold"})), "x", "t", 1).await.unwrap();
+    store.create_record("other", &envelope("f-4", json!({"statement": "x"})), "x", "t", 1).await.unwrap();
     let health =
         memgate::console::data_health::data_health_from_store(&store, "acme", &schemas, NOW).await.unwrap();
     assert_eq!((health.records.total, health.live), (3, 3));

@@ -169,7 +169,7 @@ async fn every_record(store: &Store, tenant: &str) -> Vec<memgate::record::Recor
     let mut records = Vec::new();
     let mut after: Option<String> = None;
     loop {
-        let page = store.list_memories(tenant, &ListFilter::default(), after.as_deref(), 1000).await.unwrap();
+        let page = store.list_records(tenant, &ListFilter::default(), after.as_deref(), 1000).await.unwrap();
         after = page.last().map(|r| r.id.clone());
         let done = page.len() < 1000;
         records.extend(page);
@@ -189,7 +189,7 @@ async fn data_health_from_the_database_is_the_answer_of_every_record(db: TestDb)
     store.apply_import("other", "imp-2", &records[..50], "test", NOW - 10_000).await.unwrap();
     for i in (0..records.len()).filter(|i| i % 9 == 4 || i % 17 == 8) {
         let status = if i % 9 == 4 { Status::Paused } else { Status::Archived };
-        store.set_memory_status("acme", &id(i), status, "test", NOW - 5_000).await.unwrap();
+        store.set_record_status("acme", &id(i), status, "test", NOW - 5_000).await.unwrap();
     }
     let accesses: Vec<Access> = (0..records.len())
         .filter(|i| i % 3 != 1 || *i > 1_900)
