@@ -30,6 +30,12 @@ async fn connect(gateway: &Proc, headers: &[(&str, &str)]) -> Client {
     ().serve(transport(gateway, headers)).await.expect("the MCP client connects")
 }
 
+async fn connect_with(gateway: &Proc, headers: &[(String, String)]) -> Client {
+    let headers: Vec<(&str, &str)> =
+        headers.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect();
+    connect(gateway, &headers).await
+}
+
 async fn tool_names(client: &Client) -> Vec<String> {
     client.list_all_tools().await.unwrap().into_iter().map(|tool| tool.name.into_owned()).collect()
 }
@@ -286,6 +292,8 @@ enum Pair {
     SameTenantOtherKey,
     /// Two end users of one tenant, by JWT: each writes into its own `user:<sub>`.
     OtherSubject,
+    /// One key answering for two end users (`X-Memory-Subject`): one author, two scopes.
+    OtherAssertedSubject,
 }
 
 #[derive(Debug, Clone)]
@@ -301,6 +309,7 @@ fn cases(count: usize) -> Vec<Case> {
         proptest::strategy::Just(Pair::OtherTenant),
         proptest::strategy::Just(Pair::SameTenantOtherKey),
         proptest::strategy::Just(Pair::OtherSubject),
+        proptest::strategy::Just(Pair::OtherAssertedSubject),
     ];
     let kind = proptest::sample::select(vec!["fact", "preference"]);
     let strategy = (pair, "[a-z]{10}", kind).prop_map(|(pair, word, kind)| Case { pair, word, kind });
@@ -325,21 +334,37 @@ async fn what_one_callers_tools_write_another_callers_tools_never_see() {
     let gateway = managed_gateway(&mock, &[]);
     // The same permissions for both: memory_write_any too, so only scopes keep them apart.
     let permissions = ["memory_write_tools", "memory_write_any"];
-    for (n, case) in cases(6).into_iter().enumerate() {
+    for (n, case) in cases(8).into_iter().enumerate() {
         let (writer_tenant, reader_tenant) = match case.pair {
             Pair::OtherTenant => (format!("t{n}a"), format!("t{n}b")),
             _ => (format!("t{n}"), format!("t{n}")),
         };
+        let header = |name: &str, value: String| (name.to_owned(), value);
         let (writer_headers, reader_headers) = match case.pair {
             Pair::OtherSubject => (
-                ("authorization", format!("Bearer {}", jwt(&format!("w{n}"), &writer_tenant, &permissions))),
-                ("authorization", format!("Bearer {}", jwt(&format!("r{n}"), &reader_tenant, &permissions))),
+                vec![header(
+                    "authorization",
+                    format!("Bearer {}", jwt(&format!("w{n}"), &writer_tenant, &permissions)),
+                )],
+                vec![header(
+                    "authorization",
+                    format!("Bearer {}", jwt(&format!("r{n}"), &reader_tenant, &permissions)),
+                )],
             ),
+            Pair::OtherAssertedSubject => {
+                let asserting = [&permissions[..], &["assert_subject"]].concat();
+                let body = json!({"name": "agent", "permissions": asserting});
+                let (key, _) = issue_key(&gateway, &writer_tenant, body).await;
+                (
+                    vec![header("x-api-key", key.clone()), header("x-memory-subject", format!("w{n}"))],
+                    vec![header("x-api-key", key), header("x-memory-subject", format!("r{n}"))],
+                )
+            }
             _ => {
                 let body = json!({"name": "agent", "permissions": permissions});
                 let (writer, _) = issue_key(&gateway, &writer_tenant, body.clone()).await;
                 let (reader, _) = issue_key(&gateway, &reader_tenant, body).await;
-                (("x-api-key", writer), ("x-api-key", reader))
+                (vec![header("x-api-key", writer)], vec![header("x-api-key", reader)])
             }
         };
         let shared = json!({"scope": ["public"], "type": "fact",
@@ -357,7 +382,7 @@ async fn what_one_callers_tools_write_another_callers_tools_never_see() {
             assert!(status.is_success(), "{case:?}: {status} {}", response.text().await.unwrap());
         }
 
-        let writer = connect(&gateway, &[(writer_headers.0, &writer_headers.1)]).await;
+        let writer = connect_with(&gateway, &writer_headers).await;
         let content = match case.kind {
             "fact" => json!({"statement": format!("The private codename is {}.", case.word)}),
             _ => {
@@ -369,7 +394,7 @@ async fn what_one_callers_tools_write_another_callers_tools_never_see() {
         assert!(mine.contains(&id), "{case:?}: the writer finds its own record: {mine}");
         writer.cancel().await.unwrap();
 
-        let reader = connect(&gateway, &[(reader_headers.0, &reader_headers.1)]).await;
+        let reader = connect_with(&gateway, &reader_headers).await;
         let found = ok_text(&call(&reader, "memory_search", json!({"query": case.word, "limit": 20})).await);
         assert!(!found.contains(&id) && !found.contains("private codename"), "{case:?}: {found}");
         assert!(
