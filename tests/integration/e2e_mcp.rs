@@ -144,6 +144,15 @@ async fn an_mcp_client_lists_and_calls_the_six_tools_with_a_gateway_key() {
     let gone = error_text(&call(&mcp, "memory_get", json!({"id": id})).await);
     assert!(gone.contains("no record"), "{gone}");
     mcp.cancel().await.unwrap();
+
+    // Counted as the loop's calls are, and as requests of their own route.
+    let metrics = client().get(gateway.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let calls = metrics
+        .lines()
+        .find(|line| line.starts_with("memgate_memory_tool_calls_total") && line.contains("memory_add"))
+        .unwrap_or_else(|| panic!("no memory_add calls counted:\n{metrics}"));
+    assert!(calls.contains("outcome=\"ok\"") && calls.ends_with(" 1"), "{calls}");
+    assert!(metrics.contains("memgate_requests_total{route=\"mcp\",status_class=\"2xx\"}"), "{metrics}");
 }
 
 /// A client of the 2026-07-28 revision (`server/discover`, no handshake) and a JWT instead of a
