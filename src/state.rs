@@ -22,6 +22,7 @@ use crate::recall::Recaller;
 use crate::rollout::Rollout;
 use crate::rollout::release::load_releases;
 use crate::store::Store;
+use crate::tools::MemoryTools;
 use crate::triggers::{TriggerMetrics, Triggers};
 use crate::turn::Turns;
 use crate::upstream::Upstream;
@@ -62,6 +63,9 @@ struct Inner {
     recent: Arc<RecentRequests>,
     /// One Messages turn, begun and settled (`turn`).
     turns: Turns,
+    /// memgate's memory tools, for the surfaces that offer them outside a turn (`POST /mcp`); the
+    /// same executor the turns' rounds run.
+    tools: MemoryTools,
 }
 
 impl AppState {
@@ -183,6 +187,7 @@ impl AppState {
             config.console.recent_request_ttl,
         ));
         let stale_after = (config.database.poll_interval * 3).max(std::time::Duration::from_secs(3));
+        let tools = MemoryTools::new(recaller.memories().clone(), metrics.clone());
         let turns = Turns::new(
             recaller.clone(),
             rollout.clone(),
@@ -190,7 +195,7 @@ impl AppState {
             upstream.clone(),
             recorder.clone(),
             recent.clone(),
-            crate::tools::MemoryTools::new(recaller.memories().clone(), metrics.clone()),
+            tools.clone(),
             metrics.clone(),
             stale_after,
         );
@@ -203,6 +208,7 @@ impl AppState {
             recorder,
             recent,
             turns,
+            tools,
             max_import_bytes: config.admin.max_import_bytes,
             limits: config.limits.clone(),
             body_budget: BodyBudget::new(
@@ -267,6 +273,10 @@ impl AppState {
     /// Messages turns: begun and settled for the proxy, begun for `explain`.
     pub fn turns(&self) -> &Turns {
         &self.inner.turns
+    }
+
+    pub fn tools(&self) -> &MemoryTools {
+        &self.inner.tools
     }
 
     pub fn recaller(&self) -> &Recaller {

@@ -11,7 +11,8 @@
 //! 1. `observe::observe` — request id, metrics, one log line.
 //! 2. `allowed_hosts` — a `Host` the listener does not answer for is refused (DNS rebinding).
 //! 3. routing — `/v1/messages` and `count_tokens` to the checked proxy, other `/v1/*` to the
-//!    streaming passthrough, health and metrics, a 404 in Anthropic's shape for the rest.
+//!    streaming passthrough, `/mcp` to the memory tools, health and metrics, a 404 in
+//!    Anthropic's shape for the rest.
 //! 4. `identity` — who is calling and which credential goes upstream.
 //! 5. `body` — size limit, read deadlines, bytes held against the budget as they arrive, JSON
 //!    and shape checks (Messages only).
@@ -20,6 +21,9 @@
 //! 7. `upstream` — pooled client, timeouts; the answer relayed chunk by chunk. With the tools
 //!    offered, the turn runs the upstream rounds their calls take (`turn::rounds`) and the client
 //!    gets one answer.
+//!
+//! `POST /mcp` offers memgate's memory tools to MCP clients: the same identity and body steps,
+//! then `rmcp`'s Streamable HTTP service and `tools` (see `mcp`).
 //!
 //! `/admin/v1/…` goes through `admin::require_admin` (bearer token or console session) to handlers
 //! that call `memory::MemoryService`, which checks records (`memory::checks`) and writes them
@@ -38,6 +42,7 @@ pub mod console;
 pub mod error;
 pub mod headers;
 pub mod health;
+pub mod mcp;
 pub mod observe;
 pub mod panic;
 pub mod proxy;
@@ -45,13 +50,13 @@ pub mod server;
 
 /// The route table: path → handler, nothing else. Everything on one listener.
 pub fn build_app(state: AppState) -> Router {
-    finish(public_routes().merge(operator_routes(&state)), state)
+    finish(public_routes(&state).merge(operator_routes(&state)), state)
 }
 
 /// The public listener when `/admin` and `/metrics` have a listener of their own
-/// (`admin.listen`): the proxy and health only.
+/// (`admin.listen`): the proxy, MCP and health only.
 pub fn build_public_app(state: AppState) -> Router {
-    finish(public_routes(), state)
+    finish(public_routes(&state), state)
 }
 
 /// The operators' listener (`admin.listen`): the admin API, metrics and health.
@@ -60,13 +65,14 @@ pub fn build_admin_app(state: AppState) -> Router {
     finish(operator_routes(&state).merge(health), state)
 }
 
-fn public_routes() -> Router<AppState> {
+fn public_routes(state: &AppState) -> Router<AppState> {
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/v1/messages", post(proxy::messages).fallback(proxy::passthrough))
         .route("/v1/messages/count_tokens", post(proxy::count_tokens).fallback(proxy::passthrough))
         .route("/v1/{*rest}", any(proxy::passthrough))
+        .route("/mcp", mcp::endpoint(state))
 }
 
 fn operator_routes(state: &AppState) -> Router<AppState> {

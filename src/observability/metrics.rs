@@ -16,6 +16,8 @@ pub enum Route {
     messages,
     count_tokens,
     passthrough,
+    /// `POST /mcp`: memgate's memory tools for MCP clients.
+    mcp,
     admin,
     health,
     metrics,
@@ -30,6 +32,7 @@ impl Route {
             "/v1/messages/count_tokens" => Route::count_tokens,
             "/healthz" | "/readyz" => Route::health,
             "/metrics" => Route::metrics,
+            "/mcp" => Route::mcp,
             p if p.starts_with("/v1/") => Route::passthrough,
             p if p.starts_with("/admin/") => Route::admin,
             _ => Route::unmatched,
@@ -421,6 +424,7 @@ mod tests {
     fn routes_map_to_a_bounded_set_of_labels() {
         assert_eq!(Route::from_path("/v1/messages"), Route::messages);
         assert_eq!(Route::from_path("/v1/files/abc"), Route::passthrough);
+        assert_eq!(Route::from_path("/mcp"), Route::mcp);
         assert_eq!(Route::from_path("/wp-login.php"), Route::unmatched);
     }
 

@@ -12,6 +12,7 @@ mod e2e_console;
 mod e2e_console_sessions;
 mod e2e_fleet;
 mod e2e_identity;
+mod e2e_mcp;
 mod e2e_memory;
 mod e2e_panic;
 mod e2e_proxy;
