@@ -82,8 +82,10 @@ fn command(input: &Value) -> Result<Command, String> {
     let name = match map.get("command") {
         Some(Value::String(name)) => name.as_str(),
         _ => {
-            return Err("memory: `command` is required (view, create, str_replace, insert, delete or rename)"
-                .to_owned());
+            return Err(
+                "memory: `command` is required (view, create, str_replace, insert, delete or rename)"
+                    .to_owned(),
+            );
         }
     };
     let text = |field: &str| match map.get(field) {
