@@ -294,3 +294,27 @@ fn e2e_memory_tool_trees_are_isolated_between_generated_subjects_and_paths() {
         panic!("{failure}");
     }
 }
+
+/// A JWT's permission claim gives the backend as a key's permission does: the file goes into the
+/// token's `user:<sub>` tree with `agent:jwt:<sub>` as author.
+#[tokio::test]
+async fn e2e_memory_tool_a_jwt_permission_claim_opts_in() {
+    use crate::e2e_identity::{hs256, in_a_minute};
+    let gate = Gate::start("", &[]);
+    let claims = json!({"sub": "u-9", "tenant": super::TENANT, "exp": in_a_minute(), "memgate_permissions": ["memory_tool_backend"]});
+    let body = serde_json::to_vec(&memory_body("Remember that I work nights.", false)).unwrap();
+    let response = client()
+        .post(gate.gw.url("/v1/messages"))
+        .bearer_auth(hs256(claims))
+        .header("content-type", "application/json")
+        .header(BACKEND.0, BACKEND.1)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let records = gate.records("user:u-9").await;
+    assert_eq!(records.len(), 1, "{records:#?}");
+    assert_eq!(records[0]["key"], "/memories/i-work-nights.md");
+    assert_eq!(records[0]["author"], "agent:jwt:u-9");
+}
