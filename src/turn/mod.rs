@@ -10,7 +10,9 @@
 //!    releases in the background. `explain` begins a turn the same way, with its own release
 //!    and a full trace, and never sends it.
 //!    Where the caller, the release and the request allow memgate's memory tools, their
-//!    definitions are added to the body's `tools` (and the caller reads its own write scope).
+//!    definitions are added to the body's `tools` (and the caller reads its own write scope);
+//!    where the body declares Anthropic's memory tool and the caller opts in, memgate is its
+//!    backend (`tools::files`), and the body is left as the client sent it.
 //! 2. `Turns::converse` sends the body upstream: once, or — with the tools offered — in as many
 //!    rounds as the model's calls of them take (`rounds`: memgate runs the calls and continues;
 //!    the client gets one answer). The edge relays the answer; the body's budget is the edge's.

@@ -318,3 +318,21 @@ async fn e2e_memory_tool_a_jwt_permission_claim_opts_in() {
     assert_eq!(records[0]["key"], "/memories/i-work-nights.md");
     assert_eq!(records[0]["author"], "agent:jwt:u-9");
 }
+
+/// A caller with memgate's tools and the backend gets both in one loop: memgate's six after the
+/// client's `memory`, and the model's `memory` call executed.
+#[tokio::test]
+async fn e2e_memory_tool_and_memgates_tools_work_in_one_loop() {
+    let gate = Gate::start("", &[]);
+    let key = gate.key(&["memory_write_tools", "memory_tool_backend", "assert_subject"]).await;
+    let answer = say(&gate, &key, "u-1", "Remember that the office is in Lyon.", false).await;
+    let told = message(&answer, false);
+    assert_eq!(
+        told["content"][1]["text"],
+        "From memory: File created successfully at: /memories/the-office-is-in-lyon.md"
+    );
+    let mut expected = vec!["memory".to_owned()];
+    expected.extend(super::MEMGATE_TOOLS.iter().map(|s| (*s).to_owned()));
+    assert_eq!(tool_names(&gate.upstream_bodies().await[0]), expected);
+    assert_eq!(gate.records("user:u-1").await[0]["key"], "/memories/the-office-is-in-lyon.md");
+}
