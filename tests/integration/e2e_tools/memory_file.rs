@@ -336,3 +336,29 @@ async fn e2e_memory_tool_and_memgates_tools_work_in_one_loop() {
     assert_eq!(tool_names(&gate.upstream_bodies().await[0]), expected);
     assert_eq!(gate.records("user:u-1").await[0]["key"], "/memories/the-office-is-in-lyon.md");
 }
+
+/// Files are memory like any other: exported with their scope, and gone from the tree once the
+/// scope is forgotten.
+#[tokio::test]
+async fn e2e_memory_tool_files_are_exported_and_forgotten_with_their_scope() {
+    use crate::e2e_identity::ADMIN_TOKEN;
+    let gate = Gate::start("", &[]);
+    let key = backend_key(&gate).await;
+    say(&gate, &key, "u-1", "Remember that my plan is the pro tier.", false).await;
+    let admin = |request: reqwest::RequestBuilder| {
+        request.bearer_auth(ADMIN_TOKEN).header("x-memory-tenant", super::TENANT).send()
+    };
+    let export = admin(client().get(gate.gw.url("/admin/v1/export?scope=user:u-1"))).await.unwrap();
+    let lines = export.text().await.unwrap();
+    assert!(lines.contains(r#""key":"/memories/my-plan-is-the-pro.md""#), "{lines}");
+    let forget =
+        admin(client().post(gate.gw.url("/admin/v1/memories/forget")).json(&json!({"scope": "user:u-1"})))
+            .await
+            .unwrap();
+    assert_eq!(forget.status(), 200);
+    say(&gate, &key, "u-1", "What do you remember?", false).await;
+    assert_eq!(
+        last_result(&gate).await.0,
+        "Here're the files and directories up to 2 levels deep in /memories, excluding hidden items:\n0B\t/memories"
+    );
+}
