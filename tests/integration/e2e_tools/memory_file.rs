@@ -362,3 +362,28 @@ async fn e2e_memory_tool_files_are_exported_and_forgotten_with_their_scope() {
         "Here're the files and directories up to 2 levels deep in /memories, excluding hidden items:\n0B\t/memories"
     );
 }
+
+/// Under a release whose agent writes await review, a file is `proposed`: in the tree at once
+/// (the model finds what it wrote), its result says it awaits review, and an edit keeps it so.
+#[tokio::test]
+async fn e2e_memory_tool_files_await_review_under_a_proposing_release() {
+    let gate = Gate::start("[releases.v1]\nagent_writes = \"proposed\"\n", &[]);
+    let key = backend_key(&gate).await;
+    say(&gate, &key, "u-1", "Remember that my desk is 4B.", false).await;
+    let (created, _) = last_result(&gate).await;
+    assert!(created.starts_with("File created successfully at: /memories/my-desk-is-4b.md"), "{created}");
+    assert!(created.contains("awaits review"), "{created}");
+    let records = gate.records("user:u-1").await;
+    assert_eq!(records[0]["status"], "proposed");
+    let edit = json!({"command": "insert", "path": "/memories/my-desk-is-4b.md", "insert_line": 1, "insert_text": "second floor"});
+    say(&gate, &key, "u-1", &command(edit), false).await;
+    let (edited, _) = last_result(&gate).await;
+    assert!(edited.starts_with("The file /memories/my-desk-is-4b.md has been edited."), "{edited}");
+    let records = gate.records("user:u-1").await;
+    assert_eq!(
+        (records[0]["status"].as_str(), records[0]["content"]["statement"].as_str()),
+        (Some("proposed"), Some("my desk is 4B\nsecond floor\n"))
+    );
+    say(&gate, &key, "u-1", "What do you remember?", false).await;
+    assert!(last_result(&gate).await.0.contains("/memories/my-desk-is-4b.md"));
+}
