@@ -1,5 +1,7 @@
 //! The commands against the reference implementation's strings (the Python SDK's
-//! `BetaLocalFilesystemMemoryTool`), on a tree held in memory.
+//! `BetaLocalFilesystemMemoryTool`), on a tree held in memory. The expected strings are what that
+//! class answers for the same commands on a real directory (anthropic 2.14.0), except where
+//! docs/memory-tools.md says memgate differs (a directory's size, stricter paths).
 
 use super::paths::resolve;
 use super::tree::{Applied, Change, Command, File, MAX_FILE_CHARS, Tree, apply, file_size};
