@@ -17,6 +17,9 @@ pub const MODE: &str = "x-memory-mode";
 pub const DEBUG: &str = "x-memory-debug";
 /// `off`, `read` or `write`: narrows the memory tools one request gets (never widens them).
 pub const TOOLS: &str = "x-memory-tools";
+/// `memgate`: memgate executes Anthropic's memory tool (`memory_20250818`) for the request, where
+/// the caller may; `client`, the default, leaves it to the client.
+pub const TOOL_BACKEND: &str = "x-memory-tool-backend";
 /// Numbers and strings for trigger comparisons (`satisfaction=1`, or JSON).
 pub const VALUES: &str = "x-memory-values";
 /// The admin API's tenant and actor.
@@ -53,8 +56,9 @@ pub fn credentials(headers: &HeaderMap) -> Credentials<'_> {
 }
 
 /// What a request asks of memory: `X-Memory-Mode` (`off` or `read`), `X-Memory-Debug` (`1` or
-/// `0`), `X-Memory-Version`, `X-Memory-Tools` (`off`, `read` or `write`) and `X-Memory-Values`. Whether the caller may ask it is the turn's
-/// to judge; a value these headers do not take is refused here.
+/// `0`), `X-Memory-Version`, `X-Memory-Tools` (`off`, `read` or `write`),
+/// `X-Memory-Tool-Backend` (`memgate` or `client`) and `X-Memory-Values`. Whether the caller may
+/// ask it is the turn's to judge; a value these headers do not take is refused here.
 pub fn ask(headers: &HeaderMap) -> Result<Ask, ApiError> {
     let text = |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or(""));
     let off = match text(MODE) {
@@ -73,6 +77,16 @@ pub fn ask(headers: &HeaderMap) -> Result<Ask, ApiError> {
             ApiError::coded(Code::InvalidHeader, "X-Memory-Tools must be `off`, `read` or `write`")
         })?),
     };
+    let tool_backend = match text(TOOL_BACKEND) {
+        None | Some("client") => false,
+        Some("memgate") => true,
+        Some(_) => {
+            return Err(ApiError::coded(
+                Code::InvalidHeader,
+                "X-Memory-Tool-Backend must be `memgate` or `client`",
+            ));
+        }
+    };
     let values = match headers.get(VALUES) {
         None => Default::default(),
         Some(value) => {
@@ -87,7 +101,7 @@ pub fn ask(headers: &HeaderMap) -> Result<Ask, ApiError> {
             })?
         }
     };
-    Ok(Ask { off, debug, pin: text(VERSION).map(str::to_owned), tools, values })
+    Ok(Ask { off, debug, pin: text(VERSION).map(str::to_owned), tools, tool_backend, values })
 }
 
 /// The turn's report as headers: `X-Memory-Version` on every answer (which release served says

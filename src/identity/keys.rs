@@ -34,8 +34,9 @@ const CACHE_MAX: usize = 10_000;
 /// `upstream_other` open `/v1/*` paths beyond Messages and models in managed mode, where every
 /// tenant's requests share memgate's one upstream key and so its workspace (docs/operations.md).
 /// `memory_read_tools`, `memory_write_tools` and `memory_write_any` give the key memgate's memory
-/// tools (docs/memory-tools.md).
-pub const PERMISSIONS: [&str; 9] = [
+/// tools, and `memory_tool_backend` lets memgate execute Anthropic's memory tool for the key
+/// (docs/memory-tools.md).
+pub const PERMISSIONS: [&str; 10] = [
     "pin_release",
     "assert_subject",
     "debug",
@@ -45,6 +46,7 @@ pub const PERMISSIONS: [&str; 9] = [
     "memory_read_tools",
     "memory_write_tools",
     "memory_write_any",
+    "memory_tool_backend",
 ];
 
 /// A request to issue a key.

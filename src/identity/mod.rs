@@ -94,6 +94,9 @@ pub struct Permissions {
     pub memory_write_tools: bool,
     /// The write tools may change and delete records other authors wrote (that the caller sees).
     pub memory_write_any: bool,
+    /// memgate may execute Anthropic's memory tool (`memory_20250818`) for the caller, on its
+    /// subject's `/memories` tree, when a request also asks with `X-Memory-Tool-Backend: memgate`.
+    pub memory_tool_backend: bool,
 }
 
 impl Permissions {
@@ -110,6 +113,7 @@ impl Permissions {
                 "memory_read_tools" => p.memory_read_tools = true,
                 "memory_write_tools" => p.memory_write_tools = true,
                 "memory_write_any" => p.memory_write_any = true,
+                "memory_tool_backend" => p.memory_tool_backend = true,
                 _ => {}
             }
         }

@@ -28,6 +28,7 @@
 //! notes, not instructions.
 
 pub mod definitions;
+pub mod files;
 mod input;
 mod read;
 mod write;
@@ -76,6 +77,8 @@ pub struct ToolCaller {
     pub own_scope: Option<String>,
     pub author: Option<String>,
     pub write_any: bool,
+    /// memgate executes Anthropic's memory tool (`memory`) for this request (`files`).
+    pub file_tool: bool,
 }
 
 impl ToolCaller {
@@ -88,10 +91,17 @@ impl ToolCaller {
         ToolCaller {
             author: caller.author(),
             write_any: caller.permissions.memory_write_any,
+            file_tool: false,
             level,
             own_scope,
             caller,
         }
+    }
+
+    /// The same caller, with memgate executing Anthropic's memory tool for it or not.
+    pub fn with_file_tool(mut self, file_tool: bool) -> ToolCaller {
+        self.file_tool = file_tool;
+        self
     }
 
     /// Whether this caller may change a record written by `author`.
@@ -162,6 +172,9 @@ impl MemoryTools {
     }
 
     async fn run(&self, caller: &ToolCaller, release: &Release, name: &str, input: &Value) -> ToolResult {
+        if caller.file_tool && name == files::TOOL_NAME {
+            return files::run(&self.memories, caller, release, input).await;
+        }
         if !definitions::names(caller.level).contains(&name) {
             return ToolResult::refused(format!(
                 "{name} is not one of the memory tools offered to this caller"
@@ -180,8 +193,11 @@ impl MemoryTools {
     }
 }
 
-/// A tool's name as a metric label: one of the six, or `other`.
+/// A tool's name as a metric label: one of the six, `memory`, or `other`.
 pub fn metric_name(name: &str) -> &'static str {
+    if name == files::TOOL_NAME {
+        return files::TOOL_NAME;
+    }
     definitions::NAMES.iter().find(|known| **known == name).copied().unwrap_or("other")
 }
 

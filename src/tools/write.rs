@@ -23,14 +23,14 @@ fn writer_of<'a>(tool: &str, caller: &'a ToolCaller) -> Result<(&'a str, &'a str
 }
 
 /// The schema version agents write: the first the release reads.
-fn schema_version(release: &Release) -> &str {
+pub(super) fn schema_version(release: &Release) -> &str {
     release.funnel.schema_versions.first().map_or("v1", String::as_str)
 }
 
 /// A refused write in words: a secret by its kind and path alone (the value is never repeated,
 /// and nothing else is said about the content, whose other messages could quote it); otherwise
 /// every problem with its JSON path.
-fn refusal(tool: &str, err: MemoryError) -> ToolResult {
+pub(super) fn refusal(tool: &str, err: MemoryError) -> ToolResult {
     match err {
         MemoryError::Invalid(problems) => {
             let secrets: Vec<&Problem> = problems.iter().filter(|p| p.kind == "secret").collect();
@@ -58,7 +58,7 @@ fn refusal(tool: &str, err: MemoryError) -> ToolResult {
     }
 }
 
-fn status_note(status: Status) -> &'static str {
+pub(super) fn status_note(status: Status) -> &'static str {
     match status {
         Status::Proposed => {
             " It awaits review (status proposed): it is not used until an operator approves it."

@@ -10,7 +10,9 @@
 //!    releases in the background. `explain` begins a turn the same way, with its own release
 //!    and a full trace, and never sends it.
 //!    Where the caller, the release and the request allow memgate's memory tools, their
-//!    definitions are added to the body's `tools` (and the caller reads its own write scope).
+//!    definitions are added to the body's `tools` (and the caller reads its own write scope);
+//!    where the body declares Anthropic's memory tool and the caller opts in, memgate is its
+//!    backend (`tools::files`), and the body is left as the client sent it.
 //! 2. `Turns::converse` sends the body upstream: once, or — with the tools offered — in as many
 //!    rounds as the model's calls of them take (`rounds`: memgate runs the calls and continues;
 //!    the client gets one answer). The edge relays the answer; the body's budget is the edge's.
@@ -79,6 +81,9 @@ pub struct Ask {
     pub pin: Option<String>,
     /// `X-Memory-Tools`: the memory tools narrowed for this request (`None`: as permitted).
     pub tools: Option<crate::tools::Level>,
+    /// `X-Memory-Tool-Backend: memgate`: memgate executes Anthropic's memory tool, where the
+    /// caller holds `memory_tool_backend` and the body declares the tool.
+    pub tool_backend: bool,
     /// `X-Memory-Values`: numbers and strings for trigger comparisons.
     pub values: BTreeMap<String, Value>,
 }
@@ -275,24 +280,34 @@ impl Turns {
             None if !wish.off => Level::for_request(&caller, &release, ask.tools),
             _ => Level::Off,
         };
-        let tool_caller = (level > Level::Off).then(|| ToolCaller::new(&caller, level));
+        // Anthropic's memory tool, executed here on the subject's `/memories` tree: where the
+        // request declares it and asks, the caller holds the permission, and the release has
+        // not turned memory tools off.
+        let file_tool = explain.is_none()
+            && !wish.off
+            && ask.tool_backend
+            && caller.permissions.memory_tool_backend
+            && release.tools.level > Level::Off
+            && rounds::body::declares_memory_tool(&body);
+        let tool_caller = (level > Level::Off || file_tool)
+            .then(|| ToolCaller::new(&caller, level).with_file_tool(file_tool));
         if let Some(tools) = &tool_caller {
             caller.scopes = tools.caller.scopes.clone();
         }
         let mut recalled = handles.recaller.recall(&caller, &release, body, &wish).await?;
-        let tools = tool_caller.and_then(|tools| {
-            let names = crate::tools::definitions::names(level);
-            let elements = crate::tools::definitions::array_elements(level);
-            match rounds::body::offer_tools(&recalled.body, elements, names) {
-                Ok(offered) => {
-                    recalled.body = Bytes::from(offered);
-                    Some(tools)
-                }
-                Err(why) => {
-                    tracing::debug!(?why, "memgate's tools not offered in this request");
-                    None
+        let tools = tool_caller.and_then(|mut tools| {
+            if level > Level::Off {
+                let names = crate::tools::definitions::names(level);
+                let elements = crate::tools::definitions::array_elements(level);
+                match rounds::body::offer_tools(&recalled.body, elements, names) {
+                    Ok(offered) => recalled.body = Bytes::from(offered),
+                    Err(why) => {
+                        tracing::debug!(?why, "memgate's tools not offered in this request");
+                        tools.level = Level::Off;
+                    }
                 }
             }
+            (tools.level > Level::Off || tools.file_tool).then_some(tools)
         });
         // A degraded active run injected nothing for want of time or an embedder: comparing a
         // candidate with it would count a difference the candidate did not make.

@@ -19,6 +19,7 @@
 mod answer;
 mod handlers;
 mod memory;
+mod memory_file;
 mod record;
 mod reply;
 mod stream;

@@ -1,5 +1,6 @@
 //! The mock as a model that uses memgate's memory tools, when a request offers them (its `tools`
-//! name `memory_search` or `memory_add`); requests without them are answered as before.
+//! name `memory_search` or `memory_add`); requests without them are answered as before. A
+//! request that declares Anthropic's memory tool is answered by `memory_file` first.
 //!
 //! What it does, by the request's last turn (docs/mock-upstream.md, "Memory tools"):
 //! - a `tool_result` (memgate answered a call): a final text that quotes it, "From memory: …";
@@ -31,7 +32,7 @@ fn offered(body: &Map<String, Value>) -> Vec<&str> {
 }
 
 /// The text of the `tool_result`s in the last user turn, if it holds any.
-fn tool_results(body: &Map<String, Value>) -> Option<String> {
+pub(super) fn tool_results(body: &Map<String, Value>) -> Option<String> {
     let last = body.get("messages")?.as_array()?.last()?;
     if last.get("role").and_then(Value::as_str) != Some("user") {
         return None;
@@ -55,6 +56,9 @@ fn tool_results(body: &Map<String, Value>) -> Option<String> {
 /// What the mock does with memgate's tools offered; `None` when they are not, or when it has
 /// nothing to do with them.
 pub(super) fn plan(body: &Map<String, Value>, model: &str) -> Option<Plan> {
+    if let Some(plan) = super::memory_file::plan(body) {
+        return Some(plan);
+    }
     let tools = offered(body);
     let can_search = tools.contains(&"memory_search");
     let can_add = tools.contains(&"memory_add");

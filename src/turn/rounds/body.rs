@@ -103,6 +103,32 @@ fn offer_tools_replacing_null(body: &[u8], elements: &str) -> Result<Vec<u8>, No
     Ok(out)
 }
 
+#[derive(Deserialize)]
+struct DeclaredTool<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    name: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// Whether the body's `tools` declares Anthropic's memory tool
+/// (`{"type": "memory_20250818", "name": "memory"}`).
+pub fn declares_memory_tool(body: &[u8]) -> bool {
+    let Ok([Some(tools)]) = top_fields(body, ["tools"]) else { return false };
+    if !tools.get().starts_with('[') {
+        return false;
+    }
+    let mut declared = false;
+    let scanned = for_each_element(tools, |_, element| {
+        if let Ok(tool) = serde_json::from_str::<DeclaredTool<'_>>(element.get()) {
+            declared |= tool.kind.as_deref() == Some(crate::tools::files::TOOL_TYPE)
+                && tool.name.as_deref() == Some(crate::tools::files::TOOL_NAME);
+        }
+        Ok::<(), ()>(())
+    });
+    matches!(scanned, Ok(Ok(()))) && declared
+}
+
 /// One `tool_result` memgate sends back.
 pub struct ToolAnswer<'a> {
     pub tool_use_id: &'a str,
@@ -198,6 +224,18 @@ mod tests {
         assert_eq!(offer_tools(body.as_bytes(), DEFS, &NAMES), Err(NotOffered::NameTaken));
         let body = r#"{"tools":{"name":"x"},"messages":[]}"#;
         assert_eq!(offer_tools(body.as_bytes(), DEFS, &NAMES), Err(NotOffered::Shape));
+    }
+
+    #[test]
+    fn only_the_memory_tool_by_its_type_and_name_is_found_declared() {
+        let declared = |body: &str| declares_memory_tool(body.as_bytes());
+        assert!(declared(
+            r#"{"tools":[{"name":"x","input_schema":{}},{"type":"memory_20250818","name":"memory"}]}"#
+        ));
+        assert!(!declared(r#"{"tools":[{"type":"memory_20250818","name":"notes"}]}"#));
+        assert!(!declared(r#"{"tools":[{"name":"memory","input_schema":{}}]}"#));
+        assert!(!declared(r#"{"tools":{"type":"memory_20250818","name":"memory"}}"#));
+        assert!(!declared(r#"{"messages":[]}"#));
     }
 
     #[test]

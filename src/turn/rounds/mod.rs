@@ -3,7 +3,9 @@
 //! model answers; the client sees one message.
 //!
 //! A round is one upstream call. After each, the model's content is sorted: its `tool_use`
-//! blocks that name one of memgate's tools are memgate's calls, everything else is the client's.
+//! blocks that name one of memgate's tools (or `memory`, Anthropic's memory tool, when memgate
+//! is its backend for the request: `tools::files`) are memgate's calls, everything else is the
+//! client's.
 //! Then:
 //! - no memgate call: the round is the last one (with one round only, the upstream's answer goes
 //!   to the client unchanged, byte for byte);
@@ -142,9 +144,14 @@ impl Rounds {
         crate::tools::definitions::names(self.inner.caller.level)
     }
 
+    /// A call memgate answers: one of its own tools, or Anthropic's memory tool when memgate is
+    /// its backend for this request.
     fn is_memgate_call(&self, block: &Value) -> bool {
         block.get("type").and_then(Value::as_str) == Some("tool_use")
-            && block.get("name").and_then(Value::as_str).is_some_and(|name| self.names().contains(&name))
+            && block.get("name").and_then(Value::as_str).is_some_and(|name| {
+                self.names().contains(&name)
+                    || (self.inner.caller.file_tool && name == crate::tools::files::TOOL_NAME)
+            })
     }
 
     fn is_client_call(&self, block: &Value) -> bool {

@@ -5,6 +5,7 @@
 
 mod bounds;
 mod compat;
+mod memory_file;
 mod streaming;
 
 use crate::e2e_identity::{ADMIN_TOKEN, issue_key, managed_gateway};
