@@ -9,9 +9,10 @@
 
 use super::{AdminContext, AdminJson};
 use crate::error::{ApiError, Code};
-use crate::identity::{Caller, is_valid_subject};
+use crate::identity::{Caller, Permissions, is_valid_subject};
 use crate::record::is_valid_scope;
 use crate::state::AppState;
+use crate::tools::Level;
 use crate::turn::{Ask, Endpoint, Purpose, TurnRequest};
 use axum::Json;
 use axum::extract::State;
@@ -64,6 +65,8 @@ pub async fn explain(
         return Err(ApiError::invalid_request("explain needs `request` (a Messages body)"));
     };
     let mut scopes = BTreeSet::from(["public".to_owned()]);
+    // A key's permissions decide which of memgate's tools its caller would get.
+    let mut permissions = Permissions::default();
     if let Some(key_id) = &input.caller.key_id {
         let key = state
             .store()
@@ -74,6 +77,7 @@ pub async fn explain(
                 let shown: String = key_id.chars().take(80).collect();
                 ApiError::invalid_request(format!("no live key `{shown}` in this tenant"))
             })?;
+        permissions = Permissions::from_names(key.permissions.iter().map(String::as_str));
         scopes.extend(key.scopes);
     }
     for scope in input.caller.scopes {
@@ -96,6 +100,7 @@ pub async fn explain(
         json!({"subject": input.caller.subject, "scopes": scopes, "key_id": input.caller.key_id});
     let mut caller = Caller::new(&ctx.tenant, scopes);
     caller.subject = input.caller.subject;
+    caller.permissions = permissions;
     let release = match &input.release {
         Some(name) => Some(
             state
@@ -127,6 +132,9 @@ pub async fn explain(
     // What would fire, without deciding or sending anything.
     let triggers = state.recaller().triggers().would_fire(&recalled.fired);
     let records = summaries(&state, &ctx.tenant, &recalled);
+    // memgate's tools this caller would be offered under this release (before any header
+    // narrows them), in the order they are appended.
+    let tools = crate::tools::definitions::names(Level::for_request(turn.caller(), release, None));
     Ok(Json(json!({
         "release": release.name,
         "request_id": null,
@@ -142,6 +150,7 @@ pub async fn explain(
         "trace": recalled.trace,
         "records": records,
         "triggers": triggers,
+        "tools": tools,
         "visible_tokens": recalled.visible_tokens,
         "request": request,
     })))

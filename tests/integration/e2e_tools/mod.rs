@@ -5,6 +5,7 @@
 
 mod bounds;
 mod compat;
+mod explain;
 mod memory_file;
 mod streaming;
 
