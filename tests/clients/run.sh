@@ -43,7 +43,7 @@ fi
 # a 2-core machine loads one embedding model at a time more quickly than two.
 set +e
 node --test --test-concurrency=1 --test-reporter=spec "$@" \
-    "$clients/claude_code.test.mjs" "$clients/typescript_sdk.test.mjs"
+    "$clients/claude_code.test.mjs" "$clients/typescript_sdk.test.mjs" "$clients/typescript_sdk_memory_tools.test.mjs"
 status=$?
 set -e
 if (( status != 0 )); then
