@@ -261,3 +261,31 @@ test('Claude Code through memgate, a bare follow-up (--continue): the refund pol
   assert.ok(users.length >= 2, `--continue did not carry the first turn: ${outline(main.sent.body)}`);
   await assertRefundInjectedAfterLastBreakpoint(main, FOLLOW_UP);
 });
+
+// memgate's memory tools under Claude Code: a managed gateway key with `memory_write_tools` (sent
+// by Claude Code as its API key), the mock's model calling `memory_add` for "remember that …".
+// memgate runs the call inside the turn; Claude Code sees one answer and finishes, and the record
+// is stored in the key's own scope with the key as its author.
+test('Claude Code through memgate with memory tools: "remember that …" is stored by the agent and the turn finishes', async () => {
+  const managed = await startMemgate({
+    name: 'memgate-serve-cc-tools', upstreamUrl: mock.url, workdir, mode: 'managed', adminToken: ADMIN_TOKEN,
+    upstreamKey: 'sk-ant-clients-cc-tools-upstream-0123',
+  });
+  try {
+    const managedAdmin = new Admin(managed, ADMIN_TOKEN);
+    const key = await managedAdmin.call('POST', '/keys', { name: 'claude-code', scopes: [], permissions: ['memory_write_tools'] });
+    const workspace = claudeWorkspace(path.join(workdir, 'cc-tools'), CLAUDE_MD);
+    const prompt = 'Remember that this repository deploys with pnpm.';
+    await mockLog.clear();
+    const run = await runClaude({ baseUrl: managed.url, apiKey: key.key, workspace, prompt });
+    assert.equal(run.code, 0, `Claude Code did not finish its turn: ${describeRun(run)}`);
+    assert.equal(run.result?.is_error, false, JSON.stringify(run.result));
+    assert.ok(run.result.result.includes('Saved as mem-'), `the answer does not quote memgate's tool result: ${JSON.stringify(run.result.result)}`);
+    const records = (await managedAdmin.call('GET', `/memories?scope=agent:${key.id}`)).data;
+    assert.equal(records.length, 1, JSON.stringify(records));
+    assert.equal(records[0].author, `agent:${key.id}`);
+    assert.ok(JSON.stringify(records[0].content).includes('pnpm'), JSON.stringify(records[0].content));
+  } finally {
+    await managed.stop();
+  }
+});
