@@ -11,10 +11,16 @@
 use crate::body::budget::{BodyBudget, BudgetPermit, Holder};
 use crate::config::Limits;
 use crate::error::{ApiError, ErrorKind};
+use crate::http::client::RequestOrigin;
+use crate::http::headers;
+use crate::identity::Caller;
+use crate::state::AppState;
 use axum::body::Body;
 use axum::http::HeaderMap;
+use axum::http::request::Parts;
 use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
+use std::net::IpAddr;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -153,4 +159,23 @@ fn seconds(duration: Duration) -> String {
         ms if ms % 1000 == 0 => format!("{} s", ms / 1000),
         ms => format!("{ms} ms"),
     }
+}
+
+/// A request's caller and its whole body: the credentials checked first (an unknown caller
+/// sends nothing further), then the body read within the limits and held against the budget as
+/// the caller's. Shared by every endpoint that reads a caller's body whole (the proxy, `/mcp`).
+pub async fn read_as_caller(
+    state: &AppState,
+    parts: &Parts,
+    body: Body,
+) -> Result<(Caller, Option<IpAddr>, Bytes, BudgetPermit), ApiError> {
+    let client = state.client_addr(parts);
+    let caller = state
+        .identity()
+        .authenticate(headers::credentials(&parts.headers), &state.client_limit_key(parts))
+        .await?;
+    let holder = Holder::new(client, &caller.rate_key);
+    let (bytes, permit) =
+        read_budgeted(&parts.headers, body, state.limits(), state.body_budget(), holder).await?;
+    Ok((caller, client, bytes, permit))
 }

@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -197,6 +198,35 @@ def memgate(mock_upstream: Service, workdir: Path) -> Iterator[Service]:
     )
     yield service
     service.stop()
+
+
+def admin_call(service: Service, token: str, tenant: str, method: str, path: str, body: Any = None) -> Any:
+    """One admin API call (`/admin/v1<path>`) with `token` in `tenant`; an error status fails the test."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"{service.url}/admin/v1{path}", data=data, method=method)
+    req.add_header("Authorization", f"Bearer {token}")
+    req.add_header("x-memory-tenant", tenant)
+    req.add_header("content-type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310 - loopback only
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        pytest.fail(f"{method} {path} answered {err.code}: {err.read().decode(errors='replace')}")
+
+
+def managed_memgate(name: str, mock_upstream: Service, workdir: Path, upstream_key: str, admin_token: str) -> Service:
+    """A managed-mode memgate of its own in front of the mock, with a generous funnel budget."""
+    directory = workdir / name
+    directory.mkdir()
+    config = directory / "memgate.toml"
+    config.write_text("[memory]\nfunnel_timeout_ms = 10000\n")
+    return start_service(
+        name,
+        ["serve", "--listen", "127.0.0.1:0", "--upstream-url", mock_upstream.url, "--auth-mode", "managed",
+         "--config", str(config)],
+        workdir,
+        env_extra={"ANTHROPIC_API_KEY": upstream_key, "MEMGATE_ADMIN_TOKEN": admin_token, **database_env(directory)},
+    )
 
 
 def make_client(base_url: str, **kwargs: Any) -> anthropic.Anthropic:

@@ -9,15 +9,13 @@ Every check is on what a user sees: the `X-Memory-*` headers of the SDK's raw re
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
 
 import anthropic
 import pytest
 
-from conftest import MockLog, Service, database_env, make_client, start_service
+from conftest import MockLog, Service, admin_call, database_env, make_client, start_service
 
 ADMIN_TOKEN = "sdk-memory-admin-token-0123456789"
 UPSTREAM_KEY = "sk-ant-upstream-memory-0123456789"
@@ -53,16 +51,7 @@ QUESTIONS = [
 
 
 def admin(service: Service, method: str, path: str, body: Any = None, tenant: str = TENANT) -> Any:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"{service.url}/admin/v1{path}", data=data, method=method)
-    req.add_header("Authorization", f"Bearer {ADMIN_TOKEN}")
-    req.add_header("x-memory-tenant", tenant)
-    req.add_header("content-type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310 - loopback only
-            return json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        pytest.fail(f"{method} {path} answered {err.code}: {err.read().decode(errors='replace')}")
+    return admin_call(service, ADMIN_TOKEN, tenant, method, path, body)
 
 
 @pytest.fixture(scope="module")

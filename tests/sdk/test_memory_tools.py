@@ -7,14 +7,13 @@ the events it saw) and not, with none of memgate's tool blocks and the usage of 
 from __future__ import annotations
 
 import json
-import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
 
 import anthropic
 import pytest
 
-from conftest import MockLog, Service, database_env, make_client, start_service
+from conftest import MockLog, Service, admin_call, make_client, managed_memgate
 
 ADMIN_TOKEN = "sdk-tools-admin-token-0123456789"
 UPSTREAM_KEY = "sk-ant-upstream-tools-0123456789"
@@ -24,28 +23,12 @@ MEMGATE_TOOLS = {"memory_search", "memory_get", "memory_list", "memory_add", "me
 
 
 def admin(service: Service, method: str, path: str, body: Any = None) -> Any:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"{service.url}/admin/v1{path}", data=data, method=method)
-    req.add_header("Authorization", f"Bearer {ADMIN_TOKEN}")
-    req.add_header("x-memory-tenant", TENANT)
-    req.add_header("content-type", "application/json")
-    with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310 - loopback only
-        return json.loads(resp.read())
+    return admin_call(service, ADMIN_TOKEN, TENANT, method, path, body)
 
 
 @pytest.fixture(scope="module")
 def gateway(mock_upstream: Service, workdir: Path) -> Iterator[Service]:
-    directory = workdir / "serve-tools"
-    directory.mkdir()
-    config = directory / "memgate.toml"
-    config.write_text("[memory]\nfunnel_timeout_ms = 10000\n")
-    service = start_service(
-        "memgate-serve-tools",
-        ["serve", "--listen", "127.0.0.1:0", "--upstream-url", mock_upstream.url, "--auth-mode", "managed",
-         "--config", str(config)],
-        workdir,
-        env_extra={"ANTHROPIC_API_KEY": UPSTREAM_KEY, "MEMGATE_ADMIN_TOKEN": ADMIN_TOKEN, **database_env(directory)},
-    )
+    service = managed_memgate("memgate-serve-tools", mock_upstream, workdir, UPSTREAM_KEY, ADMIN_TOKEN)
     yield service
     service.stop()
 

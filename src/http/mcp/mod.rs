@@ -24,7 +24,6 @@
 mod server;
 
 use crate::error::ApiError;
-use crate::http::client::RequestOrigin;
 use crate::http::headers;
 use crate::state::AppState;
 use axum::body::Body;
@@ -59,15 +58,8 @@ pub fn endpoint(state: &AppState) -> MethodRouter<AppState> {
 /// Who is calling, what it sent and what it may use, decided before `rmcp` runs.
 async fn admit(State(state): State<AppState>, request: Request, next: Next) -> Result<Response, ApiError> {
     let (mut parts, body) = request.into_parts();
-    let client = state.client_addr(&parts);
-    let caller = state
-        .identity()
-        .authenticate(headers::credentials(&parts.headers), &state.client_limit_key(&parts))
-        .await?;
-    let holder = crate::body::budget::Holder::new(client, &caller.rate_key);
-    let (bytes, budget_permit) =
-        crate::http::body::read_budgeted(&parts.headers, body, state.limits(), state.body_budget(), holder)
-            .await?;
+    let (caller, client, bytes, budget_permit) =
+        crate::http::body::read_as_caller(&state, &parts, body).await?;
     let ask = headers::ask(&parts.headers)?;
     let release = state.rollout().route(&caller, ask.pin.as_deref(), client)?;
     parts.extensions.insert(server::Access::new(&caller, release, &ask));

@@ -57,16 +57,9 @@ async fn forward_messages_request(
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
     let (parts, body) = request.into_parts();
-    let client = state.client_addr(&parts);
-    let caller = state
-        .identity()
-        .authenticate(headers::credentials(&parts.headers), &state.client_limit_key(&parts))
-        .await?;
-    // Held until the request has left for the upstream: see `budget`.
-    let holder = crate::body::budget::Holder::new(client, &caller.rate_key);
-    let (bytes, budget_permit) =
-        crate::http::body::read_budgeted(&parts.headers, body, state.limits(), state.body_budget(), holder)
-            .await?;
+    // The body's share of the budget is held until the request has left for the upstream.
+    let (caller, client, bytes, budget_permit) =
+        crate::http::body::read_as_caller(state, &parts, body).await?;
     let checked = bytes.clone();
     let facts = crate::cpu::run(bytes.len(), move || crate::body::check_messages_request(&checked)).await?;
     let ask = headers::ask(&parts.headers)?;

@@ -1,21 +1,9 @@
 //! Tools off — the default for every existing key and release — changes nothing: what the
 //! upstream receives and what the client gets are what they were before memgate had tools.
 
-use super::{Gate, MEMGATE_TOOLS, ask_body, tool_names};
-use crate::support::{client, without_request_seq};
+use super::{Gate, MEMGATE_TOOLS, ask_body, direct, tool_names};
+use crate::support::without_request_seq;
 use serde_json::json;
-
-/// The same request straight to the mock: what a gateway that adds nothing must answer.
-async fn direct(gate: &Gate, body: &[u8]) -> String {
-    let response = client()
-        .post(gate.mock.url("/v1/messages"))
-        .header("content-type", "application/json")
-        .body(body.to_vec())
-        .send()
-        .await
-        .unwrap();
-    without_request_seq(&response.text().await.unwrap())
-}
 
 #[tokio::test]
 async fn e2e_tools_callers_without_the_permission_send_and_get_exactly_what_they_did() {

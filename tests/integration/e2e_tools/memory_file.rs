@@ -5,7 +5,7 @@
 //! request is the client's, byte for byte.
 
 use super::streaming::{coherent, events};
-use super::{Answer, Gate, Key, last_tool_results, tool_names};
+use super::{Answer, Gate, Key, direct, last_tool_results, tool_names};
 use crate::support::{client, without_request_seq};
 use serde_json::{Value, json};
 
@@ -186,18 +186,6 @@ async fn e2e_memory_tool_refuses_traversal_secrets_and_huge_files() {
         "{result}"
     );
     assert!(gate.records("user:u-1").await.is_empty());
-}
-
-/// The same request straight to the mock.
-async fn direct(gate: &Gate, body: &[u8]) -> String {
-    let response = client()
-        .post(gate.mock.url("/v1/messages"))
-        .header("content-type", "application/json")
-        .body(body.to_vec())
-        .send()
-        .await
-        .unwrap();
-    without_request_seq(&response.text().await.unwrap())
 }
 
 /// Without the header, or without the permission, the memory tool is the client's: the upstream

@@ -10,7 +10,7 @@ mod memory_file;
 mod streaming;
 
 use crate::e2e_identity::{ADMIN_TOKEN, issue_key, managed_gateway};
-use crate::support::{Proc, TempDir, client};
+use crate::support::{Proc, TempDir, client, without_request_seq};
 use serde_json::{Value, json};
 
 const TENANT: &str = "acme";
@@ -299,4 +299,16 @@ async fn e2e_tools_a_jwt_permission_claim_gives_the_tools() {
     let bodies = gate.upstream_bodies().await;
     assert_eq!(bodies.len(), before + 1);
     assert!(tool_names(&bodies[before]).is_empty());
+}
+
+/// The same request straight to the mock: what a gateway that adds nothing must answer.
+pub(super) async fn direct(gate: &Gate, body: &[u8]) -> String {
+    let response = client()
+        .post(gate.mock.url("/v1/messages"))
+        .header("content-type", "application/json")
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    without_request_seq(&response.text().await.unwrap())
 }
