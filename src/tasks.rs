@@ -6,19 +6,16 @@
 //! so a new one is a decision and not an accident: `tokio::spawn` is refused anywhere else
 //! (`clippy.toml`, `disallowed-methods`).
 
+use futures_util::FutureExt;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 
 /// Starts `task`, which ends by itself when what it serves is gone or its timeout passes;
-/// `what` names it in the logs if it panics.
+/// `what` names it in the logs if it panics (nobody awaits it, so a panic would otherwise vanish).
 #[allow(clippy::disallowed_methods)]
 pub fn detached(what: &'static str, task: impl Future<Output = ()> + Send + 'static) {
-    let handle = tokio::spawn(task);
-    // Nobody awaits a detached task; a panic inside one would otherwise vanish.
-    #[allow(clippy::disallowed_methods)]
     tokio::spawn(async move {
-        if let Err(err) = handle.await
-            && err.is_panic()
-        {
+        if AssertUnwindSafe(task).catch_unwind().await.is_err() {
             tracing::error!(task = what, "a background task panicked");
         }
     });

@@ -36,6 +36,56 @@ pub struct StatusCounts {
     pub proposed: u64,
 }
 
+impl StatusCounts {
+    fn add(&mut self, status: Status, count: u64) {
+        self.total += count;
+        match status {
+            Status::Active => self.active += count,
+            Status::Paused => self.paused += count,
+            Status::Archived => self.archived += count,
+            Status::Proposed => self.proposed += count,
+        }
+    }
+}
+
+/// What both ways of computing data health count, before it is put into its answer.
+struct Tally {
+    counts: StatusCounts,
+    non_empty: u64,
+    unexpired: u64,
+    not_yet: u64,
+    failure_count: u64,
+    failures: Vec<SchemaFailure>,
+    never_count: u64,
+    /// The ids of live records never injected, at most `MAX_NEVER_INJECTED_SAMPLE` of them.
+    never: Vec<String>,
+    by_type: BTreeMap<String, TypeHealth>,
+}
+
+impl Tally {
+    /// The answer: the first failures by id, the shares of the live records.
+    fn into_health(mut self, now_ms: i64) -> DataHealth {
+        self.failures.sort_by(|a, b| a.id.cmp(&b.id));
+        self.failures.truncate(MAX_FAILURES_LISTED);
+        let live = self.counts.active;
+        DataHealth {
+            computed_at: format_ms(now_ms),
+            records: self.counts,
+            live,
+            non_empty_content: Share { count: self.non_empty, share: share(self.non_empty, live) },
+            future_valid_until: Share { count: self.unexpired, share: share(self.unexpired, live) },
+            not_yet_valid: Count { count: self.not_yet },
+            schema_failures: SchemaFailures { count: self.failure_count, items: self.failures },
+            never_injected: NeverInjected {
+                count: self.never_count,
+                share: share(self.never_count, live),
+                sample: self.never,
+            },
+            by_type: self.by_type.into_values().collect(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Share {
     pub count: u64,
@@ -130,13 +180,7 @@ pub fn data_health<'a>(
     let mut never: Vec<String> = Vec::new();
     let mut by_type: BTreeMap<String, TypeHealth> = BTreeMap::new();
     for record in records {
-        counts.total += 1;
-        match record.status {
-            Status::Active => counts.active += 1,
-            Status::Paused => counts.paused += 1,
-            Status::Archived => counts.archived += 1,
-            Status::Proposed => counts.proposed += 1,
-        }
+        counts.add(record.status, 1);
         if record.status != Status::Active {
             continue;
         }
@@ -165,23 +209,11 @@ pub fn data_health<'a>(
             never.push(record.id.clone());
         }
     }
-    let live = counts.active;
-    failures.sort_by(|a, b| a.id.cmp(&b.id));
-    failures.truncate(MAX_FAILURES_LISTED);
     let never_count = never.len() as u64;
     never.sort_unstable();
     never.truncate(MAX_NEVER_INJECTED_SAMPLE);
-    DataHealth {
-        computed_at: format_ms(now_ms),
-        records: counts,
-        live,
-        non_empty_content: Share { count: non_empty, share: share(non_empty, live) },
-        future_valid_until: Share { count: unexpired, share: share(unexpired, live) },
-        not_yet_valid: Count { count: not_yet },
-        schema_failures: SchemaFailures { count: failure_count, items: failures },
-        never_injected: NeverInjected { count: never_count, share: share(never_count, live), sample: never },
-        by_type: by_type.into_values().collect(),
-    }
+    Tally { counts, non_empty, unexpired, not_yet, failure_count, failures, never_count, never, by_type }
+        .into_health(now_ms)
 }
 
 /// `data_health` of the tenant's records in the store: the same answer, from aggregates and a
@@ -196,13 +228,7 @@ pub async fn data_health_from_store(
     let (mut unexpired, mut not_yet, mut never_count) = (0u64, 0u64, 0u64);
     let mut by_type: BTreeMap<String, TypeHealth> = BTreeMap::new();
     for group in store.record_counts(tenant, now_ms).await? {
-        counts.total += group.count;
-        match group.status {
-            Status::Active => counts.active += group.count,
-            Status::Paused => counts.paused += group.count,
-            Status::Archived => counts.archived += group.count,
-            Status::Proposed => counts.proposed += group.count,
-        }
+        counts.add(group.status, group.count);
         if group.status != Status::Active {
             continue;
         }
@@ -250,20 +276,8 @@ pub async fn data_health_from_store(
         }
         after = page.last().map(|record| record.id.clone());
     }
-    failures.sort_by(|a, b| a.id.cmp(&b.id));
-    failures.truncate(MAX_FAILURES_LISTED);
-    let live = counts.active;
-    Ok(DataHealth {
-        computed_at: format_ms(now_ms),
-        records: counts,
-        live,
-        non_empty_content: Share { count: non_empty, share: share(non_empty, live) },
-        future_valid_until: Share { count: unexpired, share: share(unexpired, live) },
-        not_yet_valid: Count { count: not_yet },
-        schema_failures: SchemaFailures { count: failure_count, items: failures },
-        never_injected: NeverInjected { count: never_count, share: share(never_count, live), sample: never },
-        by_type: by_type.into_values().collect(),
-    })
+    Ok(Tally { counts, non_empty, unexpired, not_yet, failure_count, failures, never_count, never, by_type }
+        .into_health(now_ms))
 }
 
 #[cfg(test)]
