@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use sqlx::any::AnyRow;
 use sqlx::{Any, AnyConnection, Row, Transaction};
 
-const COLUMNS: &str = "tenant, id, record_type, schema_version, scope_json, valid_from, valid_until, \
+pub(super) const COLUMNS: &str = "tenant, id, record_type, schema_version, scope_json, valid_from, valid_until, \
     priority, topic_key, aliases_json, content_json, metadata_json, revision, status, created_at, \
     updated_at, last_accessed_at, access_count, change_seq, author";
 
@@ -932,7 +932,7 @@ fn escape_like(text: &str) -> String {
     text.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")
 }
 
-fn record_from_row(row: &AnyRow) -> Result<Record, StoreError> {
+pub(super) fn record_from_row(row: &AnyRow) -> Result<Record, StoreError> {
     let json = |col: &str| -> Result<Value, StoreError> {
         let text: String = row.try_get(col)?;
         serde_json::from_str(&text).map_err(|err| StoreError::Corrupt(format!("{col}: {err}")))
