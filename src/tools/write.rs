@@ -172,8 +172,9 @@ pub(super) async fn update(
     }
     let item = changeable(UPDATE, memories, caller, release, id)?;
     // Under review, every agent write waits for it: a change too.
+    // A dormant record an agent changes is in use again.
     let status = release.tools.agent_writes;
-    if status == Status::Proposed {
+    if status == Status::Proposed || item.record.status == Status::Dormant {
         patch.insert("status".into(), json!(status.as_str()));
     }
     let record = memories
