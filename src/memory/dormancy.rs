@@ -65,7 +65,7 @@ impl MemoryService {
         }
         self.flush_accesses().await.map_err(MemoryError::Store)?;
         let now = now_ms();
-        for (record_type, period) in &self.dormancy {
+        for (record_type, period) in self.dormancy.iter() {
             let cutoff = now.saturating_sub(i64::try_from(period.as_millis()).unwrap_or(i64::MAX));
             let after_days = period.as_secs() / 86_400;
             let mut found = 0;

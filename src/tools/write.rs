@@ -48,7 +48,10 @@ pub(super) fn refusal(tool: &str, err: MemoryError) -> ToolResult {
         MemoryError::NotFound(_) => {
             ToolResult::error(format!("{tool}: the record is gone (deleted meanwhile)"))
         }
-        MemoryError::Conflict { .. } | MemoryError::TopicTaken | MemoryError::IdTaken(_) => {
+        MemoryError::Conflict { .. }
+        | MemoryError::TopicTaken
+        | MemoryError::IdTaken(_)
+        | MemoryError::NotProposed { .. } => {
             ToolResult::error(format!("{tool}: the record changed meanwhile; read it again and retry"))
         }
         MemoryError::Store(err) => {
