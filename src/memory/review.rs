@@ -31,7 +31,7 @@ impl MemoryService {
         if_match: Option<i64>,
         actor: &str,
     ) -> Result<Record, MemoryError> {
-        let Some(edits) = edits else {
+        let Some(edits) = edits.filter(|edits| !edits.is_null()) else {
             return self.set_status(tenant, id, Status::Active, actor).await;
         };
         let Value::Object(patch) = edits else {
