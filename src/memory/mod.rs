@@ -19,7 +19,6 @@ use crate::record::collect_text;
 use crate::record::{Envelope, Record, Status};
 use crate::store::memories::{Change, Created, ListFilter};
 use crate::store::{Store, StoreError};
-use crate::vector::dot;
 use checks::envelope::{self, Problem, Rules};
 use checks::problems::Problems;
 use serde_json::Value;
@@ -125,6 +124,10 @@ struct BackfillFlags {
     running: std::sync::atomic::AtomicBool,
     again: std::sync::atomic::AtomicBool,
 }
+
+/// Records per page of the startup load: large enough that a page's round trip is small beside
+/// indexing it, small enough that a page's rows (with their vectors' text, ~2 KB each) stay ~50 MB.
+const LOAD_PAGE: i64 = 20_000;
 
 #[derive(Clone)]
 pub struct MemoryService {
@@ -245,17 +248,41 @@ impl MemoryService {
         // The cursor is read before the records: whatever commits in between is read again by
         // the next sync, and applying a write twice is harmless.
         let cursor = self.store.sync_cursor().await?;
-        let records = self.store.all_records().await?;
-        let mut vectors = self.store.embeddings_of_model(self.embedder.model_id()).await?;
-        let items: Vec<IndexedRecord> = records
-            .into_iter()
-            .map(|record| {
-                let vector = vectors.remove(&(record.tenant.clone(), record.id.clone())).map(Arc::from);
-                IndexedRecord::new(record, vector)
-            })
-            .collect();
-        let count = items.len();
-        self.index.load(items);
+        let started = std::time::Instant::now();
+        let model = self.embedder.model_id().to_owned();
+        // Page by page in (tenant, id) order, each page's records indexed on both cores while
+        // the next page is read: no moment holds every row, and nothing is embedded here.
+        let mut loader = crate::index::Loader::default();
+        let mut after = (String::new(), String::new());
+        let mut page = self.store.records_page(&model, (&after.0, &after.1), LOAD_PAGE).await?;
+        let mut read = 0usize;
+        while !page.is_empty() {
+            read += page.len();
+            if let Some((last, _)) = page.last() {
+                after = (last.tenant.clone(), last.id.clone());
+            }
+            let full = page.len() as i64 == LOAD_PAGE;
+            let records: Vec<_> = page.into_iter().map(|(r, v)| (r, v.map(Arc::from))).collect();
+            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let indexing = tokio::task::spawn_blocking(move || {
+                let items = crate::index::index_records(records, threads);
+                loader.add(items);
+                loader
+            });
+            let next = async {
+                if full { self.store.records_page(&model, (&after.0, &after.1), LOAD_PAGE).await } else { Ok(Vec::new()) }
+            };
+            let (indexed, next) = tokio::join!(indexing, next);
+            loader = indexed.map_err(|err| StoreError::Corrupt(format!("indexing records: {err}")))?;
+            page = next?;
+            tracing::info!(read, elapsed_ms = started.elapsed().as_millis() as u64, "loading the memory index");
+        }
+        let count = loader.len();
+        let index = self.index.clone();
+        tokio::task::spawn_blocking(move || index.finish_load(loader))
+            .await
+            .map_err(|err| StoreError::Corrupt(format!("building the approximate indexes: {err}")))?;
+        tracing::info!(records = count, elapsed_ms = started.elapsed().as_millis() as u64, "memory index built");
         self.synced_until.store(cursor, Ordering::SeqCst);
         self.synced_at_ms.store(now_ms(), Ordering::SeqCst);
         self.spawn_backfill();
@@ -481,6 +508,7 @@ impl MemoryService {
         let mut best: Option<(String, f32)> = None;
         for slot in index.by_scope.get(first_scope).into_iter().flatten() {
             let Some(item) = index.slots[*slot as usize].as_ref() else { continue };
+            let slot = *slot;
             let record = &item.record;
             if record.record_type != envelope.record_type
                 || record.scope != envelope.scope
@@ -489,8 +517,7 @@ impl MemoryService {
             {
                 continue;
             }
-            let Some(other) = item.vector.as_deref() else { continue };
-            let similarity = dot(vector, other);
+            let Some(similarity) = index.similarity(slot, vector) else { continue };
             // Embeddings cannot tell "ORD-1001" from "ORD-1002", "50 EUR" from "500 EUR" or "is"
             // from "is not": a twin must also state the same figures and the same negations.
             if similarity < self.dedupe_threshold
@@ -551,9 +578,7 @@ impl MemoryService {
             .set_record_status(tenant, id, status, actor, now_ms())
             .await
             .map_err(|err| MemoryError::from_store(err, id))?;
-        let vector = self.index.tenant(tenant).and_then(|i| {
-            i.read().unwrap_or_else(|p| p.into_inner()).get(id).and_then(|item| item.vector.clone())
-        });
+        let vector = self.index.vector_of(tenant, id);
         match vector {
             Some(vector) => {
                 self.index.upsert(IndexedRecord::new(record.clone(), Some(vector)));

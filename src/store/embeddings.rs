@@ -92,6 +92,46 @@ impl Store {
         Ok(out)
     }
 
+    /// Up to `limit` records after `after` in (tenant, id) order, each with its embedding by
+    /// `model_id` if one is stored: the startup load reads the store page by page with this, so
+    /// neither the database nor the replica holds every row (and every vector's text) at once,
+    /// and the index is built from stored vectors without embedding anything.
+    pub async fn records_page(
+        &self,
+        model_id: &str,
+        after: (&str, &str),
+        limit: i64,
+    ) -> Result<Vec<(crate::record::Record, Option<Vec<f32>>)>, StoreError> {
+        let sql = format!(
+            "SELECT c.*, e.vector AS embedding FROM (SELECT {} FROM memories \
+             WHERE tenant > $2 OR (tenant = $2 AND id > $3) ORDER BY tenant, id LIMIT $4) c \
+             LEFT JOIN memory_embeddings e ON e.tenant = c.tenant AND e.memory_id = c.id AND e.model_id = $1 \
+             ORDER BY c.tenant, c.id",
+            super::memories::COLUMNS
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(model_id)
+            .bind(after.0)
+            .bind(after.1)
+            .bind(limit)
+            .fetch_all(self.pool())
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let record = super::memories::record_from_row(row)?;
+            let text: Option<String> = row.try_get("embedding")?;
+            let vector = match text {
+                None => None,
+                Some(text) => Some(
+                    decode(&text)
+                        .ok_or_else(|| StoreError::Corrupt("an embedding is not valid base64 f32".into()))?,
+                ),
+            };
+            out.push((record, vector));
+        }
+        Ok(out)
+    }
+
     /// One record's embedding by `model_id`, if stored.
     pub async fn embedding(
         &self,
