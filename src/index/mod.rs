@@ -86,6 +86,15 @@ pub enum VectorKind {
     F32Only,
 }
 
+/// A slot's record as the passes over `SlotMeta` take it: the funnel injects only `Active` ones;
+/// the memory tools also find `Dormant` ones (`record::Status::is_indexed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotState {
+    Free,
+    Active,
+    Dormant,
+}
+
 /// What the temporal layer and the exact scan read per slot, copied from the record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlotMeta {
@@ -96,7 +105,7 @@ pub struct SlotMeta {
     /// The record's priority (1–5): the semantic layer keeps the best high-priority hits apart,
     /// for the density layer's stubs.
     pub priority: u8,
-    pub active: bool,
+    pub state: SlotState,
     pub vector: VectorKind,
     /// The record's `IndexedRecord::tokens`, saturating: what the caller's visible records would
     /// cost injected in full (the console's token savings), summed without touching the records.
@@ -109,7 +118,7 @@ impl SlotMeta {
         valid_until_ms: i64::MIN,
         schema: 0,
         priority: 0,
-        active: false,
+        state: SlotState::Free,
         vector: VectorKind::None,
         tokens: 0,
     };
@@ -289,7 +298,11 @@ impl TenantIndex {
             valid_until_ms: record.valid_until_ms,
             schema,
             priority: record.priority,
-            active: record.status == Status::Active,
+            state: match record.status {
+                Status::Active => SlotState::Active,
+                Status::Dormant => SlotState::Dormant,
+                _ => SlotState::Free,
+            },
             vector: kind,
             tokens: u16::try_from(item.tokens).unwrap_or(u16::MAX),
         };
@@ -512,7 +525,8 @@ impl MemoryIndex {
     }
 
     /// Adds or replaces a record, unless the index already holds a newer write of it or saw it
-    /// removed later. Records that can never be injected (paused, archived) are kept out, so the
+    /// removed later. Records that can never be injected nor found (paused, archived, proposed)
+    /// are kept out, so the
     /// funnel never spends time on them. Returns whether it applied.
     pub fn upsert(&self, item: IndexedRecord) -> bool {
         let (tenant, id, seq) = (item.record.tenant.clone(), item.record.id.clone(), item.record.change_seq);
@@ -524,7 +538,7 @@ impl MemoryIndex {
         if index.get(&id).is_some_and(|current| current.record.change_seq > seq) {
             return false;
         }
-        if item.record.status == Status::Active {
+        if item.record.status.is_indexed() {
             index.upsert(Arc::new(item));
         } else {
             index.remove(&id);
@@ -549,7 +563,7 @@ impl MemoryIndex {
         }
     }
 
-    /// Whether `tenant` holds any record under one of `scopes` (active ones only are indexed).
+    /// Whether `tenant` holds any record under one of `scopes` (active and dormant ones only are indexed).
     pub fn has_visible(&self, tenant: &str, scopes: &std::collections::BTreeSet<String>) -> bool {
         self.tenant(tenant).is_some_and(|index| {
             let index = index.read().unwrap_or_else(|p| p.into_inner());
@@ -643,7 +657,7 @@ pub struct Loader {
 
 impl Loader {
     pub fn add(&mut self, items: Vec<IndexedRecord>) {
-        for item in items.into_iter().filter(|i| i.record.status == Status::Active) {
+        for item in items.into_iter().filter(|i| i.record.status.is_indexed()) {
             match self.by_tenant.get_mut(&item.record.tenant) {
                 Some(index) => index.insert(Arc::new(item)),
                 None => {

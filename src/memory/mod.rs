@@ -5,6 +5,8 @@
 
 pub mod access;
 pub mod checks;
+pub mod dormancy;
+pub mod review;
 pub mod transfer;
 
 use crate::clock::now_ms;
@@ -39,6 +41,8 @@ pub enum MemoryError {
     IdTaken(String),
     #[error("another live record already has this key and scope; change that one, or use another key")]
     TopicTaken,
+    #[error("record `{id}` is {status}, not proposed: only a record awaiting review is rejected; DELETE it to remove it")]
+    NotProposed { id: String, status: &'static str },
     #[error(transparent)]
     Store(StoreError),
 }
@@ -65,6 +69,7 @@ impl ErrorCode for MemoryError {
             MemoryError::Conflict { .. } => Code::RevisionConflict,
             MemoryError::IdTaken(_) => Code::IdTaken,
             MemoryError::TopicTaken => Code::TopicTaken,
+            MemoryError::NotProposed { .. } => Code::NotProposed,
             MemoryError::Store(err) => err.error_code(),
         }
     }
@@ -148,6 +153,8 @@ pub struct MemoryService {
     accesses: Arc<access::AccessLog>,
     /// Tells other replicas about this one's writes (Redis), so they need not wait for the poll.
     fanout: Fanout,
+    /// `[records.dormancy]`: per type, how long a record may go unused (empty: off).
+    dormancy: Arc<dormancy::Rules>,
 }
 
 impl MemoryService {
@@ -172,7 +179,19 @@ impl MemoryService {
             synced_at_ms: Arc::new(std::sync::atomic::AtomicI64::new(now_ms())),
             accesses: Arc::default(),
             fanout: Fanout::disabled(),
+            dormancy: Arc::default(),
         }
+    }
+
+    /// Applies `[records.dormancy]`; every type it names must have a schema.
+    pub fn with_dormancy(mut self, rules: dormancy::Rules) -> Result<MemoryService, String> {
+        let known: Vec<String> =
+            self.schemas.versions().iter().flat_map(|version| self.schemas.types(version)).collect();
+        if let Some(unknown) = rules.keys().find(|t| !known.contains(t)) {
+            return Err(format!("`{unknown}` is not a record type (no schema names it)"));
+        }
+        self.dormancy = Arc::new(rules);
+        Ok(self)
     }
 
     /// Announces every committed write to the other replicas through `fanout`.

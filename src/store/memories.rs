@@ -24,6 +24,8 @@ pub enum Action {
     Activate,
     /// Back to review (`proposed`).
     Propose,
+    /// Unused for its type's dormancy period (`dormant`).
+    Dormant,
     Delete,
     Import,
     UndoImport,
@@ -39,6 +41,7 @@ impl Action {
             Action::Archive => "archive",
             Action::Activate => "activate",
             Action::Propose => "propose",
+            Action::Dormant => "dormant",
             Action::Delete => "delete",
             Action::Import => "import",
             Action::UndoImport => "undo_import",
@@ -82,6 +85,8 @@ pub struct ListFilter {
     pub q: Option<String>,
     /// The record's topic key, exactly.
     pub key: Option<String>,
+    /// Who wrote the record's live version, exactly (`agent:<key id>`, `observer`, …).
+    pub author: Option<String>,
     /// Valid at, before or after a moment (`Validity`).
     pub valid: Option<(Validity, i64)>,
 }
@@ -224,6 +229,7 @@ impl Store {
             Status::Paused => Action::Pause,
             Status::Archived => Action::Archive,
             Status::Proposed => Action::Propose,
+            Status::Dormant => Action::Dormant,
         };
         write_update(&mut tx, &current, &next, action, actor, now_ms).await?;
         tx.commit().await?;
@@ -391,6 +397,9 @@ impl Store {
         }
         if let Some(key) = &filter.key {
             param(&mut sql, " AND topic_key = $?", key.clone());
+        }
+        if let Some(author) = &filter.author {
+            param(&mut sql, " AND author = $?", author.clone());
         }
         if let Some((validity, at)) = filter.valid {
             // A number of our own clock, not the caller's text: written into the statement, since
