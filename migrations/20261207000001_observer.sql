@@ -14,6 +14,7 @@ CREATE TABLE observer_exchanges (
     release_name    TEXT    NOT NULL,
     mode            TEXT    NOT NULL,
     min_confidence  TEXT    NOT NULL,
+    schema_version  TEXT    NOT NULL,
     request_id      TEXT    NOT NULL,
     person_text     TEXT    NOT NULL,
     answer_text     TEXT    NOT NULL,

@@ -45,6 +45,7 @@ pub struct RawObserver {
     pub timeout_ms: Option<u64>,
     pub max_text_chars: Option<usize>,
     pub max_candidates: Option<usize>,
+    pub max_queued_per_tenant: Option<u64>,
 }
 
 /// The settled `[observer]`.
@@ -82,6 +83,8 @@ pub struct ObserverConfig {
     pub max_text_chars: usize,
     /// Candidates one extraction may return; the rest are ignored.
     pub max_candidates: usize,
+    /// Exchanges a tenant may have queued; past it new ones are not queued (counted).
+    pub max_queued_per_tenant: u64,
 }
 
 impl Default for ObserverConfig {
@@ -105,6 +108,7 @@ impl Default for ObserverConfig {
             timeout: Duration::from_secs(60),
             max_text_chars: 8000,
             max_candidates: 20,
+            max_queued_per_tenant: 10_000,
         }
     }
 }
@@ -184,6 +188,7 @@ impl RawObserver {
             timeout: Duration::from_millis(timeout_ms),
             max_text_chars,
             max_candidates,
+            max_queued_per_tenant: positive("max_queued_per_tenant", self.max_queued_per_tenant, d.max_queued_per_tenant)?,
         })
     }
 }

@@ -367,6 +367,29 @@ impl MemoryService {
         Ok(envelope)
     }
 
+    /// The checks every write passes (envelope, schema, secrets, triggers), without writing:
+    /// for a writer that decides more before it writes (the observer's gates).
+    pub fn check_write(&self, input: &Value) -> Result<Envelope, MemoryError> {
+        self.check(input, now_ms())
+    }
+
+    /// A live record that `envelope` repeats: the same type, scope and content, or — without a
+    /// key — one whose embedding is at least the dedupe threshold similar (with the same figures
+    /// and negations). With its similarity, `None` for an exact repeat.
+    pub async fn twin_of(&self, tenant: &str, envelope: &Envelope) -> Result<Option<(Record, Option<f32>)>, MemoryError> {
+        if let Some(existing) = self.store.exact_repeat(tenant, envelope).await.map_err(MemoryError::Store)? {
+            return Ok(Some((existing, None)));
+        }
+        if envelope.key.is_some() {
+            return Ok(None);
+        }
+        let Some(vector) = self.embed_one(envelope_passage_text(envelope)).await else { return Ok(None) };
+        match self.near_twin(tenant, envelope, &vector, None) {
+            Some((id, similarity)) => Ok(Some((self.get(tenant, &id).await?, Some(similarity)))),
+            None => Ok(None),
+        }
+    }
+
     /// Embeds one record's text; a failure leaves it to the background backfill.
     async fn embed_one(&self, text: String) -> Option<Arc<[f32]>> {
         match self.embedder.embed_passages(&[text]).await {

@@ -16,7 +16,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 use std::collections::BTreeMap;
 
-const COLUMNS: &str = "id, tenant, subject, release_name, mode, min_confidence, request_id, person_text, \
+const COLUMNS: &str = "id, tenant, subject, release_name, mode, min_confidence, schema_version, request_id, person_text, \
     answer_text, system_text, injected_json, state, attempts, next_at, last_error, created_at";
 
 /// A finished exchange, as it is queued.
@@ -29,6 +29,8 @@ pub struct NewExchange {
     /// `propose` or `write`.
     pub mode: String,
     pub min_confidence: f64,
+    /// The schema version its records are written in (the release's first).
+    pub schema_version: String,
     pub request_id: String,
     /// The person's words of the newest turn.
     pub person_text: String,
@@ -102,9 +104,9 @@ impl Store {
     pub async fn observer_insert(&self, exchange: &NewExchange, now_ms: i64) -> Result<bool, StoreError> {
         let result = sqlx::query(
             "INSERT INTO observer_exchanges (id, tenant, subject, release_name, mode, min_confidence, \
-             request_id, person_text, answer_text, system_text, injected_json, state, attempts, next_at, \
-             created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'pending', 0, $12, $12, $12) \
+             schema_version, request_id, person_text, answer_text, system_text, injected_json, state, attempts, \
+             next_at, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', 0, $13, $13, $13) \
              ON CONFLICT (id) DO NOTHING",
         )
         .bind(&exchange.id)
@@ -113,6 +115,7 @@ impl Store {
         .bind(&exchange.release)
         .bind(&exchange.mode)
         .bind(exchange.min_confidence.to_string())
+        .bind(&exchange.schema_version)
         .bind(&exchange.request_id)
         .bind(&exchange.person_text)
         .bind(&exchange.answer_text)
@@ -122,6 +125,15 @@ impl Store {
         .execute(self.pool())
         .await?;
         Ok(result.rows_affected() == 1)
+    }
+
+    /// How many exchanges `tenant` has queued (any state).
+    pub async fn observer_queued(&self, tenant: &str) -> Result<i64, StoreError> {
+        let row = sqlx::query("SELECT COUNT(*) FROM observer_exchanges WHERE tenant = $1")
+            .bind(tenant)
+            .fetch_one(self.pool())
+            .await?;
+        Ok(row.try_get(0)?)
     }
 
     /// Leases up to `limit` due exchanges to `owner` until `now + lease_ms`, counting an attempt
@@ -471,6 +483,7 @@ fn exchange_from_row(row: &AnyRow) -> Result<Exchange, StoreError> {
             min_confidence: min_confidence
                 .parse()
                 .map_err(|_| StoreError::Corrupt(format!("observer min_confidence `{min_confidence}`")))?,
+            schema_version: row.try_get("schema_version")?,
             request_id: row.try_get("request_id")?,
             person_text: row.try_get("person_text")?,
             answer_text: row.try_get("answer_text")?,
