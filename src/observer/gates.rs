@@ -144,8 +144,12 @@ pub fn judge(candidate: &Candidate, exchange: &Exchange<'_>, min_confidence: f64
                 continue;
             }
             let source_words = content_words(source);
+            // Evidence the person said proves nothing about where the rest came from (answers
+            // often quote the question); evidence only a source holds is that source's.
             let from_source = share(&words, &source_words) >= ECHO_OVERLAP
-                || (evidence.len() >= MIN_EVIDENCE_CHARS && normalize(source).contains(&evidence));
+                || (!evidence_is_theirs
+                    && evidence.len() >= MIN_EVIDENCE_CHARS
+                    && normalize(source).contains(&evidence));
             if from_source {
                 return Some(Dropped::new(
                     "echo",

@@ -346,7 +346,7 @@ async fn call(shared: &Shared, exchange: &Exchange, injected: &[String]) -> Call
         let response = match shared.upstream.send(request).await {
             Ok(response) => response,
             Err(err) => {
-                return Call::Busy { outcome: "unreachable", error: format!("the upstream did not answer: {}", err.public_message()), wait_ms: None };
+                return Call::Busy { outcome: "unreachable", error: format!("the upstream did not answer: {}", err.message()), wait_ms: None };
             }
         };
         let status = response.status().as_u16();
