@@ -197,16 +197,30 @@ where
                 self.reader = None;
                 self.done = None;
             }
-            Poll::Ready(None) => {
-                if let (Some(reader), Some(done)) = (self.reader.take(), self.done.take())
-                    && let Some(text) = reader.finish()
-                {
-                    done(text);
-                }
-            }
+            Poll::Ready(None) => self.finish(),
             Poll::Pending => {}
         }
         polled
+    }
+}
+
+impl<S> Tap<S> {
+    fn finish(&mut self) {
+        if let (Some(reader), Some(done)) = (self.reader.take(), self.done.take())
+            && let Some(text) = reader.finish()
+        {
+            done(text);
+        }
+    }
+}
+
+/// hyper stops polling a body once it has written the `content-length` it announced, and drops
+/// it without asking for its end: the answer is judged then, on what arrived. A JSON answer cut
+/// short does not parse and a stream without `message_stop` is incomplete, so nothing partial
+/// is ever observed.
+impl<S> Drop for Tap<S> {
+    fn drop(&mut self) {
+        self.finish();
     }
 }
 
