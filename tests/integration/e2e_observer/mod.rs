@@ -305,3 +305,31 @@ async fn e2e_observer_off_keeps_nothing_and_leaves_the_request_as_it_was() {
     assert_eq!(store.observer_queue_counts(None).await.unwrap().values().sum::<i64>(), 0);
     assert!(store.observer_outcomes(TENANT, None, 10).await.unwrap().is_empty());
 }
+
+/// A candidate with the key of a live record supersedes it in place, the old revision kept in its
+/// history (never a silent delete); its repeat refreshes instead of adding a twin.
+#[tokio::test]
+async fn e2e_observer_a_new_value_for_a_key_supersedes_the_record_with_history_kept() {
+    let gate = Observed::start(&format!("[releases.v1]\nobserve = \"write\"\n{QUICK}"), &[]);
+    let key = gate.key(TENANT, &["observe", "assert_subject"]).await;
+    for (round, colour) in ["blue", "green"].iter().enumerate() {
+        let sent = serde_json::to_vec(&body(None, &format!("My favourite colour is {colour}."), false)).unwrap();
+        assert_eq!(gate.send(&key, Some("u-1"), &sent).await.status, 200);
+        gate.settled(TENANT, 7 * (round + 1)).await;
+    }
+    let records = gate.records(TENANT, None).await;
+    assert_eq!(records.len(), 1, "{records:#?}");
+    let record = &records[0];
+    assert_eq!(record["key"], "fact:favourite-colour");
+    assert_eq!(record["content"]["statement"], "My favourite colour is green");
+    assert_eq!(record["status"], "active");
+    let id = record["id"].as_str().unwrap();
+    let history = gate.admin(TENANT, reqwest::Method::GET, &format!("/memories/{id}/history"), None).await;
+    let changes = history["data"].as_array().or_else(|| history.as_array()).cloned().unwrap_or_default();
+    let superseded = changes.iter().find(|c| c["action"] == "supersede").unwrap_or_else(|| panic!("{history:#}"));
+    assert_eq!(superseded["before"]["content"]["statement"], "My favourite colour is blue");
+    let gates = by_gate(&gate.status(TENANT).await);
+    assert_eq!(gates["supersede"].len(), 1, "{gates:#?}");
+    assert_eq!(gates["supersede"][0]["verdict"], "superseded");
+    assert_eq!(gates["dedup"].len(), 2, "each round's repeat refreshed the record");
+}
