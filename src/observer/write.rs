@@ -192,11 +192,13 @@ fn created_record(created: Created) -> crate::record::Record {
 async fn refresh(memories: &MemoryService, exchange: &NewExchange, id: &str, why: &str) -> Result<Kept, Failed> {
     let current = memories.get(&exchange.tenant, id).await.map_err(unavailable)?;
     let seen = current.metadata.get("observed").and_then(|o| o.get("count")).and_then(Value::as_u64).unwrap_or(0);
-    let patch = json!({"metadata": {"observed": {
-        "count": seen + 1,
-        "last_request_id": exchange.request_id,
-        "last_seen": format_ms(now_ms()),
-    }}});
+    // A patch replaces `metadata` whole: the rest of it goes along unchanged.
+    let mut metadata = current.metadata.clone();
+    metadata.insert(
+        "observed".into(),
+        json!({"count": seen + 1, "last_request_id": exchange.request_id, "last_seen": format_ms(now_ms())}),
+    );
+    let patch = json!({"metadata": metadata});
     let record = memories
         .update(&exchange.tenant, id, &patch, Some(current.revision), AUTHOR)
         .await

@@ -56,8 +56,8 @@ async fn e2e_observer_a_gateway_killed_mid_extraction_leaves_the_exchange_to_the
     );
     let (gw, _config) = Observed::gateway(&mock, &db, &format!("[releases.v1]\nobserve = \"propose\"\n{QUICK}"));
     let again = Observed { mock, gw, db, http: crate::support::client(), _config };
-    let status = again.settled(TENANT, 8).await;
-    assert_eq!(status["outcomes"].as_array().unwrap().len(), 8, "each candidate decided once");
+    let status = again.settled(TENANT, 7).await;
+    assert_eq!(status["outcomes"].as_array().unwrap().len(), 7, "each candidate decided once");
     let records = again.records(TENANT, None).await;
     assert_eq!(records.len(), 1, "{records:#?}");
     assert_eq!(records[0]["status"], "proposed");
