@@ -105,6 +105,7 @@ fn operator_routes(state: &AppState) -> Router<AppState> {
         .route("/actions", get(admin::actions::list))
         .route("/actions/{id}", get(admin::actions::get))
         .route("/actions/{id}/replay", post(admin::actions::replay))
+        .route("/observer", get(admin::observer::status))
         .route("/metrics/history", get(insights::metrics_history))
         .route("/metrics/releases", get(insights::metrics_releases))
         .route("/health/data", get(insights::data_health))

@@ -144,6 +144,8 @@ pub async fn run(
     // at shutdown it claims nothing more and finishes what it sends.
     let stop_delivering = CancellationToken::new();
     let deliveries = state.triggers().spawn_worker(stop_delivering.clone());
+    // Observation: the extraction worker, the same way (none without an extraction key).
+    let extractions = state.observer().spawn_worker(stop_delivering.clone());
 
     let (signalled_tx, signalled_rx) = oneshot::channel::<()>();
     let draining_state = state.clone();
@@ -219,6 +221,7 @@ pub async fn run(
     background.close();
     let _ = tokio::time::timeout(grace, background.wait()).await;
     drop(deliveries);
+    drop(extractions);
     tracing::info!("memgate stopped");
     Ok(())
 }

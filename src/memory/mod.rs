@@ -413,6 +413,29 @@ impl MemoryService {
         Ok(envelope)
     }
 
+    /// The checks every write passes (envelope, schema, secrets, triggers), without writing:
+    /// for a writer that decides more before it writes (the observer's gates).
+    pub fn check_write(&self, input: &Value) -> Result<Envelope, MemoryError> {
+        self.check(input, now_ms())
+    }
+
+    /// A live record that `envelope` repeats: the same type, scope and content, or — without a
+    /// key — one whose embedding is at least the dedupe threshold similar (with the same figures
+    /// and negations). With its similarity, `None` for an exact repeat.
+    pub async fn twin_of(&self, tenant: &str, envelope: &Envelope) -> Result<Option<(Record, Option<f32>)>, MemoryError> {
+        if let Some(existing) = self.store.exact_repeat(tenant, envelope).await.map_err(MemoryError::Store)? {
+            return Ok(Some((existing, None)));
+        }
+        if envelope.key.is_some() {
+            return Ok(None);
+        }
+        let Some(vector) = self.embed_one(envelope_passage_text(envelope)).await else { return Ok(None) };
+        match self.near_twin(tenant, envelope, &vector, None) {
+            Some((id, similarity)) => Ok(Some((self.get(tenant, &id).await?, Some(similarity)))),
+            None => Ok(None),
+        }
+    }
+
     /// Embeds one record's text; a failure leaves it to the background backfill.
     async fn embed_one(&self, text: String) -> Option<Arc<[f32]>> {
         match self.embedder.embed_passages(&[text]).await {
@@ -573,6 +596,11 @@ impl MemoryService {
         status: Status,
         actor: &str,
     ) -> Result<Record, MemoryError> {
+        if status == Status::Active
+            && let Some(record) = self.approve_replacement(tenant, id, actor).await?
+        {
+            return Ok(record);
+        }
         let record = self
             .store
             .set_record_status(tenant, id, status, actor, now_ms())
@@ -588,6 +616,50 @@ impl MemoryService {
             None => self.publish(&record, self.embed_one(passage_text(&record)).await).await,
         }
         Ok(record)
+    }
+
+    /// Approving a proposal that names the keyed record it would replace
+    /// (`metadata.observer.supersedes`, written by the observer under `propose`, where the live
+    /// record must stay until a person decides): the live record takes the proposal's content in
+    /// place (revision + 1, the old revision in its history, valid from now) and the proposal
+    /// goes. `None` when `id` is no such proposal, or the record it names has gone or changed
+    /// its key: then approval is a plain activation.
+    async fn approve_replacement(&self, tenant: &str, id: &str, actor: &str) -> Result<Option<Record>, MemoryError> {
+        let proposal = self.get(tenant, id).await?;
+        let target = proposal.metadata.get("observer").and_then(|o| o.get("supersedes"));
+        let (Some(old_id), Some(key)) = (
+            target.and_then(|t| t.get("id")).and_then(Value::as_str),
+            target.and_then(|t| t.get("key")).and_then(Value::as_str),
+        ) else {
+            return Ok(None);
+        };
+        if proposal.status != Status::Proposed {
+            return Ok(None);
+        }
+        let Ok(holder) = self.get(tenant, old_id).await else { return Ok(None) };
+        if holder.key.as_deref() != Some(key) || holder.scope != proposal.scope {
+            return Ok(None);
+        }
+        let now = now_ms();
+        let mut envelope = proposal.envelope_json();
+        envelope["id"] = Value::String(holder.id.clone());
+        envelope["key"] = Value::String(key.to_owned());
+        envelope["status"] = Value::String(Status::Active.as_str().to_owned());
+        envelope["valid_from"] = Value::String(crate::clock::format_ms(now));
+        if let Some(observer) = envelope.pointer_mut("/metadata/observer").and_then(Value::as_object_mut) {
+            observer.remove("supersedes");
+            observer.insert("replaced_revision".into(), Value::from(holder.revision));
+        }
+        let checked = self.check(&envelope, now)?;
+        let record = self
+            .store
+            .update_record(tenant, &holder.id, &checked, Some(holder.revision), actor, now)
+            .await
+            .map_err(|err| MemoryError::from_store(err, &holder.id))?;
+        let vector = self.embed_one(passage_text(&record)).await;
+        self.publish(&record, vector).await;
+        self.delete(tenant, id, actor).await?;
+        Ok(Some(record))
     }
 
     pub async fn delete(&self, tenant: &str, id: &str, actor: &str) -> Result<Record, MemoryError> {

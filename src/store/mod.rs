@@ -11,6 +11,7 @@ pub mod embeddings;
 pub mod history;
 pub mod keys;
 pub mod memories;
+pub mod observer;
 pub mod outbox;
 pub mod releases;
 pub mod sessions;

@@ -15,6 +15,7 @@ mod e2e_fleet;
 mod e2e_identity;
 mod e2e_mcp;
 mod e2e_memory;
+mod e2e_observer;
 mod e2e_panic;
 mod e2e_proxy;
 mod e2e_replicas;

@@ -212,6 +212,11 @@ pub async fn forget(
     // The outbox's actions about those records, and about that user, go with them.
     let subject = scope.strip_prefix("user:");
     let actions = state.triggers().forget(&ctx.tenant, &ids, subject).await?;
+    // So do the exchanges queued for observation and what the gates decided about them.
+    let (exchanges, outcomes) = match subject {
+        Some(subject) => state.observer().forget_subject(&ctx.tenant, subject).await?,
+        None => (0, 0),
+    };
     Ok(Json(json!({"scope": scope, "records_erased": ids.len(), "changes_erased": changes,
-        "actions_erased": actions})))
+        "actions_erased": actions, "exchanges_erased": exchanges, "outcomes_erased": outcomes})))
 }

@@ -9,6 +9,7 @@ pub mod explain;
 pub mod insights;
 pub mod keys;
 pub mod memories;
+pub mod observer;
 pub mod releases;
 pub mod review;
 pub mod transfer;
