@@ -8,6 +8,7 @@
 pub mod data_health;
 pub mod embeddings;
 pub mod history;
+pub mod imports;
 pub mod keys;
 pub mod memories;
 pub mod outbox;
