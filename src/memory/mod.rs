@@ -377,20 +377,41 @@ impl MemoryService {
         let missing = self.index.missing_vectors();
         let mut done = 0;
         // Batches big enough to keep the embedder busy and the store's commits few; the embedder
-        // splits them into model runs and lets live queries in between.
+        // splits them into model runs and lets live queries in between. Two stages: a batch's
+        // vectors are stored while the next batch is embedded, so the model does not idle for
+        // every commit.
+        let mut embedded: Option<(&[Record], Vec<Vec<f32>>)> = None;
         for chunk in missing.chunks(BACKFILL_BATCH) {
             let texts: Vec<String> = chunk.iter().map(passage_text).collect();
-            let vectors = self.embedder.embed_passages(&texts).await.map_err(|e| e.to_string())?;
-            let items: Vec<(&str, &str, &[f32])> = chunk
-                .iter()
-                .zip(&vectors)
-                .map(|(record, vector)| (record.tenant.as_str(), record.id.as_str(), vector.as_slice()))
-                .collect();
-            self.store.put_embeddings(self.embedder.model_id(), &items).await.map_err(|e| e.to_string())?;
-            for (record, vector) in chunk.iter().zip(vectors) {
-                self.index.set_vector(&record.tenant, &record.id, record.revision, Arc::from(vector));
-                done += 1;
-            }
+            let embedding = self.embedder.embed_passages(&texts);
+            let vectors = match embedded.take() {
+                None => embedding.await,
+                Some((previous, vectors)) => {
+                    let (next, stored) = tokio::join!(embedding, self.store_vectors(previous, vectors));
+                    done += stored?;
+                    next
+                }
+            };
+            embedded = Some((chunk, vectors.map_err(|e| e.to_string())?));
+        }
+        if let Some((last, vectors)) = embedded {
+            done += self.store_vectors(last, vectors).await?;
+        }
+        Ok(done)
+    }
+
+    /// Stores a backfill batch's vectors and gives the index them; returns how many.
+    async fn store_vectors(&self, records: &[Record], vectors: Vec<Vec<f32>>) -> Result<usize, String> {
+        let items: Vec<(&str, &str, &[f32])> = records
+            .iter()
+            .zip(&vectors)
+            .map(|(record, vector)| (record.tenant.as_str(), record.id.as_str(), vector.as_slice()))
+            .collect();
+        self.store.put_embeddings(self.embedder.model_id(), &items).await.map_err(|e| e.to_string())?;
+        let mut done = 0;
+        for (record, vector) in records.iter().zip(vectors) {
+            self.index.set_vector(&record.tenant, &record.id, record.revision, Arc::from(vector));
+            done += 1;
         }
         Ok(done)
     }

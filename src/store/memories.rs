@@ -524,49 +524,6 @@ impl Store {
         Ok(ImportMatch::New)
     }
 
-    /// Adds `records` (already known to be new) in one transaction, tagged with `import_id`.
-    pub async fn apply_import(
-        &self,
-        tenant: &str,
-        import_id: &str,
-        records: &[(String, Envelope)],
-        actor: &str,
-        now_ms: i64,
-    ) -> Result<Vec<Record>, StoreError> {
-        let (mut tx, seq) = self.begin_record_write().await?;
-        let mut added = Vec::with_capacity(records.len());
-        for (id, envelope) in records {
-            if fetch_record(&mut tx, tenant, id).await?.is_some() {
-                return Err(StoreError::IdTaken(id.clone()));
-            }
-            let record = new_record(tenant, id, envelope, now_ms, seq);
-            insert(&mut tx, &record, Some(import_id)).await?;
-            log_change(
-                &mut tx,
-                id,
-                record.revision,
-                Action::Import,
-                actor,
-                now_ms,
-                None,
-                Some(&record),
-                tenant,
-            )
-            .await?;
-            added.push(record);
-        }
-        sqlx::query("INSERT INTO memory_imports (tenant, id, actor, created_at, added, undone_at) VALUES ($1, $2, $3, $4, $5, NULL)")
-            .bind(tenant)
-            .bind(import_id)
-            .bind(actor)
-            .bind(now_ms)
-            .bind(added.len() as i64)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(added)
-    }
-
     /// An import's row: (records it added, when, when undone).
     pub async fn import_info(
         &self,
@@ -650,7 +607,7 @@ fn check_revision(current: &Record, expected: Option<i64>) -> Result<(), StoreEr
     }
 }
 
-fn new_record(tenant: &str, id: &str, envelope: &Envelope, now_ms: i64, seq: i64) -> Record {
+pub(super) fn new_record(tenant: &str, id: &str, envelope: &Envelope, now_ms: i64, seq: i64) -> Record {
     Record {
         tenant: tenant.to_owned(),
         id: id.to_owned(),
@@ -774,7 +731,7 @@ async fn insert(
 /// Binds the columns an insert and an update both write, in their order in both statements:
 /// record_type, schema_version, scope_json, valid_from, valid_until, priority, topic_key,
 /// aliases_json, content_json, metadata_json, content_hash, revision, status.
-fn bind_record_columns<'q>(
+pub(super) fn bind_record_columns<'q>(
     query: sqlx::query::Query<'q, Any, sqlx::any::AnyArguments>,
     record: &'q Record,
 ) -> sqlx::query::Query<'q, Any, sqlx::any::AnyArguments> {
@@ -928,12 +885,12 @@ async fn log_change(
     Ok(())
 }
 
-fn json_text(items: &[String]) -> String {
+pub(super) fn json_text(items: &[String]) -> String {
     Value::from(items.to_vec()).to_string()
 }
 
 /// What `q` searches (lowercased; LIKE is case-sensitive on both backends).
-fn search_text(record: &Record) -> String {
+pub(super) fn search_text(record: &Record) -> String {
     record.words().to_lowercase()
 }
 

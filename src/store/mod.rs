@@ -9,6 +9,7 @@ pub mod data_health;
 pub mod dormancy;
 pub mod embeddings;
 pub mod history;
+pub mod imports;
 pub mod keys;
 pub mod memories;
 pub mod observer;

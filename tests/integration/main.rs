@@ -26,6 +26,7 @@ mod e2e_shutdown;
 mod e2e_tools;
 mod e2e_triggers;
 mod fuzz;
+mod import_vectors;
 mod linear;
 mod memory_tools;
 mod outbox;

@@ -138,9 +138,16 @@ pub struct ListQuery {
     valid: Option<String>,
     limit: Option<u32>,
     cursor: Option<String>,
+    /// Export only: each line with its stored embedding.
+    embeddings: Option<bool>,
 }
 
 impl ListQuery {
+    /// Whether an export should carry each record's embedding (`?embeddings=true`).
+    pub fn embeddings(&self) -> bool {
+        self.embeddings.unwrap_or(false)
+    }
+
     pub fn filter(&self) -> Result<ListFilter, ApiError> {
         let status = match self.status.as_deref() {
             None | Some("") => None,
@@ -191,6 +198,9 @@ pub async fn list(
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
     let query: ListQuery = parse_query(&request)?;
+    if query.embeddings.is_some() {
+        return Err(ApiError::invalid_request("embeddings applies to GET /admin/v1/export only"));
+    }
     let limit = query.limit.unwrap_or(50).clamp(1, 500);
     let filter = query.filter()?;
     let records = state.memories().list(&ctx.tenant, &filter, query.cursor.as_deref(), limit).await?;
