@@ -88,6 +88,7 @@ impl RawRecords {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -103,7 +104,8 @@ mod tests {
     #[test]
     fn dormancy_is_off_by_default_and_a_bad_period_names_its_key() {
         assert!(RawRecords::default().settle().unwrap().dormancy.is_empty());
-        let raw = RawRecords { dormancy: BTreeMap::from([("fact".into(), "soon".into())]), ..Default::default() };
+        let raw =
+            RawRecords { dormancy: BTreeMap::from([("fact".into(), "soon".into())]), ..Default::default() };
         let err = raw.settle().unwrap_err().to_string();
         assert!(err.contains("records.dormancy.fact"), "{err}");
     }

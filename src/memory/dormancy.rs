@@ -85,7 +85,8 @@ impl MemoryService {
                         break;
                     }
                     found += 1;
-                    let idle_since_ms = record.updated_at_ms.max(record.last_accessed_at_ms.unwrap_or(i64::MIN));
+                    let idle_since_ms =
+                        record.updated_at_ms.max(record.last_accessed_at_ms.unwrap_or(i64::MIN));
                     report.records.push(Idle { record, idle_since_ms, after_days });
                 }
                 if !full || found == MAX_PER_SWEEP {

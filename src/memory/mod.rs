@@ -41,7 +41,9 @@ pub enum MemoryError {
     IdTaken(String),
     #[error("another live record already has this key and scope; change that one, or use another key")]
     TopicTaken,
-    #[error("record `{id}` is {status}, not proposed: only a record awaiting review is rejected; DELETE it to remove it")]
+    #[error(
+        "record `{id}` is {status}, not proposed: only a record awaiting review is rejected; DELETE it to remove it"
+    )]
     NotProposed { id: String, status: &'static str },
     #[error(transparent)]
     Store(StoreError),

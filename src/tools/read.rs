@@ -169,8 +169,10 @@ async fn wake<'a>(
     caller: &ToolCaller,
     items: impl Iterator<Item = &'a Arc<IndexedRecord>>,
 ) {
-    let dormant: Vec<String> =
-        items.filter(|item| item.record.status == Status::Dormant).map(|item| item.record.id.clone()).collect();
+    let dormant: Vec<String> = items
+        .filter(|item| item.record.status == Status::Dormant)
+        .map(|item| item.record.id.clone())
+        .collect();
     if !dormant.is_empty() {
         let actor = caller.author.as_deref().unwrap_or("tool");
         memories.wake(&caller.caller.tenant, &dormant, actor).await;

@@ -25,7 +25,8 @@ fn gateway(mock: &Proc, dir: &TempDir, name: &str, toml: &str, offset: Option<&s
             ("FAKETIME_DONT_RESET", "1"),
         ]);
     }
-    let args = ["--auth-mode", "managed", "--database-url", db.as_str(), "--config", config.to_str().unwrap()];
+    let args =
+        ["--auth-mode", "managed", "--database-url", db.as_str(), "--config", config.to_str().unwrap()];
     Proc::gateway(mock, &args, &env)
 }
 
@@ -54,7 +55,8 @@ async fn status_of(gw: &Proc, id: &str) -> String {
 /// it (the body memgate injected into).
 async fn ask(gw: &Proc, mock: &Proc, key: &str, text: &str) -> String {
     let before = mock.recorded().await.len();
-    let body = json!({"model": "claude-mock", "max_tokens": 64, "messages": [{"role": "user", "content": text}]});
+    let body =
+        json!({"model": "claude-mock", "max_tokens": 64, "messages": [{"role": "user", "content": text}]});
     let response = client()
         .post(gw.url("/v1/messages"))
         .header("x-api-key", key)
@@ -98,11 +100,16 @@ async fn e2e_dormancy_dry_run_apply_never_injected_woken_by_a_tool_or_an_admin_c
         // Today, without `[records.dormancy]`: off by default.
         let today = gateway(&mock, &dir, "today", "", None);
         for record in &records {
-            let (status, body) = admin(&today, reqwest::Method::POST, "/memories", Some(record.clone())).await;
+            let (status, body) =
+                admin(&today, reqwest::Method::POST, "/memories", Some(record.clone())).await;
             assert_eq!(status, 201, "{body}");
         }
         let report = get(&today, "/dormancy").await;
-        assert_eq!((report["enabled"].as_bool(), report["count"].as_u64()), (Some(false), Some(0)), "{report}");
+        assert_eq!(
+            (report["enabled"].as_bool(), report["count"].as_u64()),
+            (Some(false), Some(0)),
+            "{report}"
+        );
         let (status, run) = admin(&today, reqwest::Method::POST, "/dormancy/run", None).await;
         assert_eq!((status, run["applied"].as_u64()), (200, Some(0)), "{run}");
     }
@@ -119,7 +126,11 @@ async fn e2e_dormancy_dry_run_apply_never_injected_woken_by_a_tool_or_an_admin_c
     .await;
 
     let dry = get(&later, "/dormancy").await;
-    assert_eq!(ids(&dry), ["mem-ferry", "mem-lighthouse"], "pinned and rule-less records are not listed: {dry}");
+    assert_eq!(
+        ids(&dry),
+        ["mem-ferry", "mem-lighthouse"],
+        "pinned and rule-less records are not listed: {dry}"
+    );
     assert_eq!((dry["dry_run"].as_bool(), dry["applied"].as_u64()), (Some(true), Some(0)), "{dry}");
     assert_eq!(dry["data"][0]["after_days"], 90, "{dry}");
     let (_, dry_post) = admin(&later, reqwest::Method::POST, "/dormancy/run?dry_run=true", None).await;
@@ -139,11 +150,16 @@ async fn e2e_dormancy_dry_run_apply_never_injected_woken_by_a_tool_or_an_admin_c
     assert_eq!(ids(&listed), ["mem-ferry", "mem-lighthouse"], "dormant records are still listed");
     let history = get(&later, "/memories/mem-lighthouse/history").await;
     let last = history["data"].as_array().unwrap().last().unwrap().clone();
-    assert_eq!((last["action"].as_str(), last["actor"].as_str()), (Some("dormant"), Some("dormancy")), "{history}");
+    assert_eq!(
+        (last["action"].as_str(), last["actor"].as_str()),
+        (Some("dormant"), Some("dormancy")),
+        "{history}"
+    );
     assert_eq!(get(&later, "/dormancy").await["count"], 0, "nothing left to make dormant");
 
     // Never injected while dormant; the pinned record beside it still is.
-    let sent = ask(&later, &mock, &plain, "Tell me the lighthouse schedule and the harbour office channel.").await;
+    let sent =
+        ask(&later, &mock, &plain, "Tell me the lighthouse schedule and the harbour office channel.").await;
     assert!(sent.contains("mem-harbour"), "the pinned record is injected: {sent}");
     assert!(!sent.contains("mem-lighthouse"), "a dormant record was injected: {sent}");
     let sent = ask(&later, &mock, &plain, "Tell me the ferry timetable.").await;
@@ -160,7 +176,8 @@ async fn e2e_dormancy_dry_run_apply_never_injected_woken_by_a_tool_or_an_admin_c
     assert!(sent.contains("mem-ferry"), "injected again once awake: {sent}");
 
     // One admin call brings the other back.
-    let (status, woken) = admin(&later, reqwest::Method::POST, "/memories/mem-lighthouse/activate", None).await;
+    let (status, woken) =
+        admin(&later, reqwest::Method::POST, "/memories/mem-lighthouse/activate", None).await;
     assert_eq!((status, woken["status"].as_str()), (200, Some("active")), "{woken}");
     let sent = ask(&later, &mock, &plain, "Tell me the lighthouse schedule.").await;
     assert!(sent.contains("mem-lighthouse"), "injected again once activated: {sent}");

@@ -23,14 +23,16 @@ async fn post(gw: &Proc, path: &str, body: Value) -> (u16, Value) {
 }
 
 async fn queue(gw: &Proc, filters: &str) -> Vec<String> {
-    let (status, body) = admin(gw, reqwest::Method::GET, &format!("/memories?status=proposed{filters}"), None).await;
+    let (status, body) =
+        admin(gw, reqwest::Method::GET, &format!("/memories?status=proposed{filters}"), None).await;
     assert_eq!(status, 200, "{body}");
     body["data"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap().to_owned()).collect()
 }
 
 /// What the upstream received for one request with `text` as the person's words.
 async fn sent_upstream(gw: &Proc, mock: &Proc, key: &str, text: &str) -> String {
-    let body = json!({"model": "claude-mock", "max_tokens": 64, "messages": [{"role": "user", "content": text}]});
+    let body =
+        json!({"model": "claude-mock", "max_tokens": 64, "messages": [{"role": "user", "content": text}]});
     let response = client()
         .post(gw.url("/v1/messages"))
         .header("x-api-key", key)
@@ -64,10 +66,18 @@ async fn e2e_review_queue_approve_edit_reject_and_bulk() {
         "user:u-7",
         json!({"topic": "tone", "preference": "Short answers about the garden shed."}),
     );
-    let shed = proposed("mem-shed", "fact", "user:u-7", json!({"statement": "The garden shed key is under the blue pot."}));
-    let other = proposed("mem-other", "fact", "user:u-8", json!({"statement": "Another person's shed is green."}));
-    let bulk_a = proposed("mem-bulk-a", "fact", "user:u-7", json!({"statement": "The greenhouse opens at nine."}));
-    let bulk_b = proposed("mem-bulk-b", "fact", "user:u-7", json!({"statement": "The compost bin is by the gate."}));
+    let shed = proposed(
+        "mem-shed",
+        "fact",
+        "user:u-7",
+        json!({"statement": "The garden shed key is under the blue pot."}),
+    );
+    let other =
+        proposed("mem-other", "fact", "user:u-8", json!({"statement": "Another person's shed is green."}));
+    let bulk_a =
+        proposed("mem-bulk-a", "fact", "user:u-7", json!({"statement": "The greenhouse opens at nine."}));
+    let bulk_b =
+        proposed("mem-bulk-b", "fact", "user:u-7", json!({"statement": "The compost bin is by the gate."}));
     let live = json!({"id": "mem-live", "type": "fact", "scope": ["user:u-7"], "content": {"statement": "The hose is in the garage."}});
     for record in [&tone, &shed, &other, &bulk_a, &bulk_b, &live] {
         let (status, body) = post(&gw, "/memories", record.clone()).await;
@@ -103,15 +113,21 @@ async fn e2e_review_queue_approve_edit_reject_and_bulk() {
     let edit = json!({"content": {"topic": "tone", "preference": "Short answers, in British English."}});
     let (status, edited) = post(&gw, "/memories/mem-tone/activate", edit).await;
     assert_eq!(status, 200, "{edited}");
-    assert_eq!((edited["status"].as_str(), edited["revision"].as_i64()), (Some("active"), Some(2)), "{edited}");
+    assert_eq!(
+        (edited["status"].as_str(), edited["revision"].as_i64()),
+        (Some("active"), Some(2)),
+        "{edited}"
+    );
     assert_eq!(edited["content"]["preference"], "Short answers, in British English.");
 
     // Bulk reject: each id on its own; a live record is not rejected, an unknown one is named.
     let (status, rejected) =
-        post(&gw, "/memories/reject", json!({"ids": ["mem-other", "mem-live", "mem-nope", "mem-other"]})).await;
+        post(&gw, "/memories/reject", json!({"ids": ["mem-other", "mem-live", "mem-nope", "mem-other"]}))
+            .await;
     assert_eq!(status, 200, "{rejected}");
     assert_eq!((rejected["done"].as_u64(), rejected["failed"].as_u64()), (Some(1), Some(2)), "{rejected}");
-    let by_id = |id: &str| rejected["data"].as_array().unwrap().iter().find(|r| r["id"] == id).unwrap().clone();
+    let by_id =
+        |id: &str| rejected["data"].as_array().unwrap().iter().find(|r| r["id"] == id).unwrap().clone();
     assert_eq!(by_id("mem-other")["deleted"], true);
     assert_eq!(by_id("mem-live")["error"]["code"], "not_proposed");
     assert_eq!(by_id("mem-nope")["error"]["code"], "not_found");
@@ -121,7 +137,8 @@ async fn e2e_review_queue_approve_edit_reject_and_bulk() {
     assert_eq!(kept["status"], "active");
 
     // Bulk approve.
-    let (status, activated) = post(&gw, "/memories/activate", json!({"ids": ["mem-bulk-a", "mem-bulk-b"]})).await;
+    let (status, activated) =
+        post(&gw, "/memories/activate", json!({"ids": ["mem-bulk-a", "mem-bulk-b"]})).await;
     assert_eq!((status, activated["done"].as_u64()), (200, Some(2)), "{activated}");
     assert!(queue(&gw, "").await.is_empty(), "the queue is empty");
 

@@ -66,7 +66,9 @@ pub fn if_match(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
         .map(|v| v.trim().trim_start_matches("W/").trim_matches('"'))
         .and_then(|v| v.parse::<i64>().ok())
         .map(Some)
-        .ok_or_else(|| ApiError::coded(Code::InvalidHeader, "If-Match must be a record revision, e.g. `If-Match: 3`"))
+        .ok_or_else(|| {
+            ApiError::coded(Code::InvalidHeader, "If-Match must be a record revision, e.g. `If-Match: 3`")
+        })
 }
 
 pub async fn delete(

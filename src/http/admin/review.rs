@@ -70,15 +70,17 @@ async fn decide(
 /// `{"ids": ["mem-…", …]}`: 1 to `MAX_BULK` ids, each a non-empty string, no repeats.
 fn ids_of(input: &Value) -> Result<Vec<String>, ApiError> {
     let usage = || format!("the body is {{\"ids\": [\"mem-…\", …]}} with 1 to {MAX_BULK} record ids");
-    let list = input.get("ids").and_then(Value::as_array).ok_or_else(|| ApiError::invalid_request(usage()))?;
+    let list =
+        input.get("ids").and_then(Value::as_array).ok_or_else(|| ApiError::invalid_request(usage()))?;
     if list.is_empty() || list.len() > MAX_BULK {
         return Err(ApiError::invalid_request(format!("{} (got {})", usage(), list.len())));
     }
     let mut ids: Vec<String> = Vec::with_capacity(list.len());
     for item in list {
-        let id = item.as_str().filter(|id| !id.is_empty() && id.len() <= 256).ok_or_else(|| {
-            ApiError::invalid_request("every id is a string of 1 to 256 characters")
-        })?;
+        let id = item
+            .as_str()
+            .filter(|id| !id.is_empty() && id.len() <= 256)
+            .ok_or_else(|| ApiError::invalid_request("every id is a string of 1 to 256 characters"))?;
         if !ids.iter().any(|seen| seen == id) {
             ids.push(id.to_owned());
         }
