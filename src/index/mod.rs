@@ -680,12 +680,15 @@ impl Loader {
     }
 }
 
+/// A stored record with its stored embedding, as the startup load reads them.
+pub type StoredRecord = (Record, Option<Arc<[f32]>>);
+
 /// Builds `IndexedRecord`s on up to `threads` threads (their token counts and terms are most of a
 /// startup load's CPU), in the order given.
-pub fn index_records(records: Vec<(Record, Option<Arc<[f32]>>)>, threads: usize) -> Vec<IndexedRecord> {
+pub fn index_records(records: Vec<StoredRecord>, threads: usize) -> Vec<IndexedRecord> {
     let threads = threads.clamp(1, 16);
     let chunk = records.len().div_ceil(threads).max(1);
-    let mut parts: Vec<Vec<(Record, Option<Arc<[f32]>>)>> = Vec::new();
+    let mut parts: Vec<Vec<StoredRecord>> = Vec::new();
     let mut records = records.into_iter();
     loop {
         let part: Vec<_> = records.by_ref().take(chunk).collect();
