@@ -31,7 +31,7 @@ impl Store {
             return Ok(());
         }
         let mut tx = self.begin_write().await?;
-        let mut by_tenant: Vec<(&str, Vec<Row<'_>>)> = Vec::new();
+        let mut by_tenant: Vec<(&str, Vec<IdVector<'_>>)> = Vec::new();
         for (tenant, id, vector) in items {
             match by_tenant.iter_mut().find(|(t, _)| t == tenant) {
                 Some((_, rows)) => rows.push((id, vector)),
@@ -179,7 +179,7 @@ impl Store {
 }
 
 /// One record's id and vector, of a tenant's share of a batch.
-type Row<'a> = (&'a str, &'a [f32]);
+type IdVector<'a> = (&'a str, &'a [f32]);
 
 /// Little-endian f32 bytes as base64: how a vector is stored, and how an export carries it.
 pub fn encode(vector: &[f32]) -> String {
