@@ -3,8 +3,8 @@
 # knowledge-base records and 10,000 team records, imported with vectors and queried with the real
 # model at 1,000 req/s (loadtest/harness/crm.py says how it is built).
 #
-#   bash loadtest/crm.sh                       # the full size (~1 h the first time; see README)
-#   bash loadtest/crm.sh --customers 20000     # a quick run (~10 min the first time)
+#   bash loadtest/crm.sh                       # the full size (not yet run end to end)
+#   bash loadtest/crm.sh --customers 20000     # a scaled-down run
 #   bash loadtest/crm.sh --help                # every option
 #
 # Needs PostgreSQL (scripts/services starts it; --pg-url or MEMGATE_TEST_POSTGRES_URL names an

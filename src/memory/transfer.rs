@@ -211,7 +211,7 @@ impl MemoryService {
         let max_line = max_line_bytes(self.max_content_bytes);
         let running = RunningModel { id: self.embedder.model_id(), dimensions: self.embedder.dimensions() };
         // Every line checked first; the store is then asked about all the valid ones at once.
-        let mut checked: Vec<(usize, Result<(Envelope, Carried), Vec<Problem>>)> = Vec::new();
+        let mut checked: Vec<(usize, Checked)> = Vec::new();
         for (index, text) in body.lines().enumerate() {
             if text.trim().is_empty() {
                 continue;
@@ -432,6 +432,9 @@ struct RunningModel<'a> {
     id: &'a str,
     dimensions: usize,
 }
+
+/// An import line as read: its envelope and carried embedding, or its problems.
+type Checked = Result<(Envelope, Carried), Vec<Problem>>;
 
 /// The embedding an import line carried.
 enum Carried {

@@ -31,7 +31,7 @@ impl Store {
             return Ok(());
         }
         let mut tx = self.begin_write().await?;
-        let mut by_tenant: Vec<(&str, Vec<(&str, &[f32])>)> = Vec::new();
+        let mut by_tenant: Vec<(&str, Vec<IdVector<'_>>)> = Vec::new();
         for (tenant, id, vector) in items {
             match by_tenant.iter_mut().find(|(t, _)| t == tenant) {
                 Some((_, rows)) => rows.push((id, vector)),
@@ -217,6 +217,9 @@ impl Store {
         Ok(done.rows_affected())
     }
 }
+
+/// One record's id and vector, of a tenant's share of a batch.
+type IdVector<'a> = (&'a str, &'a [f32]);
 
 /// Little-endian f32 bytes as base64: how a vector is stored, and how an export carries it.
 pub fn encode(vector: &[f32]) -> String {
