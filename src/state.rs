@@ -145,7 +145,9 @@ impl AppState {
             embedder,
             config.embedding.dedupe_threshold,
         )
-        .with_fanout(fanout.clone());
+        .with_fanout(fanout.clone())
+        .with_dormancy(config.records.dormancy.clone())
+        .map_err(|message| StartupError::ConfigInvalid { key: "records.dormancy".into(), message })?;
         let records = memories.load_index().await.map_err(|err| StartupError::Store {
             url: crate::store::redact_url(&config.database.url),
             message: format!("loading records: {err}"),
