@@ -134,7 +134,9 @@ impl RawObserver {
         if lease_ms <= timeout_ms {
             return Err(invalid(
                 "observer.lease_ms",
-                format!("must exceed observer.timeout_ms ({timeout_ms}), or a live extraction could be claimed twice"),
+                format!(
+                    "must exceed observer.timeout_ms ({timeout_ms}), or a live extraction could be claimed twice"
+                ),
             ));
         }
         let backoff_base_ms = positive("backoff_base_ms", self.backoff_base_ms, d.backoff_base_ms)?;
@@ -188,7 +190,11 @@ impl RawObserver {
             timeout: Duration::from_millis(timeout_ms),
             max_text_chars,
             max_candidates,
-            max_queued_per_tenant: positive("max_queued_per_tenant", self.max_queued_per_tenant, d.max_queued_per_tenant)?,
+            max_queued_per_tenant: positive(
+                "max_queued_per_tenant",
+                self.max_queued_per_tenant,
+                d.max_queued_per_tenant,
+            )?,
         })
     }
 }

@@ -445,7 +445,11 @@ impl MemoryService {
     /// A live record that `envelope` repeats: the same type, scope and content, or — without a
     /// key — one whose embedding is at least the dedupe threshold similar (with the same figures
     /// and negations). With its similarity, `None` for an exact repeat.
-    pub async fn twin_of(&self, tenant: &str, envelope: &Envelope) -> Result<Option<(Record, Option<f32>)>, MemoryError> {
+    pub async fn twin_of(
+        &self,
+        tenant: &str,
+        envelope: &Envelope,
+    ) -> Result<Option<(Record, Option<f32>)>, MemoryError> {
         if let Some(existing) = self.store.exact_repeat(tenant, envelope).await.map_err(MemoryError::Store)? {
             return Ok(Some((existing, None)));
         }
@@ -647,7 +651,12 @@ impl MemoryService {
     /// place (revision + 1, the old revision in its history, valid from now) and the proposal
     /// goes. `None` when `id` is no such proposal, or the record it names has gone or changed
     /// its key: then approval is a plain activation.
-    async fn approve_replacement(&self, tenant: &str, id: &str, actor: &str) -> Result<Option<Record>, MemoryError> {
+    async fn approve_replacement(
+        &self,
+        tenant: &str,
+        id: &str,
+        actor: &str,
+    ) -> Result<Option<Record>, MemoryError> {
         let proposal = self.get(tenant, id).await?;
         let target = proposal.metadata.get("observer").and_then(|o| o.get("supersedes"));
         let (Some(old_id), Some(key)) = (

@@ -112,10 +112,11 @@ impl Reader {
             }
             Some("content_block_delta") => {
                 let is_text = data.pointer("/delta/type").and_then(Value::as_str) == Some("text_delta");
-                if is_text && index.is_some_and(|i| self.text_blocks.contains(&i)) {
-                    if let Some(piece) = data.pointer("/delta/text").and_then(Value::as_str) {
-                        self.add_text(piece);
-                    }
+                if is_text
+                    && index.is_some_and(|i| self.text_blocks.contains(&i))
+                    && let Some(piece) = data.pointer("/delta/text").and_then(Value::as_str)
+                {
+                    self.add_text(piece);
                 }
             }
             Some("message_stop") => self.complete = true,
@@ -167,7 +168,11 @@ fn event_end(buffer: &[u8]) -> Option<usize> {
 /// The body relayed unchanged, with `done` called with the answer's text once it has arrived
 /// whole (never, when it did not).
 pub fn tap(body: Body, reader: Reader, done: impl FnOnce(String) + Send + 'static) -> Body {
-    Body::from_stream(Tap { inner: body.into_data_stream(), reader: Some(reader), done: Some(Box::new(done)) })
+    Body::from_stream(Tap {
+        inner: body.into_data_stream(),
+        reader: Some(reader),
+        done: Some(Box::new(done)),
+    })
 }
 
 type Done = Box<dyn FnOnce(String) + Send>;

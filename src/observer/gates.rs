@@ -78,8 +78,12 @@ pub fn shape(raw: &Value) -> Result<Candidate, Dropped> {
     if !TYPES.contains(&record_type) {
         return Err(bad("type must be fact, preference, decision or task"));
     }
-    let content = object.get("content").filter(|c| c.is_object()).ok_or_else(|| bad("content must be an object"))?;
-    let about = object.get("about").and_then(Value::as_str).ok_or_else(|| bad("about must be user, assistant or other"))?;
+    let content =
+        object.get("content").filter(|c| c.is_object()).ok_or_else(|| bad("content must be an object"))?;
+    let about = object
+        .get("about")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("about must be user, assistant or other"))?;
     if !matches!(about, "user" | "assistant" | "other") {
         return Err(bad("about must be user, assistant or other"));
     }
@@ -88,7 +92,8 @@ pub fn shape(raw: &Value) -> Result<Candidate, Dropped> {
         .and_then(Value::as_f64)
         .filter(|c| (0.0..=1.0).contains(c))
         .ok_or_else(|| bad("confidence must be a number from 0 to 1"))?;
-    let evidence = object.get("evidence").and_then(Value::as_str).ok_or_else(|| bad("evidence must be a quote"))?;
+    let evidence =
+        object.get("evidence").and_then(Value::as_str).ok_or_else(|| bad("evidence must be a quote"))?;
     let key = match object.get("key") {
         None | Some(Value::Null) => None,
         Some(Value::String(key)) if !key.trim().is_empty() && key.len() <= 200 => Some(key.trim().to_owned()),
@@ -114,10 +119,16 @@ pub fn secret_in_evidence(candidate: &Candidate) -> Option<Dropped> {
 /// Gates 1 and 2 on the envelope check's problems: a secret anywhere is the secret gate's (named
 /// by kind and path, never quoted); anything else the schema's.
 pub fn envelope_problems(problems: &[crate::memory::checks::envelope::Problem]) -> Dropped {
-    let secrets: Vec<String> =
-        problems.iter().filter(|p| p.kind == "secret").map(|p| format!("{}: {}", p.path, p.message)).collect();
+    let secrets: Vec<String> = problems
+        .iter()
+        .filter(|p| p.kind == "secret")
+        .map(|p| format!("{}: {}", p.path, p.message))
+        .collect();
     if !secrets.is_empty() {
-        return Dropped::new("secret", format!("a secret; secrets never go into memory ({})", secrets.join("; ")));
+        return Dropped::new(
+            "secret",
+            format!("a secret; secrets never go into memory ({})", secrets.join("; ")),
+        );
     }
     let named: Vec<String> = problems.iter().map(|p| format!("{} ({})", p.path, p.kind)).collect();
     Dropped::new("schema", format!("the content does not fit its type: {}", named.join(", ")))
@@ -151,20 +162,20 @@ pub fn judge(candidate: &Candidate, exchange: &Exchange<'_>, min_confidence: f64
                     && evidence.len() >= MIN_EVIDENCE_CHARS
                     && normalize(source).contains(&evidence));
             if from_source {
-                return Some(Dropped::new(
-                    "echo",
-                    format!("it repeats {name}, not the person's own words"),
-                ));
+                return Some(Dropped::new("echo", format!("it repeats {name}, not the person's own words")));
             }
         }
     }
     if candidate.about != "user" {
         return Some(Dropped::new(
             "attribution",
-            format!("it is about {}, not the person: only what people say of themselves is kept", match candidate.about.as_str() {
-                "assistant" => "the assistant",
-                _ => "someone else",
-            }),
+            format!(
+                "it is about {}, not the person: only what people say of themselves is kept",
+                match candidate.about.as_str() {
+                    "assistant" => "the assistant",
+                    _ => "someone else",
+                }
+            ),
         ));
     }
     if !evidence_is_theirs {
@@ -242,28 +253,71 @@ mod tests {
     fn each_junk_kind_meets_its_gate_and_the_persons_own_preference_passes() {
         let injected = vec!["preference\nmeal vegetarian meals on every flight".to_owned()];
         let ex = exchange(&injected);
-        let good = candidate(json!({"topic": "seating", "preference": "window seats on long flights"}), "user", 0.9, "I prefer window seats on long flights");
+        let good = candidate(
+            json!({"topic": "seating", "preference": "window seats on long flights"}),
+            "user",
+            0.9,
+            "I prefer window seats on long flights",
+        );
         assert_eq!(judge(&good, &ex, 0.7), None);
-        let echo_record = candidate(json!({"topic": "meal", "preference": "vegetarian meals on every flight"}), "user", 0.9, "vegetarian meals on every flight");
+        let echo_record = candidate(
+            json!({"topic": "meal", "preference": "vegetarian meals on every flight"}),
+            "user",
+            0.9,
+            "vegetarian meals on every flight",
+        );
         assert_eq!(judge(&echo_record, &ex, 0.7).unwrap().gate, "echo");
-        let echo_system = candidate(json!({"topic": "role", "preference": "travel assistant for Example Air"}), "user", 0.9, "You are a travel assistant for Example Air");
+        let echo_system = candidate(
+            json!({"topic": "role", "preference": "travel assistant for Example Air"}),
+            "user",
+            0.9,
+            "You are a travel assistant for Example Air",
+        );
         assert_eq!(judge(&echo_system, &ex, 0.7).unwrap().gate, "echo");
-        let claim = candidate(json!({"topic": "lounge", "preference": "premium lounge open to gold members"}), "assistant", 0.9, "Our premium lounge is open to all gold members");
+        let claim = candidate(
+            json!({"topic": "lounge", "preference": "premium lounge open to gold members"}),
+            "assistant",
+            0.9,
+            "Our premium lounge is open to all gold members",
+        );
         assert_eq!(judge(&claim, &ex, 0.7).unwrap().gate, "echo");
-        let other = candidate(json!({"topic": "sport", "preference": "loves skiing"}), "other", 0.9, "My sister loves skiing");
+        let other = candidate(
+            json!({"topic": "sport", "preference": "loves skiing"}),
+            "other",
+            0.9,
+            "My sister loves skiing",
+        );
         assert_eq!(judge(&other, &ex, 0.7).unwrap().gate, "attribution");
-        let unfounded = candidate(json!({"topic": "seating", "preference": "aisle seats"}), "user", 0.9, "I want aisle seats");
+        let unfounded = candidate(
+            json!({"topic": "seating", "preference": "aisle seats"}),
+            "user",
+            0.9,
+            "I want aisle seats",
+        );
         assert_eq!(judge(&unfounded, &ex, 0.7).unwrap().gate, "attribution");
-        let guess = candidate(json!({"topic": "seating", "preference": "window seats on long flights"}), "user", 0.3, "I prefer window seats");
+        let guess = candidate(
+            json!({"topic": "seating", "preference": "window seats on long flights"}),
+            "user",
+            0.3,
+            "I prefer window seats",
+        );
         assert_eq!(judge(&guess, &ex, 0.7).unwrap().gate, "confidence");
     }
 
     #[test]
     fn shapes_and_secrets_are_refused_by_kind_never_quoted() {
         assert_eq!(shape(&json!({"type": "opinion"})).unwrap_err().gate, "schema");
-        assert_eq!(shape(&json!({"type": "fact", "content": "x", "about": "user", "confidence": 1, "evidence": "e"})).unwrap_err().gate, "schema");
+        assert_eq!(
+            shape(
+                &json!({"type": "fact", "content": "x", "about": "user", "confidence": 1, "evidence": "e"})
+            )
+            .unwrap_err()
+            .gate,
+            "schema"
+        );
         let key = format!("sk-ant-api03-{}", "Ab3xY9".repeat(15));
-        let leaky = candidate(json!({"topic": "k", "preference": "p"}), "user", 0.9, &format!("my key is {key}"));
+        let leaky =
+            candidate(json!({"topic": "k", "preference": "p"}), "user", 0.9, &format!("my key is {key}"));
         let dropped = secret_in_evidence(&leaky).unwrap();
         assert_eq!(dropped.gate, "secret");
         assert!(!dropped.reason.contains(&key));

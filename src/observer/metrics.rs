@@ -41,7 +41,11 @@ pub struct ObserverMetrics {
 
 impl ObserverMetrics {
     pub fn register(&self, registry: &mut Registry) {
-        registry.register("observer_exchanges_queued", "Finished exchanges queued for extraction", self.queued.clone());
+        registry.register(
+            "observer_exchanges_queued",
+            "Finished exchanges queued for extraction",
+            self.queued.clone(),
+        );
         registry.register(
             "observer_exchanges_not_queued",
             "Finished exchanges that were not queued, by reason",
@@ -71,7 +75,9 @@ impl ObserverMetrics {
     }
 
     pub fn candidate(&self, gate: &str, verdict: &str) {
-        self.candidates.get_or_create(&GateLabels { gate: gate.to_owned(), verdict: verdict.to_owned() }).inc();
+        self.candidates
+            .get_or_create(&GateLabels { gate: gate.to_owned(), verdict: verdict.to_owned() })
+            .inc();
     }
 
     pub fn not_queued(&self, why: &str) {

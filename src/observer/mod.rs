@@ -147,7 +147,12 @@ impl Observer {
             release: release.name.clone(),
             mode,
             min_confidence: release.observe.min_confidence.unwrap_or(self.shared.config.min_confidence),
-            schema_version: release.funnel.schema_versions.first().cloned().unwrap_or_else(|| "v1".to_owned()),
+            schema_version: release
+                .funnel
+                .schema_versions
+                .first()
+                .cloned()
+                .unwrap_or_else(|| "v1".to_owned()),
             rule: release.query.clone(),
             body: body.clone(),
             stream,
@@ -264,7 +269,9 @@ impl Watch {
             injected_ids: self.injected_ids.clone(),
         };
         match shared.store.observer_queued(&self.tenant).await {
-            Ok(queued) if queued >= i64::try_from(shared.config.max_queued_per_tenant).unwrap_or(i64::MAX) => {
+            Ok(queued)
+                if queued >= i64::try_from(shared.config.max_queued_per_tenant).unwrap_or(i64::MAX) =>
+            {
                 shared.metrics.not_queued("tenant_full");
                 tracing::warn!(tenant = %self.tenant, queued, "a tenant's observation queue is full (observer.max_queued_per_tenant); an exchange was not queued");
                 return;
@@ -302,11 +309,9 @@ fn system_text(body: &[u8]) -> String {
     let Ok([Some(system)]) = top_fields(body, ["system"]) else { return String::new() };
     let text = match serde_json::from_str::<Value>(system.get()) {
         Ok(Value::String(text)) => text,
-        Ok(Value::Array(blocks)) => blocks
-            .iter()
-            .filter_map(|b| b.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
+        Ok(Value::Array(blocks)) => {
+            blocks.iter().filter_map(|b| b.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n")
+        }
         _ => String::new(),
     };
     text.chars().take(SYSTEM_CHARS).collect()

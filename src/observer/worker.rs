@@ -18,10 +18,10 @@
 //! tokens are added to the tenant's usage. Each candidate gets one outcome row; the exchange is
 //! then deleted.
 
+use super::Shared;
 use super::extract::{self, Extracted};
 use super::gates::{self, Candidate, Exchange as Compared};
 use super::write::{self, Failed};
-use super::Shared;
 use crate::clock::{format_ms, now_ms};
 use crate::store::observer::{Exchange, Outcome};
 use crate::upstream::UpstreamRequest;
@@ -43,9 +43,16 @@ const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 enum Call {
     Answer(Extracted),
     /// Worth trying again later.
-    Busy { outcome: &'static str, error: String, wait_ms: Option<u64> },
+    Busy {
+        outcome: &'static str,
+        error: String,
+        wait_ms: Option<u64>,
+    },
     /// Not worth trying again.
-    Refused { outcome: &'static str, error: String },
+    Refused {
+        outcome: &'static str,
+        error: String,
+    },
 }
 
 pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
@@ -153,7 +160,8 @@ async fn process(shared: &Shared, exchange: Exchange, owner: &str) {
     let id = exchange.new.id.clone();
     let tenant = exchange.new.tenant.clone();
     if exchange.attempts > max {
-        give_up(shared, &id, owner, &format!("gave up after {max} attempts; the last one did not finish")).await;
+        give_up(shared, &id, owner, &format!("gave up after {max} attempts; the last one did not finish"))
+            .await;
         return;
     }
     let now = now_ms();
@@ -168,11 +176,13 @@ async fn process(shared: &Shared, exchange: Exchange, owner: &str) {
             shared.metrics.call("budget");
             let midnight = (now / DAY_MS + 1) * DAY_MS;
             tracing::info!(%tenant, "a tenant's daily extraction budget is spent; its exchanges wait for the next day");
-            retry(shared, &exchange, owner, midnight, "the tenant's daily extraction budget is spent", false).await;
+            retry(shared, &exchange, owner, midnight, "the tenant's daily extraction budget is spent", false)
+                .await;
             return;
         }
         Err(err) => {
-            retry(shared, &exchange, owner, now + 5_000, &format!("the store is unavailable: {err}"), false).await;
+            retry(shared, &exchange, owner, now + 5_000, &format!("the store is unavailable: {err}"), false)
+                .await;
             return;
         }
     }
@@ -185,9 +195,17 @@ async fn process(shared: &Shared, exchange: Exchange, owner: &str) {
         Call::Busy { outcome, error, wait_ms } => {
             shared.metrics.call(outcome);
             if exchange.attempts >= max {
-                give_up(shared, &id, owner, &format!("gave up after {} attempts; the last: {error}", exchange.attempts)).await;
+                give_up(
+                    shared,
+                    &id,
+                    owner,
+                    &format!("gave up after {} attempts; the last: {error}", exchange.attempts),
+                )
+                .await;
             } else {
-                let delay = wait_ms.unwrap_or_else(|| backoff_ms(exchange.attempts, config.backoff_base_ms, config.backoff_max_ms));
+                let delay = wait_ms.unwrap_or_else(|| {
+                    backoff_ms(exchange.attempts, config.backoff_base_ms, config.backoff_max_ms)
+                });
                 tracing::info!(%id, attempt = exchange.attempts, delay_ms = delay, %error, "extraction failed; will retry");
                 let next = now_ms() + i64::try_from(delay.min(config.backoff_max_ms)).unwrap_or(i64::MAX / 4);
                 retry(shared, &exchange, owner, next, &error, true).await;
@@ -211,7 +229,15 @@ async fn process(shared: &Shared, exchange: Exchange, owner: &str) {
     let done = match shared.store.observer_outcomes_of(&id).await {
         Ok(done) => done,
         Err(err) => {
-            retry(shared, &exchange, owner, now_ms() + 5_000, &format!("the store is unavailable: {err}"), true).await;
+            retry(
+                shared,
+                &exchange,
+                owner,
+                now_ms() + 5_000,
+                &format!("the store is unavailable: {err}"),
+                true,
+            )
+            .await;
             return;
         }
     };
@@ -227,14 +253,15 @@ async fn process(shared: &Shared, exchange: Exchange, owner: &str) {
             continue;
         }
         let record_type = gates::type_name(raw);
-        let (verdict, gate, reason, record_id) = match decide(shared, &exchange, &compared, position, raw).await {
-            Ok(Decided::Kept(kept)) => (kept.verdict, kept.gate, kept.reason, Some(kept.record_id)),
-            Ok(Decided::Dropped(dropped)) => ("dropped", dropped.gate, dropped.reason, None),
-            Err(error) => {
-                retry(shared, &exchange, owner, now_ms() + 5_000, &error, true).await;
-                return;
-            }
-        };
+        let (verdict, gate, reason, record_id) =
+            match decide(shared, &exchange, &compared, position, raw).await {
+                Ok(Decided::Kept(kept)) => (kept.verdict, kept.gate, kept.reason, Some(kept.record_id)),
+                Ok(Decided::Dropped(dropped)) => ("dropped", dropped.gate, dropped.reason, None),
+                Err(error) => {
+                    retry(shared, &exchange, owner, now_ms() + 5_000, &error, true).await;
+                    return;
+                }
+            };
         shared.metrics.candidate(gate, verdict);
         tracing::info!(exchange = %id, position, gate, verdict, reason = %reason, "observed candidate decided");
         let outcome = Outcome {
@@ -251,14 +278,26 @@ async fn process(shared: &Shared, exchange: Exchange, owner: &str) {
             at_ms: now_ms(),
         };
         if let Err(err) = shared.store.observer_outcome_insert(&outcome).await {
-            retry(shared, &exchange, owner, now_ms() + 5_000, &format!("the store is unavailable: {err}"), true).await;
+            retry(
+                shared,
+                &exchange,
+                owner,
+                now_ms() + 5_000,
+                &format!("the store is unavailable: {err}"),
+                true,
+            )
+            .await;
             return;
         }
     }
     match shared.store.observer_finish(&id, owner).await {
         Ok(true) => {}
-        Ok(false) => tracing::warn!(%id, "an exchange's lease ran out before it was finished; another replica may extract it again (nothing is written twice)"),
-        Err(err) => tracing::warn!(%id, error = %err, "finishing an exchange failed; it will be extracted again (nothing is written twice)"),
+        Ok(false) => {
+            tracing::warn!(%id, "an exchange's lease ran out before it was finished; another replica may extract it again (nothing is written twice)")
+        }
+        Err(err) => {
+            tracing::warn!(%id, error = %err, "finishing an exchange failed; it will be extracted again (nothing is written twice)")
+        }
     }
 }
 
@@ -283,8 +322,13 @@ async fn decide(
         return Ok(Decided::Dropped(dropped));
     }
     // Schema and secrets in the content: the checks every write passes.
-    let envelope =
-        write::envelope(&exchange.new, position, &candidate, &exchange.new.schema_version, &shared.config.model);
+    let envelope = write::envelope(
+        &exchange.new,
+        position,
+        &candidate,
+        &exchange.new.schema_version,
+        &shared.config.model,
+    );
     if let Err(crate::memory::MemoryError::Invalid(problems)) = shared.memories.check_write(&envelope) {
         return Ok(Decided::Dropped(gates::envelope_problems(&problems)));
     }
@@ -334,7 +378,12 @@ async fn call(shared: &Shared, exchange: &Exchange, injected: &[String]) -> Call
             value.set_sensitive(true);
             headers.insert("x-api-key", value);
         }
-        Err(_) => return Call::Refused { outcome: "refused", error: "the extraction key is not a valid header value".to_owned() },
+        Err(_) => {
+            return Call::Refused {
+                outcome: "refused",
+                error: "the extraction key is not a valid header value".to_owned(),
+            };
+        }
     }
     let request = UpstreamRequest {
         method: Method::POST,
@@ -346,7 +395,11 @@ async fn call(shared: &Shared, exchange: &Exchange, injected: &[String]) -> Call
         let response = match shared.upstream.send(request).await {
             Ok(response) => response,
             Err(err) => {
-                return Call::Busy { outcome: "unreachable", error: format!("the upstream did not answer: {}", err.message()), wait_ms: None };
+                return Call::Busy {
+                    outcome: "unreachable",
+                    error: format!("the upstream did not answer: {}", err.message()),
+                    wait_ms: None,
+                };
             }
         };
         let status = response.status().as_u16();
@@ -359,31 +412,66 @@ async fn call(shared: &Shared, exchange: &Exchange, injected: &[String]) -> Call
         let bytes = to_bytes(response.into_body(), MAX_ANSWER_BYTES).await;
         match (status, bytes) {
             (200..=299, Ok(bytes)) => {
-                match serde_json::from_slice(&bytes).map_err(|e| e.to_string()).and_then(|answer| {
-                    extract::parse_answer(&answer, config.max_candidates)
-                }) {
+                match serde_json::from_slice(&bytes)
+                    .map_err(|e| e.to_string())
+                    .and_then(|answer| extract::parse_answer(&answer, config.max_candidates))
+                {
                     Ok(extracted) => Call::Answer(extracted),
                     Err(error) => Call::Refused { outcome: "unreadable", error },
                 }
             }
-            (200..=299, Err(_)) => Call::Busy { outcome: "upstream_error", error: "the extraction answer broke off".to_owned(), wait_ms: None },
-            (429, _) => Call::Busy { outcome: "rate_limited", error: "the upstream is rate limiting (429)".to_owned(), wait_ms },
-            (529, _) => Call::Busy { outcome: "overloaded", error: "the upstream is overloaded (529)".to_owned(), wait_ms },
-            (408 | 409 | 500..=599, _) => Call::Busy { outcome: "upstream_error", error: format!("the upstream answered {status}"), wait_ms },
-            _ => Call::Refused { outcome: "refused", error: format!("the upstream refused the extraction call ({status})") },
+            (200..=299, Err(_)) => Call::Busy {
+                outcome: "upstream_error",
+                error: "the extraction answer broke off".to_owned(),
+                wait_ms: None,
+            },
+            (429, _) => Call::Busy {
+                outcome: "rate_limited",
+                error: "the upstream is rate limiting (429)".to_owned(),
+                wait_ms,
+            },
+            (529, _) => Call::Busy {
+                outcome: "overloaded",
+                error: "the upstream is overloaded (529)".to_owned(),
+                wait_ms,
+            },
+            (408 | 409 | 500..=599, _) => Call::Busy {
+                outcome: "upstream_error",
+                error: format!("the upstream answered {status}"),
+                wait_ms,
+            },
+            _ => Call::Refused {
+                outcome: "refused",
+                error: format!("the upstream refused the extraction call ({status})"),
+            },
         }
     };
     match tokio::time::timeout(config.timeout, attempt).await {
         Ok(call) => call,
-        Err(_) => Call::Busy { outcome: "unreachable", error: "the extraction call timed out (observer.timeout_ms)".to_owned(), wait_ms: None },
+        Err(_) => Call::Busy {
+            outcome: "unreachable",
+            error: "the extraction call timed out (observer.timeout_ms)".to_owned(),
+            wait_ms: None,
+        },
     }
 }
 
-async fn retry(shared: &Shared, exchange: &Exchange, owner: &str, next_at: i64, error: &str, attempted: bool) {
+async fn retry(
+    shared: &Shared,
+    exchange: &Exchange,
+    owner: &str,
+    next_at: i64,
+    error: &str,
+    attempted: bool,
+) {
     match shared.store.observer_retry(&exchange.new.id, owner, now_ms(), next_at, error, attempted).await {
         Ok(true) => {}
-        Ok(false) => tracing::warn!(id = %exchange.new.id, "an exchange's lease ran out before its retry was recorded"),
-        Err(err) => tracing::warn!(id = %exchange.new.id, error = %err, "recording an exchange's retry failed; its lease will run out and it is tried again"),
+        Ok(false) => {
+            tracing::warn!(id = %exchange.new.id, "an exchange's lease ran out before its retry was recorded")
+        }
+        Err(err) => {
+            tracing::warn!(id = %exchange.new.id, error = %err, "recording an exchange's retry failed; its lease will run out and it is tried again")
+        }
     }
 }
 

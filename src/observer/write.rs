@@ -44,7 +44,8 @@ pub enum Failed {
 
 /// The record id the candidate at `position` of `exchange` gets.
 pub fn record_id(exchange: &NewExchange, position: i64, candidate: &Candidate) -> String {
-    let text = format!("{}\u{0}{}\u{0}{position}\u{0}{}", exchange.tenant, exchange.id, candidate.record_type);
+    let text =
+        format!("{}\u{0}{}\u{0}{position}\u{0}{}", exchange.tenant, exchange.id, candidate.record_type);
     let digest = crate::hash::sha256_hex(format!("{text}\u{0}{}", canonical_json(&candidate.content)));
     format!("obs-{}", &digest[..24])
 }
@@ -113,16 +114,22 @@ pub async fn write(
         return Ok(Kept {
             verdict: "written",
             gate: "kept",
-            reason: format!("written as {} {} (by an earlier run of this exchange)", record.status.as_str(), record.record_type),
+            reason: format!(
+                "written as {} {} (by an earlier run of this exchange)",
+                record.status.as_str(),
+                record.record_type
+            ),
             record_id: record.id,
         });
     }
     if let Some(key) = &candidate.key {
-        let filter = ListFilter { key: Some(key.clone()), scope: Some(scope.clone()), ..ListFilter::default() };
+        let filter =
+            ListFilter { key: Some(key.clone()), scope: Some(scope.clone()), ..ListFilter::default() };
         let holders = memories.list(tenant, &filter, None, 10).await.map_err(unavailable)?;
         if let Some(holder) = holders.into_iter().find(|r| r.scope == [scope.clone()]) {
             if holder.content == candidate.content && holder.record_type == candidate.record_type {
-                return refresh(memories, exchange, &holder.id, "it repeats the live record with its key").await;
+                return refresh(memories, exchange, &holder.id, "it repeats the live record with its key")
+                    .await;
             }
             if exchange.mode != "write" && holder.status != Status::Proposed {
                 // The live record stays until a person approves the replacement.
@@ -189,9 +196,15 @@ fn created_record(created: Created) -> crate::record::Record {
 
 /// A repeat: the existing record's `metadata.observed` says it was seen again (how often, and
 /// the last request), and its `updated_at` moves; its content and status stay.
-async fn refresh(memories: &MemoryService, exchange: &NewExchange, id: &str, why: &str) -> Result<Kept, Failed> {
+async fn refresh(
+    memories: &MemoryService,
+    exchange: &NewExchange,
+    id: &str,
+    why: &str,
+) -> Result<Kept, Failed> {
     let current = memories.get(&exchange.tenant, id).await.map_err(unavailable)?;
-    let seen = current.metadata.get("observed").and_then(|o| o.get("count")).and_then(Value::as_u64).unwrap_or(0);
+    let seen =
+        current.metadata.get("observed").and_then(|o| o.get("count")).and_then(Value::as_u64).unwrap_or(0);
     // A patch replaces `metadata` whole: the rest of it goes along unchanged.
     let mut metadata = current.metadata.clone();
     metadata.insert(
@@ -203,5 +216,10 @@ async fn refresh(memories: &MemoryService, exchange: &NewExchange, id: &str, why
         .update(&exchange.tenant, id, &patch, Some(current.revision), AUTHOR)
         .await
         .map_err(unavailable)?;
-    Ok(Kept { verdict: "refreshed", gate: "dedup", reason: format!("{why}: refreshed {}", record.id), record_id: record.id })
+    Ok(Kept {
+        verdict: "refreshed",
+        gate: "dedup",
+        reason: format!("{why}: refreshed {}", record.id),
+        record_id: record.id,
+    })
 }

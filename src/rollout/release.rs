@@ -4,7 +4,8 @@
 
 use crate::config::Config;
 use crate::config::releases::{
-    AgentWritesSetting, ObserveSetting, PlacementSetting, QueryConfig, ReleaseConfig, RetrievalSetting, ToolsSetting,
+    AgentWritesSetting, ObserveSetting, PlacementSetting, QueryConfig, ReleaseConfig, RetrievalSetting,
+    ToolsSetting,
 };
 use crate::funnel::semantic::DEFAULT_PROBES;
 use crate::funnel::{FunnelSettings, Retrieval};

@@ -401,7 +401,11 @@ impl Store {
     }
 
     /// `tenant`'s usage per day from `since_day` (`YYYY-MM-DD`) on, oldest first.
-    pub async fn observer_usage(&self, tenant: &str, since_day: &str) -> Result<Vec<(String, Usage)>, StoreError> {
+    pub async fn observer_usage(
+        &self,
+        tenant: &str,
+        since_day: &str,
+    ) -> Result<Vec<(String, Usage)>, StoreError> {
         let rows = sqlx::query(
             "SELECT day, calls, input_tokens, output_tokens FROM observer_usage \
              WHERE tenant = $1 AND day >= $2 ORDER BY day",
@@ -426,7 +430,11 @@ impl Store {
 
     /// Erasure of an end user: their queued exchanges and every outcome about them. Returns
     /// (exchanges, outcomes) removed.
-    pub async fn observer_forget_subject(&self, tenant: &str, subject: &str) -> Result<(u64, u64), StoreError> {
+    pub async fn observer_forget_subject(
+        &self,
+        tenant: &str,
+        subject: &str,
+    ) -> Result<(u64, u64), StoreError> {
         let mut tx = self.begin_write().await?;
         let exchanges = sqlx::query("DELETE FROM observer_exchanges WHERE tenant = $1 AND subject = $2")
             .bind(tenant)

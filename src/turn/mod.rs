@@ -304,7 +304,9 @@ impl Turns {
         // Observation reads the client's own body (memgate's block is never in it) after the
         // answer; here it only decides whether this turn is observed.
         let mut watch = match (&explain, endpoint) {
-            (None, Endpoint::Messages) if !wish.off => handles.observer.watch(&caller, &release, &body, facts.stream),
+            (None, Endpoint::Messages) if !wish.off => {
+                handles.observer.watch(&caller, &release, &body, facts.stream)
+            }
             _ => None,
         };
         let mut recalled = handles.recaller.recall(&caller, &release, body, &wish).await?;

@@ -6,9 +6,9 @@ use crate::console::{
     CallError, CallOutcome, MemoryOutcome, MetricsRecorder, RecentCaller, RecentRequest, RecentRequests,
 };
 use crate::identity::Caller;
+use crate::observer::Watch;
 use crate::recall::{MemoryStatus, Recalled, Wish};
 use crate::rollout::stats::Outcome;
-use crate::observer::Watch;
 use crate::triggers::{TriggerInput, Triggers, turn_id};
 use crate::upstream::wire::Body;
 use std::time::Duration;

@@ -122,7 +122,12 @@ struct MockState {
 impl MockState {
     fn new(args: MockArgs) -> Self {
         let recorder = Recorder::new(!args.no_record);
-        MockState { args: Arc::new(args), recorder, shutdown: CancellationToken::new(), flaky: Arc::default() }
+        MockState {
+            args: Arc::new(args),
+            recorder,
+            shutdown: CancellationToken::new(),
+            flaky: Arc::default(),
+        }
     }
 }
 

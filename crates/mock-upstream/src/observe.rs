@@ -87,7 +87,18 @@ fn without_end(text: &str) -> &str {
 
 /// People a sentence may be about instead of the speaker.
 const OTHERS: [&str; 12] = [
-    "sister", "brother", "wife", "husband", "friend", "mother", "father", "mom", "dad", "colleague", "son", "daughter",
+    "sister",
+    "brother",
+    "wife",
+    "husband",
+    "friend",
+    "mother",
+    "father",
+    "mom",
+    "dad",
+    "colleague",
+    "son",
+    "daughter",
 ];
 
 fn candidate(kind: &str, content: Value, about: &str, confidence: f64, evidence: &str) -> Value {
@@ -133,7 +144,8 @@ pub(super) fn good(person: &str) -> Vec<Value> {
                 "confidence": 0.9, "evidence": sentence, "key": format!("fact:{thing}")}));
             continue;
         }
-        if ["i am ", "i'm ", "i live ", "i work ", "i have "].iter().any(|lead| lower_plain.starts_with(lead)) {
+        if ["i am ", "i'm ", "i live ", "i work ", "i have "].iter().any(|lead| lower_plain.starts_with(lead))
+        {
             found.push(candidate("fact", json!({"statement": plain}), "user", 0.85, &sentence));
         }
     }
@@ -237,7 +249,10 @@ mod tests {
         assert_eq!(all[1], all[0], "the repeat");
         let abouts: Vec<&str> = all.iter().map(|c| c["about"].as_str().unwrap()).collect();
         assert!(abouts.contains(&"other"));
-        assert!(all.iter().any(|c| c["content"]["statement"].as_str().is_some_and(|s| s.contains("sk-ant-api03-"))));
+        assert!(
+            all.iter()
+                .any(|c| c["content"]["statement"].as_str().is_some_and(|s| s.contains("sk-ant-api03-")))
+        );
         assert!(all.iter().any(|c| c["confidence"].as_f64() == Some(0.35)));
         assert_eq!(all.len(), 10);
         assert!(good("Maybe I prefer tea. My brother is a pilot. What do I like?").is_empty());

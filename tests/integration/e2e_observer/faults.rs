@@ -9,9 +9,16 @@ use std::time::Duration;
 /// tried again after its backoff and written once.
 #[tokio::test]
 async fn e2e_observer_an_upstream_that_refuses_then_recovers_gets_the_exchange_written_once() {
-    for (model, outcome) in [("mock-flaky-429", "rate_limited"), ("mock-flaky-529", "overloaded"), ("mock-flaky-down", "upstream_error")] {
+    for (model, outcome) in [
+        ("mock-flaky-429", "rate_limited"),
+        ("mock-flaky-529", "overloaded"),
+        ("mock-flaky-down", "upstream_error"),
+    ] {
         let quick = QUICK.replace("mock-extract", model);
-        let gate = Observed::start(&format!("[releases.v1]\nobserve = \"write\"\n{quick}"), &["--flaky-failures", "2"]);
+        let gate = Observed::start(
+            &format!("[releases.v1]\nobserve = \"write\"\n{quick}"),
+            &["--flaky-failures", "2"],
+        );
         let key = gate.key(TENANT, &["observe", "assert_subject"]).await;
         let sent = serde_json::to_vec(&body(None, "I prefer green tea in the morning.", false)).unwrap();
         assert_eq!(gate.send(&key, Some("u-1"), &sent).await.status, 200);
@@ -37,8 +44,14 @@ async fn e2e_observer_an_upstream_that_refuses_then_recovers_gets_the_exchange_w
 /// and writes each candidate once.
 #[tokio::test]
 async fn e2e_observer_a_gateway_killed_mid_extraction_leaves_the_exchange_to_the_next_one() {
-    let slow = QUICK.replace("mock-extract", "mock-slow-first-byte").replace("timeout_ms = 5000", "timeout_ms = 1500").replace("lease_ms = 6000", "lease_ms = 2000");
-    let gate = Observed::start(&format!("[releases.v1]\nobserve = \"propose\"\n{slow}"), &["--slow-first-byte-ms", "30000"]);
+    let slow = QUICK
+        .replace("mock-extract", "mock-slow-first-byte")
+        .replace("timeout_ms = 5000", "timeout_ms = 1500")
+        .replace("lease_ms = 6000", "lease_ms = 2000");
+    let gate = Observed::start(
+        &format!("[releases.v1]\nobserve = \"propose\"\n{slow}"),
+        &["--slow-first-byte-ms", "30000"],
+    );
     let key = gate.key(TENANT, &["observe", "assert_subject"]).await;
     let sent = serde_json::to_vec(&body(None, "I prefer green tea in the morning.", false)).unwrap();
     assert_eq!(gate.send(&key, Some("u-1"), &sent).await.status, 200);
@@ -50,11 +63,17 @@ async fn e2e_observer_a_gateway_killed_mid_extraction_leaves_the_exchange_to_the
     drop(gw);
     assert_eq!(
         memgate::store::Store::connect(&db.url).await.unwrap().observer_queue_counts(None).await.unwrap()["pending"]
-            + memgate::store::Store::connect(&db.url).await.unwrap().observer_queue_counts(None).await.unwrap()["retrying"],
+            + memgate::store::Store::connect(&db.url)
+                .await
+                .unwrap()
+                .observer_queue_counts(None)
+                .await
+                .unwrap()["retrying"],
         1,
         "the exchange is still queued"
     );
-    let (gw, _config) = Observed::gateway(&mock, &db, &format!("[releases.v1]\nobserve = \"propose\"\n{QUICK}"));
+    let (gw, _config) =
+        Observed::gateway(&mock, &db, &format!("[releases.v1]\nobserve = \"propose\"\n{QUICK}"));
     let again = Observed { mock, gw, db, http: crate::support::client(), _config };
     let status = again.settled(TENANT, 7).await;
     assert_eq!(status["outcomes"].as_array().unwrap().len(), 7, "each candidate decided once");

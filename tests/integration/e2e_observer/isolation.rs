@@ -37,7 +37,8 @@ async fn e2e_observer_exchanges_write_only_into_their_own_subjects_scope() {
         let records = gate.records(tenant, None).await;
         assert_eq!(records.len(), subjects.len(), "{tenant}: {records:#?}");
         for (s, subject) in subjects.iter().enumerate() {
-            let own: Vec<_> = records.iter().filter(|r| r["scope"] == json!([format!("user:{subject}")])).collect();
+            let own: Vec<_> =
+                records.iter().filter(|r| r["scope"] == json!([format!("user:{subject}")])).collect();
             assert_eq!(own.len(), 1, "{tenant}/{subject}: {records:#?}");
             assert_eq!(own[0]["content"]["preference"], item(t, s), "{tenant}/{subject}");
         }
@@ -45,7 +46,10 @@ async fn e2e_observer_exchanges_write_only_into_their_own_subjects_scope() {
         let status = gate.status(tenant).await;
         for outcome in status["outcomes"].as_array().unwrap() {
             if let Some(id) = outcome["record_id"].as_str() {
-                assert!(records.iter().any(|r| r["id"] == id), "{tenant} sees a record not its own: {outcome}");
+                assert!(
+                    records.iter().any(|r| r["id"] == id),
+                    "{tenant} sees a record not its own: {outcome}"
+                );
             }
         }
     }
@@ -54,7 +58,8 @@ async fn e2e_observer_exchanges_write_only_into_their_own_subjects_scope() {
     assert_eq!(extractions.len(), tenants.len() * subjects.len());
     for call in extractions {
         let prompt = call["body"]["messages"][0]["content"].as_str().unwrap().to_owned();
-        let person = prompt.split_once("<person>").and_then(|(_, r)| r.split_once("</person>")).unwrap().0.to_owned();
+        let person =
+            prompt.split_once("<person>").and_then(|(_, r)| r.split_once("</person>")).unwrap().0.to_owned();
         let matching = (0..tenants.len())
             .flat_map(|t| (0..subjects.len()).map(move |s| (t, s)))
             .filter(|(t, s)| person.contains(&item(*t, *s)))

@@ -73,7 +73,13 @@ impl Observed {
         Answer { status, headers, text: response.text().await.unwrap() }
     }
 
-    pub async fn admin(&self, tenant: &str, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+    pub async fn admin(
+        &self,
+        tenant: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Value {
         let mut request = self
             .http
             .request(method, self.gw.url(&format!("/admin/v1{path}")))
@@ -106,7 +112,8 @@ impl Observed {
     pub async fn settled(&self, tenant: &str, outcomes: usize) -> Value {
         eventually(WAIT, "the observer to process the queue", || async {
             let status = self.status(tenant).await;
-            let queued = status["queue"]["pending"].as_i64().unwrap_or(0) + status["queue"]["retrying"].as_i64().unwrap_or(0);
+            let queued = status["queue"]["pending"].as_i64().unwrap_or(0)
+                + status["queue"]["retrying"].as_i64().unwrap_or(0);
             let done = status["outcomes"].as_array().map_or(0, Vec::len);
             (queued == 0 && done >= outcomes).then_some(status)
         })
@@ -202,7 +209,15 @@ async fn e2e_observer_a_stated_preference_is_proposed_the_junk_dropped_and_appro
     let gates = by_gate(&status);
     let count = |gate: &str| gates.get(gate).map_or(0, Vec::len);
     assert_eq!(
-        [count("kept"), count("dedup"), count("echo"), count("secret"), count("attribution"), count("confidence"), count("schema")],
+        [
+            count("kept"),
+            count("dedup"),
+            count("echo"),
+            count("secret"),
+            count("attribution"),
+            count("confidence"),
+            count("schema")
+        ],
         [1, 1, 2, 1, 1, 1, 1],
         "{gates:#?}"
     );
@@ -230,7 +245,8 @@ async fn e2e_observer_a_stated_preference_is_proposed_the_junk_dropped_and_appro
     assert!(gate.status(TENANT).await["usage"][0]["input_tokens"].as_i64().unwrap() > 0);
 
     // Proposed: not injected. Approved: the next request injects it.
-    let question = serde_json::to_vec(&body(Some(SYSTEM), "Which seats do I prefer on long flights?", false)).unwrap();
+    let question =
+        serde_json::to_vec(&body(Some(SYSTEM), "Which seats do I prefer on long flights?", false)).unwrap();
     let before = gate.send(&key, Some("u-1"), &question).await;
     assert_ne!(before.headers.get("x-memory-injected").map(|v| v.to_str().unwrap()), Some("1"));
     let id = record["id"].as_str().unwrap();
@@ -249,8 +265,9 @@ async fn e2e_observer_a_stated_preference_is_proposed_the_junk_dropped_and_appro
     assert_eq!(gate.records(TENANT, None).await.len(), 1, "nothing else was written");
 
     // Erasure: forgetting the person removes their outcomes (and any queued exchange).
-    let erased =
-        gate.admin(TENANT, reqwest::Method::POST, "/memories/forget", Some(json!({"scope": "user:u-1"}))).await;
+    let erased = gate
+        .admin(TENANT, reqwest::Method::POST, "/memories/forget", Some(json!({"scope": "user:u-1"})))
+        .await;
     assert_eq!(erased["outcomes_erased"], 21, "{erased}");
     assert!(gate.status(TENANT).await["outcomes"].as_array().unwrap().is_empty());
     assert_eq!(gate.queued_in_store().await, 0);
@@ -287,9 +304,13 @@ async fn e2e_observer_off_keeps_nothing_and_leaves_the_request_as_it_was() {
     assert_eq!(gate.queued_in_store().await, 0);
 
     // A release that observes, a caller without the permission: nothing either.
-    let (gw, _config) = Observed::gateway(&gate.mock, &gate.db, &format!("[releases.v1]\nobserve = \"write\"\n{QUICK}"));
+    let (gw, _config) =
+        Observed::gateway(&gate.mock, &gate.db, &format!("[releases.v1]\nobserve = \"write\"\n{QUICK}"));
     drop(gate.gw);
-    let plain = issue_key(&gw, TENANT, json!({"name": "plain", "scopes": [], "permissions": ["assert_subject"]})).await.0;
+    let plain =
+        issue_key(&gw, TENANT, json!({"name": "plain", "scopes": [], "permissions": ["assert_subject"]}))
+            .await
+            .0;
     let response = client()
         .post(gw.url("/v1/messages"))
         .header("x-api-key", plain)
@@ -313,7 +334,8 @@ async fn e2e_observer_a_new_value_for_a_key_supersedes_the_record_with_history_k
     let gate = Observed::start(&format!("[releases.v1]\nobserve = \"write\"\n{QUICK}"), &[]);
     let key = gate.key(TENANT, &["observe", "assert_subject"]).await;
     for (round, colour) in ["blue", "green"].iter().enumerate() {
-        let sent = serde_json::to_vec(&body(None, &format!("My favourite colour is {colour}."), false)).unwrap();
+        let sent =
+            serde_json::to_vec(&body(None, &format!("My favourite colour is {colour}."), false)).unwrap();
         assert_eq!(gate.send(&key, Some("u-1"), &sent).await.status, 200);
         gate.settled(TENANT, 7 * (round + 1)).await;
     }
@@ -326,7 +348,8 @@ async fn e2e_observer_a_new_value_for_a_key_supersedes_the_record_with_history_k
     let id = record["id"].as_str().unwrap();
     let history = gate.admin(TENANT, reqwest::Method::GET, &format!("/memories/{id}/history"), None).await;
     let changes = history["data"].as_array().or_else(|| history.as_array()).cloned().unwrap_or_default();
-    let superseded = changes.iter().find(|c| c["action"] == "supersede").unwrap_or_else(|| panic!("{history:#}"));
+    let superseded =
+        changes.iter().find(|c| c["action"] == "supersede").unwrap_or_else(|| panic!("{history:#}"));
     assert_eq!(superseded["before"]["content"]["statement"], "My favourite colour is blue");
     let gates = by_gate(&gate.status(TENANT).await);
     assert_eq!(gates["supersede"].len(), 1, "{gates:#?}");
