@@ -254,7 +254,9 @@ mod tests {
                 .any(|c| c["content"]["statement"].as_str().is_some_and(|s| s.contains("sk-ant-api03-")))
         );
         assert!(all.iter().any(|c| c["confidence"].as_f64() == Some(0.35)));
-        assert_eq!(all.len(), 10);
+        // The good fact, then one of each junk kind: repeat, injected echo, system prompt, assistant
+        // claim, secret, another person, guess, wrong shape.
+        assert_eq!(all.len(), 9);
         assert!(good("Maybe I prefer tea. My brother is a pilot. What do I like?").is_empty());
         assert_eq!(good("My favourite colour is blue.")[0]["key"], "fact:favourite-colour");
     }
