@@ -4,7 +4,8 @@
 //! 1. `scope` — the tenant's records sharing a scope with the caller (deny by default);
 //! 2. `temporal` — valid now, active, of a schema version the release reads;
 //! 3. `semantic` — named exactly by the query, or similar enough to it;
-//! 4. `density` — best first until the token budget or item cap; high-priority overflow as stubs.
+//! 4. `density` — best first until the token budget, the item cap or the release's cut (`cut`:
+//!    the next record scores too far below the best); high-priority overflow as stubs.
 //!
 //! Each layer reports what it removed in the `trace`. The funnel itself never waits: the query
 //! embedding is computed before (see `recall`), so a funnel run is pure CPU on in-memory data.
@@ -16,7 +17,9 @@
 //! scans read int8 copies of the embeddings (`quant`), re-scoring only the few near the threshold
 //! in f32. Records are read for the hits, and for the ids and reasons of a detailed trace.
 
+pub mod cut;
 pub mod density;
+pub mod feedback;
 pub mod scope;
 pub mod semantic;
 pub mod temporal;
@@ -42,6 +45,8 @@ pub struct FunnelSettings {
     pub max_stubs: usize,
     pub probes: usize,
     pub retrieval: Retrieval,
+    /// Where the ranking stops, beside the budget and the cap.
+    pub cut: cut::Cut,
 }
 
 /// How the semantic layer ranks: by meaning alone, or by meaning and words fused
@@ -125,6 +130,7 @@ pub fn run(
         tokens: settings.budget_tokens,
         max_items: settings.max_items,
         max_stubs: settings.max_stubs,
+        cut: settings.cut,
     };
     let packed = density::pack(index, hits, &budget, detailed, &mut trace);
     if detailed && let Some(entry) = trace.layers.iter_mut().find(|l| l.layer == "token_density") {

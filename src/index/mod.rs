@@ -214,7 +214,7 @@ impl TenantIndex {
         }
         let switch_to = (self.f32_only > self.int8).then(|| item.vector.as_ref().map(|v| v.len())).flatten();
         self.by_id.insert(item.record.id.clone(), slot);
-        self.lexical.upsert(slot, &crate::lexical::record_text(&item.record));
+        self.lexical.upsert_record(slot, &item.record);
         self.slots[slot as usize] = Some(item);
         self.live += 1;
         if let Some(dims) = switch_to {

@@ -49,3 +49,31 @@ pub fn analyzer() -> &'static Analyzer {
 pub fn record_text(record: &Record) -> String {
     record.words()
 }
+
+/// How much a word of a record's `key` or `aliases` counts against a word of its content: the
+/// names a record is known by are what people ask with ("the Gold plan", "Li Wei's account"),
+/// so they are a field of their own, weighted as BM25F weights a title: each occurrence adds
+/// this much to the term's frequency (and to the record's length), before saturation.
+pub const NAME_FIELD_WEIGHT: usize = 3;
+
+/// A record's terms for the lexical index: its key's and aliases' terms `NAME_FIELD_WEIGHT`
+/// times each, then its content's.
+pub fn record_terms(analyzer: &Analyzer, record: &Record) -> Vec<String> {
+    let mut names = String::new();
+    for name in record.key.iter().chain(&record.aliases) {
+        names.push_str(name);
+        names.push('\n');
+    }
+    let mut content = String::new();
+    crate::record::collect_text(&record.content, &mut content);
+    let name_terms = analyzer.terms(&names);
+    let mut terms = analyzer.terms(&content);
+    terms.reserve(name_terms.len() * NAME_FIELD_WEIGHT);
+    for term in name_terms {
+        for _ in 1..NAME_FIELD_WEIGHT {
+            terms.push(term.clone());
+        }
+        terms.push(term);
+    }
+    terms
+}

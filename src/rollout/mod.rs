@@ -197,6 +197,8 @@ impl Rollout {
                     "similarity_threshold": r.funnel.threshold,
                     "budget_tokens": r.funnel.budget_tokens,
                     "max_items": r.funnel.max_items,
+                    "cut_relative": r.funnel.cut.relative,
+                    "cut_gap": r.funnel.cut.gap,
                     "placement": r.placement.as_str(),
                     "memory_tools": r.tools.level.as_str(),
                     "agent_writes": r.tools.agent_writes.as_str(),
