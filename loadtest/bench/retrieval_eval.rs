@@ -547,20 +547,21 @@ fn sweep(
 ) -> Result<Value, BoxError> {
     let mut rows = Vec::new();
     let mut cuts: Vec<(String, Cut)> = vec![("off".into(), Cut::OFF)];
-    for r in [0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9] {
-        cuts.push((format!("relative {r}"), Cut { relative: Some(r), gap: None }));
+    for r in [0.5, 0.6, 0.7] {
+        cuts.push((format!("relative {r}"), Cut { relative: Some(r), ..Cut::OFF }));
     }
-    for g in [0.1, 0.15, 0.2, 0.3, 0.4, 0.5] {
-        cuts.push((format!("gap {g}"), Cut { relative: None, gap: Some(g) }));
+    for d in [0.05, 0.08, 0.1, 0.12, 0.15, 0.2] {
+        cuts.push((format!("drop {d}"), Cut { drop: Some(d), ..Cut::OFF }));
+    }
+    for (r, d) in [(0.5, 0.1), (0.4, 0.12)] {
+        cuts.push((format!("rel {r} drop {d}"), Cut { relative: Some(r), drop: Some(d), gap: None }));
     }
     let mut combos: Vec<(f32, f32, &(String, Cut))> = Vec::new();
-    for threshold in [0.10f32, 0.14, 0.19] {
+    for threshold in [0.10f32, 0.19] {
         combos.extend(cuts.iter().map(|c| (threshold, 1.0, c)));
     }
-    for weight in [0.5f32, 1.5, 2.0] {
-        combos.extend(
-            cuts.iter().filter(|(n, _)| n == "off" || n == "relative 0.7").map(|c| (0.14, weight, c)),
-        );
+    for weight in [0.5f32, 1.5] {
+        combos.extend(cuts.iter().filter(|(n, _)| n == "drop 0.1").map(|c| (0.10, weight, c)));
     }
     for (threshold, weight, (name, cut)) in combos {
         let mut v = shipped.clone();

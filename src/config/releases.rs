@@ -29,6 +29,8 @@ pub struct RawRelease {
     pub cut_relative: Option<f32>,
     /// Stop adding records this far below the best one's score (0: no gap cut).
     pub cut_gap: Option<f32>,
+    /// Stop at a record scoring this much below the one before it (0: no step cut).
+    pub cut_drop: Option<f32>,
     /// How the person's words are found (`query`); absent keys keep the defaults.
     pub query: Option<RawQuery>,
     /// memgate's memory tools for this release's callers: `off`, `read` or `write` (the default;
@@ -67,6 +69,8 @@ pub struct ReleaseConfig {
     pub cut_relative: Option<f32>,
     /// 0 to 10; 0 turns the gap cut off.
     pub cut_gap: Option<f32>,
+    /// 0 to 10; 0 turns the step cut off.
+    pub cut_drop: Option<f32>,
     pub query: Option<QueryConfig>,
     pub memory_tools: Option<ToolsSetting>,
     pub agent_writes: Option<AgentWritesSetting>,
@@ -145,8 +149,10 @@ impl RawRelease {
         if self.cut_relative.is_some_and(|v| !(0.0..=1.0).contains(&v)) {
             return Err(invalid(&key("cut_relative"), "use a share of the best score between 0 (off) and 1"));
         }
-        if self.cut_gap.is_some_and(|v| !(0.0..=10.0).contains(&v)) {
-            return Err(invalid(&key("cut_gap"), "use a score difference between 0 (off) and 10"));
+        for (field, value) in [("cut_gap", self.cut_gap), ("cut_drop", self.cut_drop)] {
+            if value.is_some_and(|v| !(0.0..=10.0).contains(&v)) {
+                return Err(invalid(&key(field), "use a score difference between 0 (off) and 10"));
+            }
         }
         let placement = match self.placement.as_deref() {
             None => None,
@@ -196,6 +202,7 @@ impl RawRelease {
             min_lexical: self.min_lexical,
             cut_relative: self.cut_relative,
             cut_gap: self.cut_gap,
+            cut_drop: self.cut_drop,
             query: self.query.map(|q| QueryConfig {
                 harness_tags: q.harness_tags,
                 unwrap_tags: q.unwrap_tags,
@@ -225,6 +232,7 @@ impl ReleaseConfig {
             min_lexical: top.min_lexical.or(self.min_lexical),
             cut_relative: top.cut_relative.or(self.cut_relative),
             cut_gap: top.cut_gap.or(self.cut_gap),
+            cut_drop: top.cut_drop.or(self.cut_drop),
             query: top.query.or(self.query),
             memory_tools: top.memory_tools.or(self.memory_tools),
             agent_writes: top.agent_writes.or(self.agent_writes),

@@ -6,14 +6,17 @@
 //! and the first record that falls well below it ends the block. A clear answer far above the
 //! rest comes alone; a question whose records score alike gets several, up to the budget.
 //!
-//! Two rules, each optional, both calibrated per model on the project's data
-//! (docs/benchmarks.md, "Retrieval"):
+//! Three rules, each optional, calibrated per model on the project's data (docs/benchmarks.md,
+//! "Retrieval"):
 //! - `relative`: keep a record while its score is at least `relative × best` (scores are the
 //!   similarity, or the fused score of a hybrid release; with language centering they sit
 //!   between 0 and ~2);
-//! - `gap`: keep a record while its score is at most `gap` below the best.
+//! - `gap`: keep a record while its score is at most `gap` below the best;
+//! - `drop`: stop at the first record scoring more than `drop` below the record ranked just
+//!   before it: a clear answer stands above the rest by a step, while the records of a broad
+//!   question decline smoothly, so the step, not the distance to the best, marks the end.
 //!
-//! With both, a record must satisfy both. Exact matches (a key, alias or identifier the query
+//! With several, a record must satisfy each. Exact matches (a key, alias or identifier the query
 //! names) are always kept and do not count as the best: they carry no score to compare with.
 
 /// A release's cut (`[releases.<name>] cut_relative`, `cut_gap`). `Cut::OFF` keeps every
@@ -24,13 +27,20 @@ pub struct Cut {
     pub relative: Option<f32>,
     /// Keep records scoring at most this far below the best score.
     pub gap: Option<f32>,
+    /// Stop at a record scoring more than this below the one before it.
+    pub drop: Option<f32>,
 }
 
 impl Cut {
-    pub const OFF: Cut = Cut { relative: None, gap: None };
+    pub const OFF: Cut = Cut { relative: None, gap: None, drop: None };
 
     pub fn is_off(&self) -> bool {
-        self.relative.is_none() && self.gap.is_none()
+        self.relative.is_none() && self.gap.is_none() && self.drop.is_none()
+    }
+
+    /// Whether a record scoring `score` ends the block after one scoring `previous`.
+    pub fn steps_down(&self, previous: f32, score: f32) -> bool {
+        self.drop.is_some_and(|drop| previous - score > drop)
     }
 
     /// The lowest score still kept when the best record scores `best`. For a best score at or
@@ -66,16 +76,25 @@ mod tests {
 
     #[test]
     fn relative_and_gap_floors_and_their_combination() {
-        let relative = Cut { relative: Some(0.5), gap: None };
+        let relative = Cut { relative: Some(0.5), ..Cut::OFF };
         assert!((relative.floor(0.8) - 0.4).abs() < 1e-6);
-        let gap = Cut { relative: None, gap: Some(0.3) };
+        let gap = Cut { gap: Some(0.3), ..Cut::OFF };
         assert!((gap.floor(0.8) - 0.5).abs() < 1e-6);
         // Both: the stricter floor.
-        let both = Cut { relative: Some(0.5), gap: Some(0.3) };
+        let both = Cut { relative: Some(0.5), gap: Some(0.3), drop: None };
         assert!((both.floor(0.8) - 0.5).abs() < 1e-6);
         assert!((both.floor(2.0) - 1.7).abs() < 1e-6);
         // A best at or below zero: the floor stays below the best.
         assert!(relative.floor(-0.2) <= -0.2);
         assert!(relative.floor(0.0) <= 0.0);
+    }
+
+    #[test]
+    fn a_step_down_ends_the_block() {
+        let drop = Cut { drop: Some(0.1), ..Cut::OFF };
+        assert!(drop.steps_down(0.6, 0.45));
+        assert!(!drop.steps_down(0.6, 0.55));
+        assert!(!Cut::OFF.steps_down(0.9, 0.1));
+        assert_eq!(drop.floor(0.6), f32::NEG_INFINITY);
     }
 }

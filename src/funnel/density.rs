@@ -87,6 +87,8 @@ pub fn pack(
         Some(best) if !budget.cut.is_off() => budget.cut.floor(best.score),
         _ => f32::NEG_INFINITY,
     };
+    // The score of the record ranked just before (exact matches aside), for the cut's step.
+    let mut previous: Option<f32> = None;
     let mut position = 0;
     while position < ranked.len() {
         if position == sorted_upto {
@@ -108,7 +110,9 @@ pub fn pack(
             ranked[position..].sort_by(order);
             sorted_upto = ranked.len();
         }
-        if !ranked[position].exact && ranked[position].score < floor {
+        let steps_down = !ranked[position].exact
+            && previous.is_some_and(|previous| budget.cut.steps_down(previous, ranked[position].score));
+        if steps_down || (!ranked[position].exact && ranked[position].score < floor) {
             // Sorted up to here: everything after scores below the floor too, and is no answer
             // to this question, so none of it becomes a stub either.
             let rest = ranked.len() - position;
@@ -119,8 +123,11 @@ pub fn pack(
                     break;
                 }
                 let score = chosen.score;
-                log.remove(&chosen.item.record.id, || {
-                    format!("score {score:.3} is below the cut at {floor:.3}")
+                log.remove(&chosen.item.record.id, || match previous {
+                    Some(previous) if steps_down => {
+                        format!("score {score:.3} is below the cut (a step down from {previous:.3})")
+                    }
+                    _ => format!("score {score:.3} is below the cut at {floor:.3}"),
                 });
                 named += 1;
             }
@@ -129,6 +136,9 @@ pub fn pack(
         }
         let chosen = ranked[position].clone();
         position += 1;
+        if !chosen.exact {
+            previous = Some(chosen.score);
+        }
         let cost = chosen.item.tokens;
         let record = &chosen.item.record;
         if packed.injected.len() < budget.max_items && packed.tokens + cost <= budget.tokens {

@@ -62,7 +62,7 @@ pub fn expand_words(
     }
     let mut held: HashMap<String, usize> = HashMap::new();
     for record in records {
-        let mut terms = record_terms(analyzer, &record.record);
+        let (mut terms, _) = record_terms(analyzer, &record.record);
         terms.sort_unstable();
         terms.dedup();
         for term in terms {

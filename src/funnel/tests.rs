@@ -447,7 +447,7 @@ fn packing_many_hits_by_selection_packs_what_a_full_sort_packs() {
     for (tokens, max_items, max_stubs) in
         [(3000, 5, 3), (150, 5, 3), (0, 5, 3), (100_000, 200, 0), (3000, 0, 2), (800, 3, 50)]
     {
-        for cut in [super::cut::Cut::OFF, super::cut::Cut { relative: Some(0.7), gap: None }] {
+        for cut in [super::cut::Cut::OFF, super::cut::Cut { relative: Some(0.7), ..super::cut::Cut::OFF }] {
             let budget = Budget { tokens, max_items, max_stubs, cut };
             let fast = pack(&index, hits.clone(), &budget, false, &mut Trace::default());
             let full = pack(&index, hits.clone(), &budget, true, &mut Trace::default());
@@ -534,7 +534,11 @@ fn the_cut_passes_a_clear_answer_alone_and_a_broad_question_several() {
     };
     let refund_question = at(1.0, 1);
     let order_question: Vec<f32> = (0..dims).map(|d| if d == 5 { 1.0 } else { 0.0 }).collect();
-    for cut in [Cut { relative: Some(0.75), gap: None }, Cut { relative: None, gap: 0.2.into() }] {
+    for cut in [
+        Cut { relative: Some(0.75), ..Cut::OFF },
+        Cut { gap: Some(0.2), ..Cut::OFF },
+        Cut { drop: Some(0.15), ..Cut::OFF },
+    ] {
         assert_eq!(ask(refund_question.clone(), cut), ["refund-policy"], "{cut:?}");
         assert_eq!(
             ask(order_question.clone(), cut),

@@ -53,12 +53,13 @@ pub fn record_text(record: &Record) -> String {
 /// How much a word of a record's `key` or `aliases` counts against a word of its content: the
 /// names a record is known by are what people ask with ("the Gold plan", "Li Wei's account"),
 /// so they are a field of their own, weighted as BM25F weights a title: each occurrence adds
-/// this much to the term's frequency (and to the record's length), before saturation.
+/// this much to the term's frequency before saturation, while the record's length counts it
+/// once (a record with many names is not made "longer", and so weaker, by their weight).
 pub const NAME_FIELD_WEIGHT: usize = 3;
 
-/// A record's terms for the lexical index: its key's and aliases' terms `NAME_FIELD_WEIGHT`
-/// times each, then its content's.
-pub fn record_terms(analyzer: &Analyzer, record: &Record) -> Vec<String> {
+/// A record's terms for the lexical index — its key's and aliases' terms `NAME_FIELD_WEIGHT`
+/// times each, then its content's — and its length for BM25 (every term once).
+pub fn record_terms(analyzer: &Analyzer, record: &Record) -> (Vec<String>, u32) {
     let mut names = String::new();
     for name in record.key.iter().chain(&record.aliases) {
         names.push_str(name);
@@ -68,6 +69,7 @@ pub fn record_terms(analyzer: &Analyzer, record: &Record) -> Vec<String> {
     crate::record::collect_text(&record.content, &mut content);
     let name_terms = analyzer.terms(&names);
     let mut terms = analyzer.terms(&content);
+    let length = (terms.len() + name_terms.len()) as u32;
     terms.reserve(name_terms.len() * NAME_FIELD_WEIGHT);
     for term in name_terms {
         for _ in 1..NAME_FIELD_WEIGHT {
@@ -75,5 +77,5 @@ pub fn record_terms(analyzer: &Analyzer, record: &Record) -> Vec<String> {
         }
         terms.push(term);
     }
-    terms
+    (terms, length)
 }

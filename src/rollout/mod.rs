@@ -199,6 +199,7 @@ impl Rollout {
                     "max_items": r.funnel.max_items,
                     "cut_relative": r.funnel.cut.relative,
                     "cut_gap": r.funnel.cut.gap,
+                    "cut_drop": r.funnel.cut.drop,
                     "placement": r.placement.as_str(),
                     "memory_tools": r.tools.level.as_str(),
                     "agent_writes": r.tools.agent_writes.as_str(),

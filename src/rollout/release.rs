@@ -127,6 +127,7 @@ pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<
                     cut: Cut {
                         relative: r.cut_relative.filter(|v| *v > 0.0),
                         gap: r.cut_gap.filter(|v| *v > 0.0),
+                        drop: r.cut_drop.filter(|v| *v > 0.0),
                     },
                     retrieval: match r.retrieval {
                         Some(RetrievalSetting::Dense) => Retrieval::Dense,
