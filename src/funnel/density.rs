@@ -100,7 +100,7 @@ pub fn pack(
                 packed.overflow += rest;
                 log.add_uncounted_removals(rest);
                 let room = budget.max_stubs.saturating_sub(packed.stubs.len());
-                tail.retain(|c| c.item.record.priority >= 4 && !(c.score < floor && !c.exact));
+                tail.retain(|c| (c.exact || c.score >= floor) && c.item.record.priority >= 4);
                 if room > 0 && !tail.is_empty() {
                     tail.sort_by(order);
                     packed.stubs.extend(tail.into_iter().take(room));
