@@ -71,6 +71,10 @@ struct Args {
     /// Extra request header, `name: value`; repeatable.
     #[arg(long = "header", short = 'H')]
     headers: Vec<String>,
+    /// With `--body-lines`: every line is `VALUE<TAB>BODY`, and VALUE is sent in this header with
+    /// that body (one subject per request, e.g. `x-memory-subject`).
+    #[arg(long)]
+    line_header: Option<String>,
     /// Per-request timeout in seconds (connect to last body byte); a timeout counts as an error.
     #[arg(long, default_value_t = 10.0)]
     timeout: f64,
@@ -93,6 +97,8 @@ struct Args {
 /// The request bodies of a run, sent in turn.
 struct Bodies {
     bodies: Vec<Bytes>,
+    /// With `--line-header`: each body's value of that header, by the body's position.
+    line_values: Vec<Option<HeaderValue>>,
     /// With `--unique`: the run's nonce, put with the request number in place of each `{n}`.
     nonce: Option<String>,
 }
@@ -105,12 +111,25 @@ impl Bodies {
                 std::fs::read(path).map_err(|err| format!("--body-file {}: {err}", path.display()))?;
             bodies.push(Bytes::from(bytes));
         }
+        let mut line_values = vec![None; bodies.len()];
         if let Some(path) = &args.body_lines {
             let text = std::fs::read_to_string(path)
                 .map_err(|err| format!("--body-lines {}: {err}", path.display()))?;
-            bodies.extend(
-                text.lines().filter(|line| !line.trim().is_empty()).map(|line| Bytes::from(line.to_owned())),
-            );
+            for (n, line) in text.lines().filter(|line| !line.trim().is_empty()).enumerate() {
+                let (value, body) = match &args.line_header {
+                    None => (None, line),
+                    Some(_) => {
+                        let (value, body) = line.split_once('\t').ok_or_else(|| {
+                            format!("--body-lines line {}: --line-header wants VALUE<TAB>BODY", n + 1)
+                        })?;
+                        let value = HeaderValue::from_str(value)
+                            .map_err(|err| format!("--body-lines line {}: bad header value: {err}", n + 1))?;
+                        (Some(value), body)
+                    }
+                };
+                bodies.push(Bytes::from(body.to_owned()));
+                line_values.push(value);
+            }
         }
         if bodies.is_empty() {
             return Err("no request body: give --body-file or a non-empty --body-lines".into());
@@ -121,7 +140,13 @@ impl Bodies {
                 std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
             format!("{:x}", since.as_nanos())
         });
-        Ok(Bodies { bodies, nonce })
+        Ok(Bodies { bodies, line_values, nonce })
+    }
+
+    /// Request `i`'s `--line-header` value, if its body came with one.
+    fn line_value(&self, i: u64) -> Option<&HeaderValue> {
+        let len = self.bodies.len() as u64;
+        usize::try_from(i % len).ok().and_then(|k| self.line_values.get(k)).and_then(Option::as_ref)
     }
 
     fn get(&self, i: u64) -> Bytes {
@@ -143,6 +168,8 @@ struct Plan {
     client: reqwest::Client,
     url: String,
     headers: HeaderMap,
+    /// `--line-header`'s name.
+    line_header: Option<HeaderName>,
     bodies: Bodies,
     ttft: bool,
     count_headers: Vec<HeaderName>,
@@ -228,8 +255,11 @@ async fn one_request(plan: Arc<Plan>, i: u64, start: Instant, scheduled: Instant
     let mut header_values = Vec::with_capacity(plan.count_headers.len());
     let mut complete = true;
     let result = async {
-        let mut response =
-            plan.client.post(&plan.url).headers(plan.headers.clone()).body(body).send().await?;
+        let mut request = plan.client.post(&plan.url).headers(plan.headers.clone());
+        if let (Some(name), Some(value)) = (&plan.line_header, plan.bodies.line_value(i)) {
+            request = request.header(name.clone(), value.clone());
+        }
+        let mut response = request.body(body).send().await?;
         let status = response.status();
         for name in &plan.count_headers {
             let value =
@@ -603,8 +633,20 @@ async fn run(args: Args) -> Result<Report, BoxError> {
         ..Report::default()
     };
     let mut lags: Vec<u64> = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
-    let plan =
-        Arc::new(Plan { client, url: args.url.clone(), headers, bodies, ttft: args.ttft, count_headers });
+    let line_header = args
+        .line_header
+        .as_deref()
+        .map(|name| HeaderName::from_bytes(name.as_bytes()).map_err(|err| format!("--line-header {name:?}: {err}")))
+        .transpose()?;
+    let plan = Arc::new(Plan {
+        client,
+        url: args.url.clone(),
+        headers,
+        line_header,
+        bodies,
+        ttft: args.ttft,
+        count_headers,
+    });
 
     // The pacer: a plain OS thread that sleeps to each scheduled instant (the kernel's timers are
     // far finer than tokio's 1 ms wheel) and hands the request to the runtime. It never waits for
@@ -740,10 +782,19 @@ mod tests {
 
     #[test]
     fn unique_bodies_differ_per_request() {
-        let bodies =
-            Bodies { bodies: vec![Bytes::from_static(b"{\"q\":\"order {n}\"}")], nonce: Some("ab".into()) };
+        let bodies = Bodies {
+            bodies: vec![Bytes::from_static(b"{\"q\":\"order {n}\"}")],
+            line_values: vec![None],
+            nonce: Some("ab".into()),
+        };
         assert_eq!(bodies.get(7), Bytes::from_static(b"{\"q\":\"order ab-7\"}"));
-        let plain = Bodies { bodies: vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")], nonce: None };
+        let plain = Bodies {
+            bodies: vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")],
+            line_values: vec![Some(HeaderValue::from_static("u-1")), None],
+            nonce: None,
+        };
         assert_eq!(plain.get(3), Bytes::from_static(b"b"));
+        assert_eq!(plain.line_value(2), Some(&HeaderValue::from_static("u-1")));
+        assert_eq!(plain.line_value(3), None);
     }
 }

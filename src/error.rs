@@ -168,6 +168,8 @@ error_codes! {
         TopicTaken = "topic_taken",
         /// A replay of a trigger action that is still waiting to be delivered.
         ActionQueued = "action_queued",
+        /// A review's reject names a record that is not awaiting review (`proposed`).
+        NotProposed = "not_proposed",
     }
     /// The body parsed but its content is refused (admin API); `details` names every problem.
     Unprocessable => 422, "invalid_request_error", retry = false {

@@ -13,8 +13,8 @@
 //! | --- | --- | --- |
 //! | edge | `http` | the only place that speaks HTTP (axum, hyper, tower): routes, the proxy's and the admin API's handlers, the console's endpoints and files, reading bodies, `X-Memory-*` headers, errors as answers |
 //! | state | `state` | what one running memgate holds, built from the config; handed to the edge |
-//! | turn | `turn` | one Messages turn, without HTTP: begin (route the release, recall, shadows) and settle (rollout outcome, access counts, triggers, console history), returning a report the edge renders |
-//! | services | `recall`, `rollout`, `console`, `tools` | the memory step of a request; releases and the canary; the console's history and data; the memory tools agents call |
+//! | turn | `turn` | one Messages turn, without HTTP: begin (route the release, recall, shadows) and settle (rollout outcome, access counts, triggers, console history, observation), returning a report the edge renders |
+//! | services | `recall`, `rollout`, `console`, `tools`, `observer` | the memory step of a request; releases and the canary; the console's history and data; the memory tools agents call; learning from finished exchanges |
 //! | domain | `memory`, `identity`, `triggers`, `upstream`, `funnel`, `inject`, `query`, `lexical`, `index`, `embed`, `body`, `fanout`, `observability`, `slots`, `vector` | records and their checks, callers, trigger actions, the upstream client (which also knows `http`), the four layers, the block and its placement, the person's words, the indexes, the model, body checks, replicas' fan-out, metrics |
 //! | store | `store` | SQLite and PostgreSQL, the only place that knows SQL (sqlx) |
 //! | base | `record`, `config`, `error`, `clock`, `hash`, `assets`, `client_addr`, `allowed_hosts`, `cpu`, `tasks` | plain values and rules everything above shares: the record, the settled configuration, error codes, time, digests, the bundled files, client addresses, hosts, CPU slots, task starts |
@@ -44,6 +44,7 @@ pub mod inject;
 pub mod lexical;
 pub mod memory;
 pub mod observability;
+pub mod observer;
 pub mod query;
 pub mod recall;
 pub mod record;

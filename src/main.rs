@@ -59,6 +59,10 @@ enum MemoryCommand {
         scope: Option<String>,
         #[arg(long = "type")]
         record_type: Option<String>,
+        /// Each line with its stored embedding (model id and vector), for an import that need
+        /// not embed again.
+        #[arg(long)]
+        embeddings: bool,
         #[command(flatten)]
         target: Target,
     },
@@ -259,7 +263,7 @@ async fn memory(command: MemoryCommand) -> Result<(), String> {
             }
             Ok(())
         }
-        MemoryCommand::Export { scope, record_type, .. } => {
+        MemoryCommand::Export { scope, record_type, embeddings, .. } => {
             let filter = ListFilter {
                 scope: scope.clone(),
                 record_type: record_type.clone(),
@@ -267,7 +271,12 @@ async fn memory(command: MemoryCommand) -> Result<(), String> {
             };
             let store = open_store(&config).await?;
             let mut pages =
-                std::pin::pin!(memgate::memory::transfer::export_pages(store, target.tenant.clone(), filter));
+                std::pin::pin!(memgate::memory::transfer::export_pages_with(
+                store,
+                target.tenant.clone(),
+                filter,
+                *embeddings,
+            ));
             while let Some(lines) = pages.try_next().await.map_err(|err| err.to_string())? {
                 print!("{lines}");
             }

@@ -26,6 +26,33 @@ impl SlotSet {
         self.words.get(slot / 64).is_some_and(|word| word & (1 << (slot % 64)) != 0)
     }
 
+    /// Adds `slot`, growing the set when it is beyond its capacity.
+    pub fn insert_growing(&mut self, slot: u32) {
+        let word = slot as usize / 64;
+        if word >= self.words.len() {
+            self.words.resize(word + 1, 0);
+        }
+        self.insert(slot);
+    }
+
+    pub fn remove(&mut self, slot: u32) {
+        let slot = slot as usize;
+        if let Some(word) = self.words.get_mut(slot / 64) {
+            *word &= !(1 << (slot % 64));
+        }
+    }
+
+    /// The slots of this set that are not in `other`, word by word.
+    pub fn and_not(&self, other: &SlotSet) -> SlotSet {
+        let words = self
+            .words
+            .iter()
+            .enumerate()
+            .map(|(w, word)| word & !other.words.get(w).copied().unwrap_or(0))
+            .collect();
+        SlotSet { words }
+    }
+
     /// How many slots are in the set.
     pub fn len(&self) -> usize {
         self.words.iter().map(|w| w.count_ones() as usize).sum()
@@ -119,5 +146,11 @@ mod tests {
         assert!(SlotSet::new(10).is_empty());
         set.insert(500); // beyond capacity: ignored, as no such slot exists
         assert_eq!(set.len(), 6);
+        let mut other = SlotSet::new(0);
+        other.insert_growing(63);
+        other.insert_growing(128);
+        other.insert_growing(700);
+        other.remove(700);
+        assert_eq!(set.and_not(&other).iter().collect::<Vec<_>>(), [0, 5, 64, 199]);
     }
 }

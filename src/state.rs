@@ -3,7 +3,7 @@
 
 use crate::body::budget::BodyBudget;
 use crate::client_addr::ClientAddrs;
-use crate::config::{Config, Limits};
+use crate::config::{AuthMode, Config, Limits};
 use crate::console::{
     AdminTokens, ConsoleAuth, HistoryRetention, MetricsRecorder, RecentRequests, SessionPolicy,
 };
@@ -18,6 +18,8 @@ use crate::inject::{DEFAULT_RELEASE, Templates};
 use crate::memory::MemoryService;
 use crate::memory::checks::schemas::SchemaSet;
 use crate::observability::metrics::Metrics;
+use crate::observer::Observer;
+use crate::observer::metrics::ObserverMetrics;
 use crate::recall::Recaller;
 use crate::rollout::Rollout;
 use crate::rollout::release::load_releases;
@@ -66,6 +68,8 @@ struct Inner {
     /// memgate's memory tools, for the surfaces that offer them outside a turn (`POST /mcp`); the
     /// same executor the turns' rounds run.
     tools: MemoryTools,
+    /// Learning from finished exchanges: the queue's writer and its extraction worker.
+    observer: Observer,
 }
 
 impl AppState {
@@ -151,15 +155,19 @@ impl AppState {
             embedder,
             config.embedding.dedupe_threshold,
         )
-        .with_fanout(fanout.clone());
+        .with_fanout(fanout.clone())
+        .with_dormancy(config.records.dormancy.clone())
+        .map_err(|message| StartupError::ConfigInvalid { key: "records.dormancy".into(), message })?;
         let records = memories.load_index().await.map_err(|err| StartupError::Store {
             url: crate::store::redact_url(&config.database.url),
             message: format!("loading records: {err}"),
         })?;
         tracing::info!(records, releases = ?releases.keys().collect::<Vec<_>>(), "memory index loaded");
         let trigger_metrics = TriggerMetrics::default();
+        let observer_metrics = ObserverMetrics::default();
         let mut metrics = Metrics::new();
         trigger_metrics.register(metrics.registry_mut());
+        observer_metrics.register(metrics.registry_mut());
         let metrics = Arc::new(metrics);
         // Background inserts and deliveries run on the tracker shutdown waits for.
         let triggers = Triggers::new(
@@ -198,6 +206,22 @@ impl AppState {
         ));
         let stale_after = (config.database.poll_interval * 3).max(std::time::Duration::from_secs(3));
         let tools = MemoryTools::new(recaller.memories().clone(), metrics.clone());
+        // Extraction never uses a caller's key: in passthrough mode only the operator's
+        // extraction key, in managed mode that or memgate's own upstream key.
+        let extraction_key = match config.identity.mode {
+            AuthMode::Passthrough => config.observer.extraction_key.clone(),
+            AuthMode::Managed => {
+                config.observer.extraction_key.clone().or_else(|| config.identity.upstream_key.clone())
+            }
+        };
+        let observer = Observer::new(
+            config.observer.clone(),
+            recaller.memories().clone(),
+            upstream.clone(),
+            extraction_key,
+            observer_metrics,
+            recaller.memories().tasks().clone(),
+        );
         let turns = Turns::new(
             recaller.clone(),
             rollout.clone(),
@@ -207,6 +231,7 @@ impl AppState {
             recent.clone(),
             tools.clone(),
             metrics.clone(),
+            observer.clone(),
             stale_after,
         );
         let inner = Inner {
@@ -219,6 +244,7 @@ impl AppState {
             recent,
             turns,
             tools,
+            observer,
             max_import_bytes: config.admin.max_import_bytes,
             limits: config.limits.clone(),
             body_budget: BodyBudget::new(
@@ -315,6 +341,10 @@ impl AppState {
 
     pub fn triggers(&self) -> &Triggers {
         &self.inner.triggers
+    }
+
+    pub fn observer(&self) -> &Observer {
+        &self.inner.observer
     }
 
     /// The console's tokens and session rules.

@@ -118,7 +118,7 @@ class ApiError extends Error {
 const invalid = (message, extra) => new ApiError(400, 'invalid_request_error', message, extra);
 const notFound = (message, extra) => new ApiError(404, 'not_found_error', message, extra);
 
-const toJson = (r) => ({ ...envelopeJson(r), tenant: r.tenant, revision: r.revision, created_at: r.created_at, updated_at: r.updated_at, last_accessed_at: r.last_accessed_at, access_count: r.access_count, metadata: { ...r.metadata, last_updated: r.updated_at } });
+const toJson = (r) => ({ ...envelopeJson(r), ...(r.author ? { author: r.author } : {}), tenant: r.tenant, revision: r.revision, created_at: r.created_at, updated_at: r.updated_at, last_accessed_at: r.last_accessed_at, access_count: r.access_count, metadata: { ...r.metadata, last_updated: r.updated_at } });
 
 function envelopeJson(r) {
   const out = { id: r.id, type: r.type, schema_version: r.schema_version, scope: r.scope, valid_from: r.valid_from, valid_until: r.valid_until, priority: r.priority, aliases: r.aliases, content: r.content, metadata: r.metadata, status: r.status };
@@ -177,11 +177,12 @@ function addChange(t, id, action, actor, before, after, revision) {
   t.changes.get(id).push({ revision, action, actor, at: nowIso(), before, after });
 }
 
-function storeNew(t, env, actor, action = 'create') {
+function storeNew(t, env, actor, action = 'create', author = `admin:${actor}`) {
   const id = env.id ?? `mem-${hex(6)}`;
   const at = nowIso();
   const r = { id, type: env.type, schema_version: env.schema_version, scope: env.scope, valid_from: env.valid_from, valid_until: env.valid_until, priority: env.priority, aliases: env.aliases, content: env.content, metadata: env.metadata, status: env.status ?? 'active', tenant: t.name, revision: 1, created_at: at, updated_at: at, last_accessed_at: null, access_count: 0 };
   if (env.key) r.key = env.key;
+  if (author) r.author = author;
   t.records.set(id, r);
   addChange(t, id, action, actor, null, envelopeJson(r), 1);
   return r;
@@ -207,7 +208,7 @@ function getRecord(t, id) {
 
 function listFilter(query) {
   const status = query.get('status') || null;
-  if (status && !['active', 'paused', 'archived'].includes(status)) throw invalid('status must be active, paused or archived');
+  if (status && !['active', 'paused', 'archived', 'proposed', 'dormant'].includes(status)) throw invalid('status must be active, paused, archived, proposed or dormant');
   const valid = query.get('valid') || null;
   if (valid && !['now', 'expired', 'future'].includes(valid)) throw invalid('valid must be now, expired or future');
   const q = (query.get('q') || '').toLowerCase();
@@ -215,8 +216,10 @@ function listFilter(query) {
   const scope = query.get('scope') || null;
   const type = query.get('type') || null;
   const key = query.get('key') || null;
+  const author = query.get('author') || null;
   const now = Date.now();
   return (r) => {
+    if (author && r.author !== author) return false;
     if (status && r.status !== status) return false;
     if (type && r.type !== type) return false;
     if (scope && !r.scope.includes(scope)) return false;
@@ -386,7 +389,7 @@ const routes = [];
 const route = (method, pattern, handler) => routes.push({ method, re: new RegExp(`^/admin/v1${pattern}$`), handler });
 
 route('GET', '/memories', ({ t, query }) => {
-  checkQuery(query, ['scope', 'type', 'status', 'q', 'limit', 'cursor', 'valid', 'key']);
+  checkQuery(query, ['scope', 'type', 'status', 'q', 'limit', 'cursor', 'valid', 'key', 'author']);
   const limit = Math.min(500, Math.max(1, Number(query.get('limit') ?? 50) || 50));
   const cursor = query.get('cursor');
   const keep = listFilter(query);
@@ -457,7 +460,61 @@ route('GET', '/memories/([^/]+)/history', ({ t, m }) => {
   return { id: m[1], data: t.changes.get(m[1]) ?? [] };
 });
 
-for (const [action, status] of [['pause', 'paused'], ['archive', 'archived'], ['activate', 'active']]) {
+// Review: approve or reject several proposed records, each id answered on its own.
+for (const decision of ['activate', 'reject']) {
+  route('POST', `/memories/${decision}`, async ({ t, req, who }) => {
+    const input = await jsonBody(req);
+    const ids = input?.ids;
+    if (!Array.isArray(ids) || !ids.length || ids.length > 100) throw invalid('the body is {"ids": ["mem-…", …]} with 1 to 100 record ids');
+    const data = [...new Set(ids.map(String))].map((id) => {
+      const r = t.records.get(id);
+      if (!r) return { id, ok: false, error: { type: 'not_found_error', code: 'not_found', message: `no record \`${id}\` in this tenant` } };
+      if (decision === 'reject') {
+        if (r.status !== 'proposed') return { id, ok: false, error: { type: 'invalid_request_error', code: 'not_proposed', message: `record \`${id}\` is ${r.status}, not proposed` } };
+        addChange(t, r.id, 'delete', who.actor, envelopeJson(r), null, r.revision + 1);
+        t.records.delete(id);
+        return { id, ok: true, deleted: true };
+      }
+      if (r.status !== 'active') {
+        const before = envelopeJson(r);
+        r.status = 'active';
+        r.revision += 1;
+        r.updated_at = nowIso();
+        addChange(t, r.id, 'activate', who.actor, before, envelopeJson(r), r.revision);
+      }
+      return { id, ok: true, status: r.status, revision: r.revision };
+    });
+    const done = data.filter((x) => x.ok).length;
+    return { data, done, failed: data.length - done };
+  });
+}
+
+// Approve with edits: a body on activate is a partial envelope applied in the same write.
+route('POST', '/memories/([^/]+)/activate', async ({ t, m, req, who }) => {
+  const r = getRecord(t, m[1]);
+  const text = await readBody(req, 1024 * 1024);
+  if (text.trim()) {
+    let patch;
+    try {
+      patch = JSON.parse(text);
+    } catch (err) {
+      throw invalid(`the body is not valid JSON: ${err.message}`);
+    }
+    const merged = mergePatch(envelopeJson(r), { ...patch, status: 'active' });
+    const { problems, envelope } = checkEnvelope(merged, schemas);
+    if (problems) throw refusal(problems);
+    return toJson(storeUpdate(t, r, envelope, who.actor, 'update'));
+  }
+  if (r.status === 'active') return toJson(r);
+  const before = envelopeJson(r);
+  r.status = 'active';
+  r.revision += 1;
+  r.updated_at = nowIso();
+  addChange(t, r.id, 'activate', who.actor, before, envelopeJson(r), r.revision);
+  return toJson(r);
+});
+
+for (const [action, status] of [['pause', 'paused'], ['archive', 'archived']]) {
   route('POST', `/memories/([^/]+)/${action}`, ({ t, m, who }) => {
     const r = getRecord(t, m[1]);
     if (r.status === status) return toJson(r);

@@ -216,6 +216,40 @@ test('the console, screen by screen', async (t) => {
     assert.notEqual(await drawing(), d1);
   });
 
+  await t.test('overview: the per-call charts have points where the cards count calls', async () => {
+    await visit('overview');
+    const history = await admin('GET', '/metrics/history?window=1h');
+    const withCalls = history.buckets.filter((b) => b.calls > 0).length;
+    assert.ok(history.totals.calls > 0 && withCalls > 0, 'traffic in the last hour');
+    for (const [title, series] of [
+      ['Injected records per call', 'records per call'],
+      ['Injected tokens per call', 'tokens per call'],
+    ]) {
+      const chart = page.locator(`figure[data-chart="${title}"]`);
+      await chart.waitFor();
+      // Every minute the cards count has a mark: a vertex of the line, the still-filling
+      // segment, or a dot for a minute between quiet ones.
+      const marks = await chart.evaluate((figure, name) => {
+        // A line's runs ("M…L…L…"): a run of one point draws nothing.
+        const line = figure.querySelector(`path[data-series="${name}"]`)?.getAttribute('d') ?? '';
+        const vertices = line
+          .split('M')
+          .map((run) => (run.match(/[\d.]+,[\d.]+/g) ?? []).length)
+          .filter((points) => points > 1)
+          .reduce((a, b) => a + b, 0);
+        const dots = figure.querySelectorAll(`circle[data-point="${name}"]`).length;
+        // The still-filling minute's segment joins two minutes.
+        const partial = figure.querySelector(`path[data-partial="${name}"]`) ? 2 : 0;
+        return { vertices, dots, partial };
+      }, series);
+      const drawn = marks.vertices + marks.dots + marks.partial;
+      assert.ok(drawn >= withCalls, `${title}: ${withCalls} minute(s) with calls, drawn ${JSON.stringify(marks)}`);
+    }
+    const card = await page.locator('.stats').getByText(/records$/).first().innerText();
+    const perCall = history.totals.injected_records / history.totals.calls;
+    assert.equal(card, `${perCall.toFixed(1)} records`, 'the card divides by the calls the chart divides by');
+  });
+
   let candidate;
   await t.test('releases: start a canary and roll it back', async () => {
     const { data } = await admin('GET', '/releases');
@@ -282,6 +316,83 @@ test('the console, screen by screen', async (t) => {
     await a11y('record editor with problems');
     await page.getByRole('link', { name: 'Cancel' }).click();
     await page.locator('h1', { hasText: RECORD_ID }).waitFor();
+  });
+
+  await t.test('records: the list shows each record\'s words and author', async () => {
+    await visit('records');
+    await page.locator('#flt-q').fill(RUN);
+    await page.getByRole('button', { name: 'Search' }).click();
+    const row = page.locator(`tr[data-record="${RECORD_ID}"]`);
+    await page.waitForFunction(() => document.querySelectorAll('table.records tbody tr').length === 1);
+    assert.match(await row.locator('td[data-preview]').innerText(), new RegExp(`The ${PHRASE} is lit every night`));
+    assert.equal((await row.locator('td[data-author]').innerText()).trim(), 'admin:admin');
+  });
+
+  await t.test('review: the queue shows, approves, edits then approves, and rejects', async () => {
+    const subject = `${SUBJECT}-rv`;
+    const ids = ['a', 'b', 'c', 'd'].map((x) => `mem-e2e-rv-${x}-${RUN}`);
+    const facts = ['The kayak rack is behind the boathouse.', 'The boathouse door sticks in winter.', 'The canoe paddles hang on the left wall.', 'Life vests are in the red locker.'];
+    for (const [i, id] of ids.entries()) {
+      await admin('POST', '/memories', {
+        id,
+        type: 'fact',
+        scope: [`user:${subject}`],
+        status: 'proposed',
+        content: { statement: `${facts[i]} ${RUN}` },
+        metadata: { evidence: `I keep telling you: ${facts[i].toLowerCase()}` },
+      });
+    }
+    await admin('POST', '/memories', { id: `mem-e2e-rv-pref-${RUN}`, type: 'preference', scope: [`user:${subject}`], status: 'proposed', content: { topic: 'boats', preference: `Kayaks over canoes ${RUN}` } });
+    await page.goto(`${base}/console/#/review?subject=${subject}&type=fact`);
+    await page.locator('main h1').first().waitFor();
+    const row = (id) => page.locator(`tr[data-review="${id}"]`);
+    await row(ids[0]).waitFor();
+    assert.equal(await page.locator('table.review tbody tr').count(), 4, 'filtered by subject and type: the preference is not listed');
+    assert.match(await row(ids[0]).locator('[data-words]').innerText(), /kayak rack is behind the boathouse/);
+    assert.match(await row(ids[0]).locator('[data-evidence]').innerText(), /I keep telling you/);
+    assert.match(await row(ids[0]).innerText(), /admin:admin/);
+    await shot('review');
+    await a11y('review');
+
+    // Approve one: active through the admin API.
+    await row(ids[0]).getByRole('button', { name: 'Approve' }).click();
+    await row(ids[0]).waitFor({ state: 'detached' });
+    assert.equal((await admin('GET', `/memories/${ids[0]}`)).status, 'active');
+
+    // Edit then approve.
+    await row(ids[1]).getByRole('button', { name: 'Edit…' }).click();
+    const editor = row(ids[1]).locator('textarea');
+    await editor.fill(JSON.stringify({ statement: `The boathouse door was fixed in March ${RUN}.` }));
+    await row(ids[1]).getByRole('button', { name: 'Approve with changes' }).click();
+    await row(ids[1]).waitFor({ state: 'detached' });
+    const edited = await admin('GET', `/memories/${ids[1]}`);
+    assert.equal(edited.status, 'active');
+    assert.equal(edited.content.statement, `The boathouse door was fixed in March ${RUN}.`);
+
+    // Reject one, then select the last and reject it in bulk: both gone.
+    await row(ids[2]).getByRole('button', { name: 'Reject' }).click();
+    await confirmDialog();
+    await row(ids[2]).waitFor({ state: 'detached' });
+    await row(ids[3]).getByRole('checkbox').check();
+    await page.getByRole('button', { name: 'Reject selected' }).click();
+    await confirmDialog();
+    await row(ids[3]).waitFor({ state: 'detached' });
+    for (const id of [ids[2], ids[3]]) {
+      await admin('GET', `/memories/${id}`).then(
+        () => assert.fail(`${id}: a rejected record must be gone`),
+        () => {},
+      );
+    }
+    // Bulk approve what is left under the subject (the preference).
+    await page.locator('#rv-type').selectOption('');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    const pref = row(`mem-e2e-rv-pref-${RUN}`);
+    await pref.waitFor();
+    await page.getByRole('checkbox', { name: 'Select every record shown' }).check();
+    await page.getByRole('button', { name: /Approve selected/ }).click();
+    await pref.waitFor({ state: 'detached' });
+    assert.equal((await admin('GET', `/memories/mem-e2e-rv-pref-${RUN}`)).status, 'active');
+    for (const id of [ids[0], ids[1], `mem-e2e-rv-pref-${RUN}`]) await admin('DELETE', `/memories/${id}`).catch(() => {});
   });
 
   await t.test('explain: the record is matched and injected', async () => {

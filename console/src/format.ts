@@ -63,3 +63,22 @@ export function validity(from: string, until: string, now = Date.now()): 'now' |
   if (Date.parse(until) <= now) return 'expired';
   return 'now';
 }
+
+/** Every string and number of a record's content, in document order: its words. */
+export function words(content: unknown): string[] {
+  const out: string[] = [];
+  const walk = (v: unknown) => {
+    if (typeof v === 'string') out.push(v);
+    else if (typeof v === 'number') out.push(String(v));
+    else if (Array.isArray(v)) v.forEach(walk);
+    else if (v && typeof v === 'object') Object.values(v).forEach(walk);
+  };
+  walk(content);
+  return out;
+}
+
+/** A record's words on one line, cut at `max` characters with an ellipsis. */
+export function preview(content: unknown, max = 120): string {
+  const line = words(content).join(' · ').replace(/\s+/g, ' ').trim();
+  return line.length > max ? `${line.slice(0, max - 1).trimEnd()}…` : line;
+}

@@ -12,6 +12,7 @@ import { Login } from './screens/Login';
 import { Overview } from './screens/Overview';
 import { Releases } from './screens/Releases';
 import { Records } from './screens/Records';
+import { Review } from './screens/Review';
 import { Explain } from './screens/Explain';
 import { Keys } from './screens/Keys';
 import './styles.css';
@@ -20,6 +21,7 @@ const SCREENS = [
   { id: 'overview', label: 'Overview', view: Overview },
   { id: 'releases', label: 'Releases', view: Releases },
   { id: 'records', label: 'Records', view: Records },
+  { id: 'review', label: 'Review', view: Review },
   { id: 'explain', label: 'Explain', view: Explain },
   { id: 'keys', label: 'Keys', view: Keys },
 ];

@@ -13,7 +13,7 @@ export interface Session {
   idle_timeout_secs: number;
 }
 
-export type Status = 'active' | 'paused' | 'archived';
+export type Status = 'active' | 'paused' | 'archived' | 'proposed' | 'dormant';
 
 export interface MemoryRecord {
   id: string;
@@ -34,6 +34,19 @@ export interface MemoryRecord {
   updated_at: string;
   last_accessed_at: string | null;
   access_count: number;
+  /** Who wrote the live version: `admin:<actor>`, `console:<actor>`, `agent:<key id>`, `observer`. */
+  author?: string;
+  /** Where an extracted record came from (request id, release, model), when it says. */
+  provenance?: Record<string, unknown>;
+}
+
+/** One id's answer in a bulk review call. */
+export interface ReviewResult {
+  id: string;
+  ok: boolean;
+  status?: string;
+  deleted?: boolean;
+  error?: { message: string; code: string };
 }
 
 export interface Change {
@@ -157,7 +170,7 @@ export interface ReleaseStats {
 
 export interface DataHealth {
   computed_at: string;
-  records: { total: number; active: number; paused: number; archived: number };
+  records: { total: number; active: number; paused: number; archived: number; proposed?: number; dormant?: number };
   live: number;
   non_empty_content: { count: number; share: number };
   future_valid_until: { count: number; share: number };

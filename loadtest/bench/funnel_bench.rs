@@ -136,10 +136,14 @@ fn bench_size(args: &Args, size: usize, sweep: &[usize]) -> Result<Value, BoxErr
         records.iter().map(|(r, v)| IndexedRecord::new(r.clone(), Some(Arc::from(v.as_slice())))).collect();
     let index_records = started.elapsed();
     let tokens: Vec<usize> = items.iter().map(|i| i.tokens).collect();
+    let rss_before = rss_bytes();
     let started = Instant::now();
     let index = MemoryIndex::default();
     index.load(items);
     let load = started.elapsed();
+    // What the index holds beyond the records' own bytes: the items' f32 vectors were dropped
+    // on insert (freed memory glibc may keep, so an upper bound).
+    let rss_after = rss_bytes();
     let tenant = index.tenant(TENANT).ok_or("the tenant was not loaded")?;
 
     let queries: Vec<Query> = (0..args.queries).map(|_| world.query(&mut rng, &records)).collect();
@@ -159,9 +163,10 @@ fn bench_size(args: &Args, size: usize, sweep: &[usize]) -> Result<Value, BoxErr
 
     let (has_ann, lists_note, list_lens) = {
         let idx = tenant.read().map_err(|_| "poisoned")?;
-        let mut lens = idx.ann.as_ref().map(|a| a.list_lens()).unwrap_or_default();
+        let mut lens: Vec<usize> = idx.ann.values().flat_map(|a| a.list_lens()).collect();
         lens.sort_unstable();
-        (idx.ann.is_some(), idx.ann.as_ref().map(|a| a.len()), lens)
+        let vectors: usize = idx.ann.values().map(|a| a.len()).sum();
+        (!idx.ann.is_empty(), (!idx.ann.is_empty()).then_some(vectors), lens)
     };
     let mut paths = Vec::new();
 
@@ -174,7 +179,7 @@ fn bench_size(args: &Args, size: usize, sweep: &[usize]) -> Result<Value, BoxErr
     let uses_ann = has_ann && default_run.candidates_mean > EXACT_SCAN_MAX as f64;
     let mut exact_run = None;
     if has_ann && !args.no_exact {
-        let saved = tenant.write().map_err(|_| "poisoned")?.ann.take();
+        let saved = std::mem::take(&mut tenant.write().map_err(|_| "poisoned")?.ann);
         let run = {
             let idx = tenant.read().map_err(|_| "poisoned")?;
             run_path(&idx, &caller, &settings, &queries, &warmup, now)
@@ -183,6 +188,10 @@ fn bench_size(args: &Args, size: usize, sweep: &[usize]) -> Result<Value, BoxErr
         exact_run = Some(run);
     }
     let recall = exact_run.as_ref().filter(|_| uses_ann).map(|exact| recall_at_5(&default_run, exact));
+    let int8_vs_f32 = {
+        let idx = tenant.read().map_err(|_| "poisoned")?;
+        int8_against_f32(&idx, &caller, &settings, &records, &queries, now)
+    };
     paths.push(default_run.json(if uses_ann { "ivf" } else { "exact" }, recall));
     if let Some(exact) = &exact_run {
         paths.push(exact.json("exact (forced)", None));
@@ -230,6 +239,10 @@ fn bench_size(args: &Args, size: usize, sweep: &[usize]) -> Result<Value, BoxErr
             "max": sorted_tokens.last().copied().unwrap_or(0),
         },
         "scores": world.score_sample(&mut rng, &records, &queries),
+        "int8_vs_f32": int8_vs_f32,
+        "rss_bytes_before_load": rss_before,
+        "rss_bytes_after_load": rss_after,
+        "index_rss_bytes_per_record": rss_after.saturating_sub(rss_before) as f64 / size.max(1) as f64,
         "paths": paths,
         "probe_sweep": sweep_rows,
     }))
@@ -335,16 +348,21 @@ fn run_path(
         let t = Instant::now();
         let mut sum = 0.0f32;
         for slot in current.iter() {
-            if let Some(v) = index.slots[slot as usize].as_ref().and_then(|i| i.vector.as_deref()) {
-                sum += dot(v, &q.vector);
-            }
+            sum += index.similarity(slot, &q.vector).unwrap_or(0.0);
         }
         black_box(sum);
         scan_t.push(t.elapsed());
-        if let Some(ann) = &index.ann {
+        if !index.ann.is_empty() {
             let t = Instant::now();
             let quantized = QuantizedQuery::new(&q.vector);
-            black_box(ann.search(&quantized, settings.probes, settings.threshold, |_| true).len());
+            let rows = index.int8_rows();
+            let mut reach = 0usize;
+            for ann in index.ann.values() {
+                for slot in ann.probe(&quantized, settings.probes).flatten() {
+                    reach += usize::from(rows.is_some_and(|r| r.may_reach(*slot as usize, &quantized, settings.threshold)));
+                }
+            }
+            black_box(reach);
             ivf_t.push(t.elapsed());
         }
         let mut similar: Vec<(u32, f32)> =
@@ -739,6 +757,24 @@ fn print_tables(report: &Value) {
             triple(&s["query_to_nearest_record"]),
         );
     }
+    println!();
+    println!("the index's one copy of each embedding (int8 rows) against f32, and resident memory");
+    println!(
+        "{:>8} {:>16} {:>16} {:>16} {:>14} {:>18}",
+        "records", "top-5 recall", "max |Δ sim|", "mean |Δ sim|", "RSS after MB", "index B/record"
+    );
+    for size in sizes {
+        let c = &size["int8_vs_f32"];
+        println!(
+            "{:>8} {:>16.4} {:>16.5} {:>16.6} {:>14.1} {:>18.0}",
+            common::text(&size["records"]),
+            c["recall_at_5"].as_f64().unwrap_or(0.0),
+            c["max_abs_similarity_diff"].as_f64().unwrap_or(0.0),
+            c["mean_abs_similarity_diff"].as_f64().unwrap_or(0.0),
+            size["rss_bytes_after_load"].as_f64().unwrap_or(0.0) / 1e6,
+            size["index_rss_bytes_per_record"].as_f64().unwrap_or(0.0),
+        );
+    }
     for size in sizes {
         let lists = &size["ivf_lists"];
         if lists["count"].as_u64().unwrap_or(0) > 0 {
@@ -777,4 +813,63 @@ fn print_tables(report: &Value) {
     );
     println!("machine before: {}", report["machine_before"]);
     println!("machine after:  {}", report["machine_after"]);
+}
+
+/// This process's resident memory (VmRSS), in bytes.
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// The index scores on its one copy of each embedding, the int8 row (`TenantIndex::similarity`):
+/// against the records' f32 vectors, per query over the caller's current candidates, the top-5
+/// above the threshold by each, their overlap, and the largest difference of a similarity.
+fn int8_against_f32(
+    index: &TenantIndex,
+    caller: &Caller,
+    settings: &FunnelSettings,
+    records: &[(Record, Vec<f32>)],
+    queries: &[Query],
+    now: i64,
+) -> Value {
+    let by_slot: std::collections::HashMap<u32, &[f32]> =
+        records.iter().filter_map(|(r, v)| index.slot_of(&r.id).map(|s| (s, v.as_slice()))).collect();
+    let (mut found, mut wanted, mut max_diff, mut diff_sum, mut diffs) = (0usize, 0usize, 0f32, 0f64, 0usize);
+    for q in queries.iter().take(300) {
+        let mut trace = Trace::default();
+        let visible = scope::visible(index, caller, Detail::Off, &mut trace);
+        let current = temporal::current(index, &visible, now, &settings.schema_versions, false, &mut trace).0;
+        let mut f32_scores = Vec::new();
+        let mut int8_scores = Vec::new();
+        for slot in current.iter() {
+            let (Some(v), Some(s8)) = (by_slot.get(&slot), index.similarity(slot, &q.vector)) else { continue };
+            let s32 = dot(v, &q.vector);
+            let d = (s32 - s8).abs();
+            max_diff = max_diff.max(d);
+            diff_sum += f64::from(d);
+            diffs += 1;
+            if s32 >= settings.threshold {
+                f32_scores.push((slot, s32));
+            }
+            if s8 >= settings.threshold {
+                int8_scores.push((slot, s8));
+            }
+        }
+        let top5 = |mut v: Vec<(u32, f32)>| -> Vec<u32> {
+            v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            v.into_iter().take(5).map(|(s, _)| s).collect()
+        };
+        let (a, b) = (top5(f32_scores), top5(int8_scores));
+        wanted += a.len();
+        found += a.iter().filter(|s| b.contains(s)).count();
+    }
+    json!({
+        "recall_at_5": found as f64 / wanted.max(1) as f64,
+        "max_abs_similarity_diff": max_diff,
+        "mean_abs_similarity_diff": diff_sum / diffs.max(1) as f64,
+    })
 }

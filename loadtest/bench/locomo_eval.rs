@@ -45,7 +45,6 @@ use memgate::index::{IndexedRecord, MemoryIndex, TenantIndex};
 use memgate::inject::{RenderItem, Templates};
 use memgate::memory::passage_text;
 use memgate::record::{OPEN_END_MS, Record, Status};
-use memgate::vector::ivf::Ivf;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
@@ -391,19 +390,8 @@ fn ivf_check(
     let tenant = index.tenant(POOLED).ok_or("the pooled tenant was not loaded")?;
     let (records, lists) = {
         let mut idx = tenant.write().map_err(|_| "poisoned")?;
-        let pairs: Vec<(u32, &[f32])> = idx
-            .slots
-            .iter()
-            .enumerate()
-            .filter_map(|(slot, item)| {
-                item.as_ref().and_then(|i| i.vector.as_deref()).map(|v| (slot as u32, v))
-            })
-            .collect();
-        let dims = pairs.first().map_or(0, |(_, v)| v.len());
-        let ivf = Ivf::build(dims, &pairs);
-        let records = pairs.len();
-        drop(pairs);
-        idx.ann = Some(ivf);
+        idx.force_ann("public");
+        let records = idx.ann.get("public").map_or(0, |a| a.len());
         (records, (records as f64).sqrt() as usize)
     };
     if records <= EXACT_SCAN_MAX {
@@ -448,7 +436,7 @@ fn ivf_check(
         }
         sum / n.max(1) as f64
     };
-    let saved = tenant.write().map_err(|_| "poisoned")?.ann.take();
+    let saved = std::mem::take(&mut tenant.write().map_err(|_| "poisoned")?.ann);
     let (exact_ids, exact_time) = pass(production)?;
     tenant.write().map_err(|_| "poisoned")?.ann = saved;
     let mut rows = vec![json!({

@@ -21,6 +21,7 @@ pub mod embedding;
 pub mod limits;
 pub mod log;
 pub mod memory;
+pub mod observer;
 pub mod records;
 pub mod redis;
 pub mod releases;
@@ -43,6 +44,7 @@ pub use limits::{
 };
 pub use log::{LogConfig, LogFormat, RawLog};
 pub use memory::{MemoryConfig, RawMemory};
+pub use observer::{ObserverConfig, RawObserver};
 pub use records::{RawRecords, RecordsConfig};
 pub use redis::{RawRedis, RedisConfig};
 pub use releases::{QueryConfig, RawQuery, RawRelease, ReleaseConfig};
@@ -99,6 +101,8 @@ pub struct RawConfig {
     /// docs/triggers.md's.
     #[serde(default)]
     pub triggers: TriggersConfig,
+    #[serde(default)]
+    pub observer: RawObserver,
 }
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -155,6 +159,8 @@ pub struct Config {
     pub console: ConsoleConfig,
     /// `[triggers]`: endpoints and the outbox's delivery schedule (docs/triggers.md).
     pub triggers: TriggersConfig,
+    /// `[observer]`: learning from conversations (docs/observation.md).
+    pub observer: ObserverConfig,
 }
 
 /// A value refused, named by its key.
@@ -229,6 +235,7 @@ impl RawConfig {
         if let Some(path) = env("ORT_DYLIB_PATH").filter(|v| !v.is_empty()) {
             self.embedding.ort_dylib_path = Some(path.into());
         }
+        set(&mut self.observer.extraction_key, "MEMGATE_OBSERVER_KEY");
         set(&mut self.auth.jwt.hs256_secret, "MEMGATE_JWT_HS256_SECRET");
         set(&mut self.auth.jwt.issuer, "MEMGATE_JWT_ISSUER");
         set(&mut self.auth.jwt.audience, "MEMGATE_JWT_AUDIENCE");
@@ -285,6 +292,7 @@ impl RawConfig {
         let memory = self.memory.settle()?;
         let releases = releases::settle(self.releases)?;
         let console = console::settle(self.metrics, self.console)?;
+        let observer = self.observer.settle()?;
         if let Err(errors) = self.triggers.validate()
             && let Some(first) = errors.into_iter().next()
         {
@@ -308,6 +316,7 @@ impl RawConfig {
             releases,
             console,
             triggers: self.triggers,
+            observer,
         })
     }
 }

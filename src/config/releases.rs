@@ -42,6 +42,11 @@ pub struct RawRelease {
     pub max_tool_rounds: Option<u32>,
     /// The time memgate's tool rounds may take in all, in ms (default 60000).
     pub tool_time_budget_ms: Option<u64>,
+    /// Learning from this release's conversations: `off` (the default), `propose` or `write`
+    /// (a caller still needs the `observe` permission).
+    pub observe: Option<String>,
+    /// The confidence an observed candidate needs (default `[observer] min_confidence`).
+    pub observe_min_confidence: Option<f64>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -78,6 +83,9 @@ pub struct ReleaseConfig {
     pub max_tool_rounds: Option<u32>,
     /// At least 1 ms.
     pub tool_time_budget: Option<Duration>,
+    pub observe: Option<ObserveSetting>,
+    /// 0 to 1.
+    pub observe_min_confidence: Option<f64>,
 }
 
 /// `[releases.<name>.query]`, checked; `None` keeps the default.
@@ -101,6 +109,14 @@ pub enum PlacementSetting {
 pub enum ToolsSetting {
     Off,
     Read,
+    Write,
+}
+
+/// What a release does with its conversations (`rollout::ObserveMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObserveSetting {
+    Off,
+    Propose,
     Write,
 }
 
@@ -183,6 +199,18 @@ impl RawRelease {
                 return Err(invalid(&key("agent_writes"), format!("`{other}`: use active or proposed")));
             }
         };
+        let observe = match self.observe.as_deref() {
+            None => None,
+            Some("off") => Some(ObserveSetting::Off),
+            Some("propose") => Some(ObserveSetting::Propose),
+            Some("write") => Some(ObserveSetting::Write),
+            Some(other) => {
+                return Err(invalid(&key("observe"), format!("`{other}`: use off, propose or write")));
+            }
+        };
+        if self.observe_min_confidence.is_some_and(|c| !(0.0..=1.0).contains(&c)) {
+            return Err(invalid(&key("observe_min_confidence"), "use a number between 0 and 1"));
+        }
         if self.max_tool_rounds.is_some_and(|n| !(1..=32).contains(&n)) {
             return Err(invalid(&key("max_tool_rounds"), "use a number from 1 to 32"));
         }
@@ -212,6 +240,8 @@ impl RawRelease {
             agent_writes,
             max_tool_rounds: self.max_tool_rounds,
             tool_time_budget: self.tool_time_budget_ms.map(Duration::from_millis),
+            observe,
+            observe_min_confidence: self.observe_min_confidence,
         })
     }
 }
@@ -238,6 +268,8 @@ impl ReleaseConfig {
             agent_writes: top.agent_writes.or(self.agent_writes),
             max_tool_rounds: top.max_tool_rounds.or(self.max_tool_rounds),
             tool_time_budget: top.tool_time_budget.or(self.tool_time_budget),
+            observe: top.observe.or(self.observe),
+            observe_min_confidence: top.observe_min_confidence.or(self.observe_min_confidence),
         }
     }
 }

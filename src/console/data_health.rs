@@ -34,6 +34,8 @@ pub struct StatusCounts {
     pub archived: u64,
     /// Agents' writes awaiting review.
     pub proposed: u64,
+    /// Unused for their type's dormancy period: not injected, still found by the tools.
+    pub dormant: u64,
 }
 
 impl StatusCounts {
@@ -44,6 +46,7 @@ impl StatusCounts {
             Status::Paused => self.paused += count,
             Status::Archived => self.archived += count,
             Status::Proposed => self.proposed += count,
+            Status::Dormant => self.dormant += count,
         }
     }
 }
@@ -334,7 +337,10 @@ mod tests {
             record("f", Status::Archived, json!({"statement": "old"}), (0, 1), 0),
         ];
         let health = data_health(&records, &schemas, now);
-        assert_eq!(health.records, StatusCounts { total: 6, active: 4, paused: 1, archived: 1, proposed: 0 });
+        assert_eq!(
+            health.records,
+            StatusCounts { total: 6, active: 4, paused: 1, archived: 1, proposed: 0, dormant: 0 }
+        );
         assert_eq!(health.live, 4);
         assert_eq!(health.non_empty_content, Share { count: 3, share: 0.75 });
         assert_eq!(health.future_valid_until, Share { count: 3, share: 0.75 });

@@ -14,8 +14,12 @@
 //! should stay within about 2 ms. So the passes over every candidate read flat, slot-indexed
 //! data rather than records: the candidates travel between layers as a bitset (`slots`), the
 //! temporal layer reads per-slot validity arrays (`index::SlotMeta`), and the semantic layer's
-//! scans read int8 copies of the embeddings (`quant`), re-scoring only the few near the threshold
-//! in f32. Records are read for the hits, and for the ids and reasons of a detailed trace.
+//! scans read the int8 rows of the embeddings (`quant`), scoring exactly only the candidates that
+//! may still beat what it keeps. It keeps a bounded number of hits (`semantic::TopK`, a few times
+//! the item cap), so a low threshold over a large tenant costs no more than a high one; when the
+//! bounded hits cannot prove they pack what every hit would, the run packs every hit instead
+//! (`packed_as_unbounded`). Records are read for the hits, and for the ids and reasons of a
+//! detailed trace.
 
 pub mod cut;
 pub mod density;
@@ -27,12 +31,14 @@ pub mod trace;
 
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod bounded_tests;
 
 use crate::identity::Caller;
 use crate::index::TenantIndex;
 use crate::slots::SlotSet;
 use density::{Budget, Packed};
-use semantic::SemanticQuery;
+use semantic::{SemanticQuery, TopK};
 use trace::{Detail, Trace};
 
 /// The release's funnel settings.
@@ -98,7 +104,11 @@ pub fn run(
     let visible = scope::visible(index, caller, detail, &mut trace);
     let (current, visible_tokens) =
         temporal::current(index, &visible, now_ms, &settings.schema_versions, detailed, &mut trace);
-    let hits = semantic::matching(index, &current, query, detailed, &mut trace);
+    // A bounded scan keeps the best few similarity hits; a detailed trace names every removal
+    // with its score, so it scans without a bound.
+    let top = if detailed { TopK::ALL } else { TopK::for_cap(settings.max_items, settings.max_stubs) };
+    let matched = semantic::matching_within(index, &current, Some(&caller.scopes), query, top, detailed, &mut trace);
+    let (hits, floor, floor_high) = (matched.hits, matched.floor, matched.floor_high);
     if detailed {
         // What each layer let through, for `explain` and traces: the survivors' ids in the
         // layer's order (the semantic layer's with their scores).
@@ -132,7 +142,18 @@ pub fn run(
         max_stubs: settings.max_stubs,
         cut: settings.cut,
     };
-    let packed = density::pack(index, hits, &budget, detailed, &mut trace);
+    let mut packed = density::pack(index, hits, &budget, detailed, &mut trace);
+    if !packed_as_unbounded(&packed, &budget, floor, floor_high) {
+        // Rare: the kept hits did not fill the block with records that beat what was left out
+        // (large records skipped for the budget, ties at the floor). Pack every hit instead.
+        let mut again = Trace::default();
+        let all = semantic::matching_within(index, &current, Some(&caller.scopes), query, TopK::ALL, false, &mut again);
+        trace.scanned += again.scanned;
+        let mut repacked = Trace::default();
+        packed = density::pack(index, all.hits, &budget, false, &mut repacked);
+        trace.layers.retain(|l| l.layer != "semantic" && l.layer != "token_density");
+        trace.layers.extend(again.layers.into_iter().chain(repacked.layers));
+    }
     if detailed && let Some(entry) = trace.layers.iter_mut().find(|l| l.layer == "token_density") {
         entry.kept = packed
             .injected
@@ -165,4 +186,17 @@ pub fn run(
             .collect();
     }
     FunnelOutput { packed, trace, current, visible_tokens }
+}
+
+/// Whether packing the bounded hits packed what packing every hit would. Everything the semantic
+/// layer left out scored at most its floor, and the density layer ranks by that score first; so
+/// when the block holds `max_items` records that all beat the floor, no left-out hit could have
+/// been injected; and when the stubs are all there and beat the high-priority floor (or no
+/// high-priority hit was left out), no left-out hit could have been a stub.
+fn packed_as_unbounded(packed: &Packed, budget: &Budget, floor: Option<f32>, floor_high: Option<f32>) -> bool {
+    let beats = |chosen: &[density::Chosen], floor: f32| chosen.iter().all(|c| c.score > floor);
+    let injected = floor.is_none_or(|f| packed.injected.len() >= budget.max_items && beats(&packed.injected, f));
+    let stubs = floor.is_none()
+        || floor_high.is_none_or(|f| packed.stubs.len() >= budget.max_stubs && beats(&packed.stubs, f));
+    injected && stubs
 }

@@ -3,10 +3,23 @@
 //! query's is at least the release's threshold. Small candidate sets are scanned in full; large
 //! ones go through the tenant's approximate index, filtered to the candidates.
 //!
-//! Both scans read int8 copies of the embeddings (`quant`): a candidate whose int8 score cannot
-//! reach the threshold, by a proven bound, is dropped; the rest are scored with their f32 vector,
-//! and that score decides and is reported. So the hits and similarities are exactly those of an
-//! f32 scan over the same records, at a quarter of the memory read.
+//! Both scans read the int8 rows (`quant`), the index's one copy of the embeddings: a candidate
+//! whose int8 score cannot reach the bar, by a proven bound, is dropped; the rest are scored with
+//! the f32 query against their row (`TenantIndex::similarity`), and that score decides and is
+//! reported.
+//!
+//! The layer keeps a bounded number of similarity hits (`TopK`: a few times the density layer's
+//! item cap), in two small heaps during the scan — the best overall and the best of priority 4–5
+//! (the density layer's stubs) — so its cost does not grow with how many records pass a low
+//! threshold: once a heap is full, its worst score becomes the bar a candidate's bound must
+//! reach. Exact matches and word hits are kept as before. What the heaps left out scored at most
+//! their floor (`Matched::floor`), which lets the funnel check that packing the kept hits packed
+//! what packing every hit would (`funnel::run`).
+//!
+//! Large scopes have their own approximate index (`index`): above `EXACT_SCAN_MAX` candidates,
+//! the caller's scopes that have one are probed, and the candidates of its other scopes are
+//! scanned exactly, so a request reads rows of what the caller may see, never of other callers'
+//! scopes.
 //!
 //! Hybrid releases (`Retrieval::Hybrid`) rank by words too: the tenant's BM25 index (`lexical`)
 //! is searched over the same candidates, each word hit the dense scan did not score gets its exact
@@ -21,7 +34,6 @@ use crate::index::{TenantIndex, VectorKind};
 use crate::lexical::LexicalQuery;
 use crate::lexical::fusion::{self, Fusion, Gate};
 use crate::slots::SlotSet;
-use crate::vector::dot;
 use crate::vector::quant::QuantizedQuery;
 
 /// Up to this many candidates an exact scan is used (well under a millisecond on int8 rows);
@@ -89,6 +101,100 @@ impl Hit {
     }
 }
 
+/// How many similarity hits the layer keeps: the best `best`, and the best `high_priority` of
+/// priority 4–5 (which the density layer may turn into stubs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopK {
+    pub best: usize,
+    pub high_priority: usize,
+}
+
+impl TopK {
+    /// Every hit: today's unbounded layer (a detailed trace, a search tool).
+    pub const ALL: TopK = TopK { best: usize::MAX, high_priority: 0 };
+
+    /// For a release that injects at most `max_items` records and `max_stubs` stubs: four times
+    /// the cap (at least 64) overall, so the density layer rarely runs out of fitting hits, and
+    /// every high-priority hit that can become a stub.
+    pub fn for_cap(max_items: usize, max_stubs: usize) -> TopK {
+        TopK { best: (4 * max_items).max(64), high_priority: (max_items + max_stubs).max(16) }
+    }
+}
+
+/// The layer's hits and what its bounds left out.
+pub struct Matched {
+    pub hits: Vec<Hit>,
+    /// When the best-overall heap left a similarity hit out: the highest score it could have had.
+    pub floor: Option<f32>,
+    /// The same for the heap of priority 4–5 hits.
+    pub floor_high: Option<f32>,
+}
+
+/// A bounded heap of the best (score, slot) pairs.
+struct Best {
+    cap: usize,
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(Score, u32)>>,
+    dropped: bool,
+}
+
+/// An f32 ordered by `total_cmp`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Score(f32);
+
+impl Eq for Score {}
+
+impl PartialOrd for Score {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Score {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+impl Best {
+    fn new(cap: usize) -> Best {
+        Best { cap, heap: std::collections::BinaryHeap::new(), dropped: false }
+    }
+
+    /// The score a new entry must beat: the worst kept once full.
+    fn floor(&self) -> f32 {
+        match self.heap.peek() {
+            Some(std::cmp::Reverse((Score(worst), _))) if self.heap.len() >= self.cap => *worst,
+            _ if self.cap == 0 => f32::INFINITY,
+            _ => f32::NEG_INFINITY,
+        }
+    }
+
+    fn offer(&mut self, slot: u32, score: f32) {
+        if self.cap == 0 {
+            return; // not kept apart at all (`TopK::ALL`): the other heap holds every hit
+        }
+        if self.heap.len() < self.cap {
+            self.heap.push(std::cmp::Reverse((Score(score), slot)));
+        } else {
+            self.dropped = true;
+            if score > self.floor() {
+                self.heap.pop();
+                self.heap.push(std::cmp::Reverse((Score(score), slot)));
+            }
+        }
+    }
+
+    /// The highest score of a hit left out, if one was.
+    fn left_out(&self) -> Option<f32> {
+        self.dropped.then(|| self.floor())
+    }
+
+    fn into_slots(self) -> impl Iterator<Item = (u32, f32)> {
+        self.heap.into_iter().map(|std::cmp::Reverse((Score(score), slot))| (slot, score))
+    }
+}
+
+/// Every hit (no bound): what a full scan lets through.
 pub fn matching(
     index: &TenantIndex,
     candidates: &SlotSet,
@@ -96,6 +202,21 @@ pub fn matching(
     detailed: bool,
     trace: &mut Trace,
 ) -> Vec<Hit> {
+    matching_within(index, candidates, None, query, TopK::ALL, detailed, trace).hits
+}
+
+/// The layer as the funnel runs it: `scopes` are the caller's (whose approximate indexes may be
+/// probed; `None`: every scope's), `top` bounds the similarity hits kept. A detailed trace names
+/// every removal with its score, so it should ask for `TopK::ALL`.
+pub fn matching_within(
+    index: &TenantIndex,
+    candidates: &SlotSet,
+    scopes: Option<&std::collections::BTreeSet<String>>,
+    query: &SemanticQuery<'_>,
+    top: TopK,
+    detailed: bool,
+    trace: &mut Trace,
+) -> Matched {
     let input = candidates.len();
     let mut log = LayerLog::new("semantic", input, detailed);
     let mut hits: Vec<Hit> = Vec::new();
@@ -108,43 +229,78 @@ pub fn matching(
         }
     }
 
+    let mut best = Best::new(top.best);
+    let mut high = Best::new(top.high_priority);
     // Whether every candidate with an embedding was scored, so a detailed trace can give each
     // removed one its score; the approximate index scores only the lists it probes.
     let mut scored_all = false;
     if let Some(vector) = query.vector {
         let quantized = QuantizedQuery::new(vector);
-        // The exact similarity, which alone decides and is reported.
-        let exact = |slot: u32| {
-            let item = index.slots[slot as usize].as_ref()?;
-            let score = dot(vector, item.vector.as_deref()?);
-            (score >= query.threshold).then_some(Hit::dense(slot, score))
-        };
-        match &index.ann {
-            Some(ann) if input > EXACT_SCAN_MAX && ann.dims() == vector.len() => {
-                let near = ann.search(&quantized, query.probes, query.threshold, |s| candidates.contains(s));
-                hits.extend(near.into_iter().filter_map(exact));
+        let meta = index.meta();
+        let rows = index.int8_rows().filter(|rows| rows.dims() == vector.len());
+        let mut scanned = 0usize;
+        // Scores one candidate: ruled out by its int8 bound against the bar (the threshold, or
+        // the heaps' floors once full), else scored on its row and offered to the heaps.
+        let mut consider = |slot: u32, best: &mut Best, high: &mut Best| {
+            let m = &meta[slot as usize];
+            let high_priority = m.priority >= 4;
+            let floor = if high_priority { best.floor().min(high.floor()) } else { best.floor() };
+            let bar = query.threshold.max(floor);
+            let may_reach = match (m.vector, rows) {
+                (VectorKind::None, _) => false,
+                (VectorKind::Int8, Some(rows)) => {
+                    scanned += 1;
+                    rows.may_reach(slot as usize, &quantized, bar)
+                }
+                _ => true, // only an f32 vector to compare: score it exactly
+            };
+            if !may_reach {
+                return;
             }
-            _ => {
-                scored_all = true;
-                let meta = index.meta();
-                let rows = index.int8_rows().filter(|rows| rows.dims() == vector.len());
-                for slot in candidates.iter() {
-                    let may_reach = match (meta[slot as usize].vector, rows) {
-                        (VectorKind::None, _) => false,
-                        (VectorKind::Int8, Some(rows)) => {
-                            rows.may_reach(slot as usize, &quantized, query.threshold)
-                        }
-                        _ => true, // only an f32 vector to compare: score it exactly
-                    };
-                    if may_reach {
-                        hits.extend(exact(slot));
+            let Some(score) = index.similarity(slot, vector) else { return };
+            if score >= query.threshold {
+                best.offer(slot, score);
+                if high_priority {
+                    high.offer(slot, score);
+                }
+            }
+        };
+        let probed: Vec<(&String, &crate::vector::ivf::Ivf)> = match scopes {
+            _ if input <= EXACT_SCAN_MAX => Vec::new(),
+            Some(scopes) => scopes.iter().filter_map(|s| index.ann.get_key_value(s)).collect(),
+            None => index.ann.iter().collect(),
+        };
+        let probed: Vec<_> = probed.into_iter().filter(|(_, ann)| ann.dims() == vector.len()).collect();
+        if probed.is_empty() {
+            scored_all = true;
+            for slot in candidates.iter() {
+                consider(slot, &mut best, &mut high);
+            }
+        } else {
+            // A record in two probed scopes is met twice: score it once.
+            let mut seen = SlotSet::new(index.slots.len());
+            let mut rest = candidates.clone();
+            for (scope, ann) in &probed {
+                if let Some(members) = index.ann_members(scope) {
+                    rest = rest.and_not(members);
+                }
+                for slot in ann.probe(&quantized, query.probes).flatten().copied() {
+                    if candidates.contains(slot) && !seen.contains(slot) {
+                        seen.insert(slot);
+                        consider(slot, &mut best, &mut high);
                     }
                 }
             }
+            for slot in rest.iter() {
+                consider(slot, &mut best, &mut high);
+            }
         }
+        trace.scanned += scanned;
     } else {
         trace.notes.push("the query has no embedding: only exact matches could pass".into());
     }
+    let (floor, floor_high) = (best.left_out(), high.left_out());
+    hits.extend(best.into_slots().chain(high.into_slots()).map(|(slot, score)| Hit::dense(slot, score)));
 
     // One hit per slot; an exact match (pushed first) wins over a similarity.
     hits.sort_by_key(|h| (h.slot, !h.exact));
@@ -161,8 +317,8 @@ pub fn matching(
                 break;
             }
             let Some(item) = index.slots[slot as usize].as_ref() else { continue };
-            let score = match (query.vector, item.vector.as_deref()) {
-                (Some(q), Some(v)) if scored_all => Some(dot(q, v)),
+            let score = match query.vector {
+                Some(q) if scored_all => index.similarity(slot, q),
                 _ => None,
             };
             let words = query.hybrid.map(|h| {
@@ -172,13 +328,13 @@ pub fn matching(
             let words = words.unwrap_or_default();
             log.remove(&item.record.id, || match score {
                 Some(score) => format!("similarity {score:.3} below {:.3}{words}", query.threshold),
-                None if item.vector.is_none() => format!("no embedding yet{words}"),
+                None if !index.has_vector(slot) => format!("no embedding yet{words}"),
                 None => format!("similarity below {:.3}{words}", query.threshold),
             });
         }
     }
     log.finish_by_difference(hits.len(), trace);
-    hits
+    Matched { hits, floor, floor_high }
 }
 
 /// The hybrid step: the dense hits (exact matches and similarities at or above the threshold)
@@ -202,13 +358,7 @@ fn fuse_words(
         if dense_hits.binary_search_by_key(&word.slot, |h| h.slot).is_ok() {
             continue;
         }
-        let similarity = match (
-            query.vector,
-            index.slots[word.slot as usize].as_ref().and_then(|i| i.vector.as_deref()),
-        ) {
-            (Some(q), Some(v)) => dot(q, v),
-            _ => 0.0,
-        };
+        let similarity = query.vector.and_then(|q| index.similarity(word.slot, q)).unwrap_or(0.0);
         dense.push((word.slot, similarity));
     }
     let fusion = Fusion::Weighted { dense_weight: 1.0, lexical_weight: hybrid.lexical_weight };

@@ -71,6 +71,10 @@ pub struct Trace {
     pub ranked: Vec<Ranked>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// How many int8 rows the semantic layer read: what a request's scan cost, which follows what
+    /// the caller may see (benchmarks and tests read it; not part of a trace's JSON).
+    #[serde(skip)]
+    pub scanned: usize,
 }
 
 /// A survivor of the funnel and why it ranked where it did.

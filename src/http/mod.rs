@@ -76,15 +76,19 @@ fn public_routes(state: &AppState) -> Router<AppState> {
 }
 
 fn operator_routes(state: &AppState) -> Router<AppState> {
-    use admin::{insights, memories, transfer};
+    use admin::{dormancy, insights, memories, review, transfer};
     let admin = Router::new()
         .route("/memories", post(memories::create).get(memories::list))
         .route("/memories/forget", post(memories::forget))
+        .route("/memories/activate", post(review::activate_many))
+        .route("/memories/reject", post(review::reject_many))
         .route("/memories/{id}", get(memories::get).patch(memories::update).delete(memories::delete))
         .route("/memories/{id}/history", get(memories::history))
         .route("/memories/{id}/pause", post(memories::pause))
         .route("/memories/{id}/archive", post(memories::archive))
-        .route("/memories/{id}/activate", post(memories::activate))
+        .route("/memories/{id}/activate", post(review::activate))
+        .route("/dormancy", get(dormancy::report))
+        .route("/dormancy/run", post(dormancy::run))
         .route("/export", get(transfer::export))
         .route("/import", post(transfer::import))
         .route("/imports/{id}", get(transfer::progress))
@@ -101,6 +105,7 @@ fn operator_routes(state: &AppState) -> Router<AppState> {
         .route("/actions", get(admin::actions::list))
         .route("/actions/{id}", get(admin::actions::get))
         .route("/actions/{id}/replay", post(admin::actions::replay))
+        .route("/observer", get(admin::observer::status))
         .route("/metrics/history", get(insights::metrics_history))
         .route("/metrics/releases", get(insights::metrics_releases))
         .route("/health/data", get(insights::data_health))

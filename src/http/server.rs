@@ -114,10 +114,38 @@ pub async fn run(
             }
         });
     }
+    // Dormancy (`[records.dormancy]`; no loop when off): every period, the records of the named
+    // types unused that long go dormant, in every tenant. Every replica sweeps; a record already
+    // dormant is no longer a candidate, so sweeps racing on two replicas change it once or twice
+    // to the same status, harmlessly.
+    if !state.memories().dormancy_rules().is_empty() {
+        let memories = state.memories().clone();
+        let stop = stop_ticking.clone();
+        let every = config.records.dormancy_check_every;
+        loops.spawn(async move {
+            let mut interval = tokio::time::interval(every);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            interval.tick().await;
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    _ = interval.tick() => match memories.sweep_dormant(None, false).await {
+                        Ok(report) if report.applied > 0 => {
+                            tracing::info!(records = report.applied, more = report.truncated, "records went dormant");
+                        }
+                        Ok(_) => {}
+                        Err(err) => tracing::warn!(error = %err, "the dormancy sweep failed; the next period retries"),
+                    },
+                }
+            }
+        });
+    }
     // Trigger actions: delivered by a worker on the background tracker (none without endpoints);
     // at shutdown it claims nothing more and finishes what it sends.
     let stop_delivering = CancellationToken::new();
     let deliveries = state.triggers().spawn_worker(stop_delivering.clone());
+    // Observation: the extraction worker, the same way (none without an extraction key).
+    let extractions = state.observer().spawn_worker(stop_delivering.clone());
 
     let (signalled_tx, signalled_rx) = oneshot::channel::<()>();
     let draining_state = state.clone();
@@ -193,6 +221,7 @@ pub async fn run(
     background.close();
     let _ = tokio::time::timeout(grace, background.wait()).await;
     drop(deliveries);
+    drop(extractions);
     tracing::info!("memgate stopped");
     Ok(())
 }

@@ -35,8 +35,9 @@ const CACHE_MAX: usize = 10_000;
 /// tenant's requests share memgate's one upstream key and so its workspace (docs/operations.md).
 /// `memory_read_tools`, `memory_write_tools` and `memory_write_any` give the key memgate's memory
 /// tools, and `memory_tool_backend` lets memgate execute Anthropic's memory tool for the key
-/// (docs/memory-tools.md).
-pub const PERMISSIONS: [&str; 10] = [
+/// (docs/memory-tools.md). `observe` lets memgate learn from the key's finished exchanges where
+/// the release observes (docs/observation.md).
+pub const PERMISSIONS: [&str; 11] = [
     "pin_release",
     "assert_subject",
     "debug",
@@ -47,6 +48,7 @@ pub const PERMISSIONS: [&str; 10] = [
     "memory_write_tools",
     "memory_write_any",
     "memory_tool_backend",
+    "observe",
 ];
 
 /// A request to issue a key.

@@ -97,6 +97,9 @@ pub struct Permissions {
     /// memgate may execute Anthropic's memory tool (`memory_20250818`) for the caller, on its
     /// subject's `/memories` tree, when a request also asks with `X-Memory-Tool-Backend: memgate`.
     pub memory_tool_backend: bool,
+    /// memgate may learn from the caller's finished exchanges, where its release observes
+    /// (`observer`): the person's words and the answer are queued for extraction.
+    pub observe: bool,
 }
 
 impl Permissions {
@@ -114,6 +117,7 @@ impl Permissions {
                 "memory_write_tools" => p.memory_write_tools = true,
                 "memory_write_any" => p.memory_write_any = true,
                 "memory_tool_backend" => p.memory_tool_backend = true,
+                "observe" => p.observe = true,
                 _ => {}
             }
         }

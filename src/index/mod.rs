@@ -11,6 +11,17 @@
 //! its record or its f32 vector paid a cache miss per candidate (~150 ns); the flat arrays are read
 //! in slot order. The records themselves are touched only for the few hits, and for the ids and
 //! reasons of a detailed trace.
+//!
+//! One copy of each embedding: the int8 row. A record's f32 vector arrives with it
+//! (`IndexedRecord::vector`) and is quantized on insert, then dropped; the scans and the exact
+//! score both read the row (`quant::Rows::score`: the f32 query against the row, off the f32 dot
+//! product by ~5·10⁻⁴ for 384-dim unit vectors, measured in docs/benchmarks.md). Only an embedding
+//! of another length than the rows' (a model change in progress) is kept in f32, in `odd`.
+//!
+//! The approximate index is per scope (`ann`): one IVF for each scope holding at least
+//! `ANN_MIN_RECORDS` records, so a caller's request probes the lists of its own large scopes
+//! (`public`, a big team) and scans its small ones (its `user:` scope) exactly, and never reads
+//! the rows of a million other customers' profiles.
 
 pub mod terms;
 
@@ -18,22 +29,31 @@ use crate::lexical::LexicalIndex;
 use crate::record::{Record, Status};
 use crate::vector::ivf::Ivf;
 use crate::vector::quant::Rows;
-use std::collections::HashMap;
+use crate::slots::SlotSet;
+use crate::vector::dot;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-/// Below this many vectors a tenant has no approximate index: an exact scan is as fast.
+/// Below this many vectors a scope has no approximate index: an exact scan is as fast.
 pub const ANN_MIN_RECORDS: usize = 8192;
 
 /// One record as the funnel sees it.
 pub struct IndexedRecord {
     pub record: Record,
-    /// L2-normalized embedding of content and aliases; `None` until embedded.
+    /// L2-normalized embedding of content and aliases; `None` until embedded. Consumed by the
+    /// index: a record held by a `TenantIndex` has `None` here, its embedding is the index's int8
+    /// row (`TenantIndex::has_vector`, `similarity`, `vector`).
     pub vector: Option<Arc<[f32]>>,
     /// Approximate tokens of the record's injected line.
     pub tokens: usize,
     /// Normalized exact terms: key, aliases and identifiers in the content.
     pub terms: Vec<String>,
+    /// The record's words as the lexical index takes them (`lexical::record_terms`: analyzed,
+    /// its names weighted, with its BM25 length), made here so the analysis runs outside the
+    /// tenant's lock (and on every core at startup); consumed by the index like `vector`.
+    /// `None`: the index analyzes the record itself.
+    pub words: Option<(Vec<String>, u32)>,
 }
 
 impl IndexedRecord {
@@ -51,7 +71,8 @@ impl IndexedRecord {
             serde_json::json!({"id": record.id, "type": record.record_type, "content": record.content})
                 .to_string();
         let tokens = tiktoken_rs::cl100k_base_singleton().encode_ordinary(&line).len();
-        IndexedRecord { record, vector, tokens, terms }
+        let words = Some(crate::lexical::record_terms(crate::lexical::analyzer(), &record));
+        IndexedRecord { record, vector, tokens, terms, words }
     }
 }
 
@@ -66,14 +87,26 @@ pub enum VectorKind {
     F32Only,
 }
 
+/// A slot's record as the passes over `SlotMeta` take it: the funnel injects only `Active` ones;
+/// the memory tools also find `Dormant` ones (`record::Status::is_indexed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotState {
+    Free,
+    Active,
+    Dormant,
+}
+
 /// What the temporal layer and the exact scan read per slot, copied from the record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlotMeta {
     pub valid_from_ms: i64,
     pub valid_until_ms: i64,
     /// Position of the record's schema version in `TenantIndex::schemas`.
-    pub schema: u32,
-    pub active: bool,
+    pub schema: u16,
+    /// The record's priority (1–5): the semantic layer keeps the best high-priority hits apart,
+    /// for the density layer's stubs.
+    pub priority: u8,
+    pub state: SlotState,
     pub vector: VectorKind,
     /// The record's `IndexedRecord::tokens`, saturating: what the caller's visible records would
     /// cost injected in full (the console's token savings), summed without touching the records.
@@ -85,7 +118,8 @@ impl SlotMeta {
         valid_from_ms: i64::MAX,
         valid_until_ms: i64::MIN,
         schema: 0,
-        active: false,
+        priority: 0,
+        state: SlotState::Free,
         vector: VectorKind::None,
         tokens: 0,
     };
@@ -100,7 +134,13 @@ pub struct TenantIndex {
     by_id: HashMap<String, u32>,
     pub by_scope: HashMap<String, Vec<u32>>,
     pub by_term: HashMap<String, Vec<u32>>,
-    pub ann: Option<Ivf>,
+    /// Per scope of at least `ANN_MIN_RECORDS` records, its approximate index over the int8 rows.
+    pub ann: BTreeMap<String, Ivf>,
+    /// Per scope of `ann`, its records as a bitset: what a scan of the caller's other scopes
+    /// leaves out (`SlotSet::and_not`), since the scope's IVF covers it.
+    ann_members: HashMap<String, SlotSet>,
+    /// Embeddings of another length than `int8_rows` (`VectorKind::F32Only`), by slot.
+    odd: HashMap<u32, Arc<[f32]>>,
     live: usize,
     /// Per slot, in step with `slots`.
     meta: Vec<SlotMeta>,
@@ -142,29 +182,90 @@ impl TenantIndex {
         &self.schemas
     }
 
+    /// The records of `scope`, if it has an approximate index.
+    pub fn ann_members(&self, scope: &str) -> Option<&SlotSet> {
+        self.ann_members.get(scope)
+    }
+
     /// The slots' embeddings as int8 rows, by slot.
     pub fn int8_rows(&self) -> Option<&Rows> {
         self.int8_rows.as_ref()
     }
 
-    fn schema_id(&mut self, version: &str) -> u32 {
+    /// Schema versions are the few a deployment's schema files name; past 65,535 distinct ones
+    /// the last position is shared (and a release reading one of those reads them all).
+    fn schema_id(&mut self, version: &str) -> u16 {
         match self.schemas.iter().position(|s| s == version) {
-            Some(id) => id as u32,
+            Some(id) => u16::try_from(id).unwrap_or(u16::MAX),
             None => {
                 self.schemas.push(version.to_owned());
-                (self.schemas.len() - 1) as u32
+                u16::try_from(self.schemas.len() - 1).unwrap_or(u16::MAX)
             }
         }
     }
 
+    /// The slot holding record `id`.
+    pub fn slot_of(&self, id: &str) -> Option<u32> {
+        self.by_id.get(id).copied()
+    }
+
+    /// Whether the record in `slot` has an embedding.
+    pub fn has_vector(&self, slot: u32) -> bool {
+        self.meta.get(slot as usize).is_some_and(|m| m.vector != VectorKind::None)
+    }
+
+    /// The similarity of the record in `slot` to `query` (a unit vector of the model's length),
+    /// scored on its int8 row; `None` without an embedding of that length.
+    pub fn similarity(&self, slot: u32, query: &[f32]) -> Option<f32> {
+        match self.meta.get(slot as usize)?.vector {
+            VectorKind::None => None,
+            VectorKind::Int8 => {
+                let rows = self.int8_rows.as_ref().filter(|r| r.dims() == query.len())?;
+                Some(rows.score(slot as usize, query))
+            }
+            VectorKind::F32Only => {
+                self.odd.get(&slot).filter(|v| v.len() == query.len()).map(|v| dot(query, v))
+            }
+        }
+    }
+
+    /// The embedding of the record in `slot` as the index holds it (from its int8 row:
+    /// re-quantizing it gives the same row).
+    pub fn vector(&self, slot: u32) -> Option<Arc<[f32]>> {
+        match self.meta.get(slot as usize)?.vector {
+            VectorKind::None => None,
+            VectorKind::Int8 => self.int8_rows.as_ref().map(|rows| Arc::from(rows.dequantize(slot as usize))),
+            VectorKind::F32Only => self.odd.get(&slot).cloned(),
+        }
+    }
+
     pub fn upsert(&mut self, item: Arc<IndexedRecord>) {
+        let scopes = item.record.scope.clone();
         self.insert(item);
-        self.maybe_rebuild_ann();
+        for scope in &scopes {
+            self.maybe_rebuild_ann(scope);
+        }
     }
 
     /// Adds or replaces a record without considering an approximate-index rebuild.
     fn insert(&mut self, item: Arc<IndexedRecord>) {
         self.remove(&item.record.id);
+        // The index keeps one copy of the embedding (the int8 row) and of the words (the lexical
+        // postings): the record is stored without either.
+        let (item, vector, words) = match item.vector.is_some() || item.words.is_some() {
+            false => (item, None, None),
+            true => {
+                let mut owned = Arc::try_unwrap(item).unwrap_or_else(|shared| IndexedRecord {
+                    record: shared.record.clone(),
+                    vector: shared.vector.clone(),
+                    tokens: shared.tokens,
+                    terms: shared.terms.clone(),
+                    words: shared.words.clone(),
+                });
+                let (vector, words) = (owned.vector.take(), owned.words.take());
+                (Arc::new(owned), vector, words)
+            }
+        };
         let slot = match self.free.pop() {
             Some(slot) => slot,
             None => {
@@ -174,7 +275,7 @@ impl TenantIndex {
             }
         };
         let record = &item.record;
-        let vector = match item.vector.as_deref() {
+        let kind = match &vector {
             None => VectorKind::None,
             Some(v) => {
                 let rows = self.int8_rows.get_or_insert_with(|| Rows::new(v.len()));
@@ -184,6 +285,7 @@ impl TenantIndex {
                     VectorKind::Int8
                 } else {
                     self.f32_only += 1;
+                    self.odd.insert(slot, Arc::clone(v));
                     VectorKind::F32Only
                 }
             }
@@ -196,8 +298,13 @@ impl TenantIndex {
             valid_from_ms: record.valid_from_ms,
             valid_until_ms: record.valid_until_ms,
             schema,
-            active: record.status == Status::Active,
-            vector,
+            priority: record.priority,
+            state: match record.status {
+                Status::Active => SlotState::Active,
+                Status::Dormant => SlotState::Dormant,
+                _ => SlotState::Free,
+            },
+            vector: kind,
             tokens: u16::try_from(item.tokens).unwrap_or(u16::MAX),
         };
         if record.content.get("trigger_conditions").is_some() {
@@ -209,12 +316,23 @@ impl TenantIndex {
         for term in &item.terms {
             self.by_term.entry(term.clone()).or_default().push(slot);
         }
-        if let (Some(ann), Some(vector)) = (&mut self.ann, &item.vector) {
-            ann.insert(slot, vector);
+        for scope in &item.record.scope {
+            if let Some(ann) = self.ann.get_mut(scope) {
+                // The IVF and its members hold the int8 rows only; the rest is scanned exactly.
+                if let Some(vector) = vector.as_deref().filter(|_| kind == VectorKind::Int8) {
+                    ann.insert(slot, vector);
+                    if let Some(members) = self.ann_members.get_mut(scope) {
+                        members.insert_growing(slot);
+                    }
+                }
+            }
         }
-        let switch_to = (self.f32_only > self.int8).then(|| item.vector.as_ref().map(|v| v.len())).flatten();
+        let switch_to = (self.f32_only > self.int8).then(|| vector.as_ref().map(|v| v.len())).flatten();
         self.by_id.insert(item.record.id.clone(), slot);
-        self.lexical.upsert_record(slot, &item.record);
+        match words {
+            Some((words, length)) => self.lexical.upsert_weighted(slot, words, length),
+            None => self.lexical.upsert_record(slot, &item.record),
+        };
         self.slots[slot as usize] = Some(item);
         self.live += 1;
         if let Some(dims) = switch_to {
@@ -229,21 +347,31 @@ impl TenantIndex {
         let mut rows = Rows::new(dims);
         rows.resize(self.slots.len());
         let (mut int8, mut f32_only) = (0, 0);
-        for (slot, (item, meta)) in self.slots.iter().zip(self.meta.iter_mut()).enumerate() {
-            meta.vector = match item.as_ref().and_then(|i| i.vector.as_deref()) {
+        let mut odd = HashMap::new();
+        for slot in 0..self.slots.len() as u32 {
+            let vector = self.vector(slot);
+            let meta = &mut self.meta[slot as usize];
+            meta.vector = match vector {
                 None => VectorKind::None,
                 Some(v) if v.len() == dims => {
-                    rows.set(slot, v);
+                    rows.set(slot as usize, &v);
                     int8 += 1;
                     VectorKind::Int8
                 }
-                Some(_) => {
+                Some(v) => {
+                    odd.insert(slot, v);
                     f32_only += 1;
                     VectorKind::F32Only
                 }
             };
         }
-        (self.int8_rows, self.int8, self.f32_only) = (Some(rows), int8, f32_only);
+        (self.int8_rows, self.int8, self.f32_only, self.odd) = (Some(rows), int8, f32_only, odd);
+        self.ann.clear();
+        self.ann_members.clear();
+        let scopes: Vec<String> = self.by_scope.keys().cloned().collect();
+        for scope in scopes {
+            self.maybe_rebuild_ann(&scope);
+        }
     }
 
     pub fn remove(&mut self, id: &str) {
@@ -263,9 +391,15 @@ impl TenantIndex {
         for term in &item.terms {
             unlist(&mut self.by_term, term);
         }
-        if let Some(ann) = &mut self.ann {
-            ann.remove(slot);
+        for scope in &item.record.scope {
+            if let Some(ann) = self.ann.get_mut(scope) {
+                ann.remove(slot);
+            }
+            if let Some(members) = self.ann_members.get_mut(scope) {
+                members.remove(slot);
+            }
         }
+        self.odd.remove(&slot);
         self.lexical.remove(slot);
         self.triggered.remove(&slot);
         match self.meta[slot as usize].vector {
@@ -278,34 +412,68 @@ impl TenantIndex {
         self.live -= 1;
     }
 
-    /// Builds the approximate index once a tenant is large enough, and rebuilds it when the
-    /// number of vectors has doubled since, so its lists stay balanced.
-    fn maybe_rebuild_ann(&mut self) {
-        let vectors = self.ann.as_ref().map_or(0, |a| a.len());
-        let due = match &self.ann {
-            None => self.live >= ANN_MIN_RECORDS,
-            Some(ann) => vectors >= 2 * ann.built_with.max(1),
+    /// Builds a scope's approximate index once it is large enough, and rebuilds it when the
+    /// number of its vectors has doubled since, so its lists stay balanced.
+    fn maybe_rebuild_ann(&mut self, scope: &str) {
+        let size = self.by_scope.get(scope).map_or(0, Vec::len);
+        let due = match self.ann.get(scope) {
+            None => size >= ANN_MIN_RECORDS,
+            Some(ann) => ann.len() >= 2 * ann.built_with.max(1),
         };
         if due {
-            self.rebuild_ann();
+            self.rebuild_ann(scope);
         }
     }
 
-    pub fn rebuild_ann(&mut self) {
-        let items: Vec<(u32, &[f32])> = self
-            .slots
+    /// Builds every scope's approximate index that is due (startup: once, after loading).
+    pub fn rebuild_all_ann(&mut self) {
+        let scopes: Vec<String> = self
+            .by_scope
             .iter()
-            .enumerate()
-            .filter_map(|(slot, item)| {
-                item.as_ref().and_then(|i| i.vector.as_deref()).map(|v| (slot as u32, v))
-            })
+            .filter(|(_, slots)| slots.len() >= ANN_MIN_RECORDS)
+            .map(|(scope, _)| scope.clone())
             .collect();
-        let Some(dims) = items.first().map(|(_, v)| v.len()) else { return };
-        if items.len() < ANN_MIN_RECORDS {
-            self.ann = None;
+        self.ann.retain(|scope, _| scopes.contains(scope));
+        self.ann_members.retain(|scope, _| scopes.contains(scope));
+        for scope in scopes {
+            self.rebuild_ann(&scope);
+        }
+    }
+
+    /// Builds `scope`'s approximate index from its records' int8 rows (read back as f32 one at a
+    /// time: no second copy of the vectors is made).
+    pub fn rebuild_ann(&mut self, scope: &str) {
+        self.build_ann(scope, ANN_MIN_RECORDS);
+    }
+
+    /// Builds `scope`'s approximate index whatever its size (benchmarks of the IVF path on small
+    /// sets); the index keeps it in step until the next rebuild.
+    pub fn force_ann(&mut self, scope: &str) {
+        self.build_ann(scope, 1);
+    }
+
+    fn build_ann(&mut self, scope: &str, min_records: usize) {
+        let Some(rows) = self.int8_rows.as_ref() else { return };
+        let slots: Vec<u32> = self
+            .by_scope
+            .get(scope)
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|slot| self.meta[*slot as usize].vector == VectorKind::Int8)
+            .collect();
+        if slots.len() < min_records {
+            self.ann.remove(scope);
+            self.ann_members.remove(scope);
             return;
         }
-        self.ann = Some(Ivf::build(dims, &items));
+        let ivf = Ivf::build(rows.dims(), &slots, |slot, out| rows.dequantize_into(slot as usize, out));
+        let mut members = SlotSet::new(self.slots.len());
+        for slot in &slots {
+            members.insert(*slot);
+        }
+        self.ann.insert(scope.to_owned(), ivf);
+        self.ann_members.insert(scope.to_owned(), members);
     }
 }
 
@@ -358,7 +526,8 @@ impl MemoryIndex {
     }
 
     /// Adds or replaces a record, unless the index already holds a newer write of it or saw it
-    /// removed later. Records that can never be injected (paused, archived) are kept out, so the
+    /// removed later. Records that can never be injected nor found (paused, archived, proposed)
+    /// are kept out, so the
     /// funnel never spends time on them. Returns whether it applied.
     pub fn upsert(&self, item: IndexedRecord) -> bool {
         let (tenant, id, seq) = (item.record.tenant.clone(), item.record.id.clone(), item.record.change_seq);
@@ -370,7 +539,7 @@ impl MemoryIndex {
         if index.get(&id).is_some_and(|current| current.record.change_seq > seq) {
             return false;
         }
-        if item.record.status == Status::Active {
+        if item.record.status.is_indexed() {
             index.upsert(Arc::new(item));
         } else {
             index.remove(&id);
@@ -395,7 +564,7 @@ impl MemoryIndex {
         }
     }
 
-    /// Whether `tenant` holds any record under one of `scopes` (active ones only are indexed).
+    /// Whether `tenant` holds any record under one of `scopes` (active and dormant ones only are indexed).
     pub fn has_visible(&self, tenant: &str, scopes: &std::collections::BTreeSet<String>) -> bool {
         self.tenant(tenant).is_some_and(|index| {
             let index = index.read().unwrap_or_else(|p| p.into_inner());
@@ -421,18 +590,32 @@ impl MemoryIndex {
         let mut missing = Vec::new();
         for index in tenants {
             let index = index.read().unwrap_or_else(|p| p.into_inner());
-            missing.extend(
-                index.slots.iter().flatten().filter(|i| i.vector.is_none()).map(|i| i.record.clone()),
-            );
+            missing.extend(index.slots.iter().enumerate().filter_map(|(slot, item)| {
+                let item = item.as_ref()?;
+                (!index.has_vector(slot as u32)).then(|| item.record.clone())
+            }));
         }
         missing
+    }
+
+    /// A record's embedding as the index holds it.
+    pub fn vector_of(&self, tenant: &str, id: &str) -> Option<Arc<[f32]>> {
+        let index = self.tenant(tenant)?;
+        let index = index.read().unwrap_or_else(|p| p.into_inner());
+        let slot = *index.by_id.get(id)?;
+        index.vector(slot)
     }
 
     /// Gives a record its embedding, unless it changed meanwhile (then its writer embedded it).
     pub fn set_vector(&self, tenant: &str, id: &str, revision: i64, vector: Arc<[f32]>) {
         let Some(index) = self.tenant(tenant) else { return };
         let mut index = index.write().unwrap_or_else(|p| p.into_inner());
-        let Some(current) = index.get(id).filter(|i| i.record.revision == revision && i.vector.is_none())
+        let Some(current) = index
+            .by_id
+            .get(id)
+            .filter(|slot| !index.has_vector(**slot))
+            .and_then(|slot| index.slots[*slot as usize].as_ref())
+            .filter(|i| i.record.revision == revision)
         else {
             return;
         };
@@ -441,22 +624,87 @@ impl MemoryIndex {
             vector: Some(vector),
             tokens: current.tokens,
             terms: current.terms.clone(),
+            words: None,
         };
         index.upsert(Arc::new(updated));
     }
 
     /// Replaces everything (startup): builds each tenant's index in one go.
     pub fn load(&self, items: Vec<IndexedRecord>) {
-        let mut by_tenant: HashMap<String, TenantIndex> = HashMap::new();
-        for item in items.into_iter().filter(|i| i.record.status == Status::Active) {
-            // The approximate index is built once at the end, not at every doubling on the way.
-            by_tenant.entry(item.record.tenant.clone()).or_default().insert(Arc::new(item));
-        }
+        let mut loader = Loader::default();
+        loader.add(items);
+        self.finish_load(loader);
+    }
+
+    /// Replaces everything with what `loader` gathered: the approximate indexes are built once,
+    /// here, not at every doubling on the way.
+    pub fn finish_load(&self, loader: Loader) {
+        let mut by_tenant = loader.by_tenant;
         for index in by_tenant.values_mut() {
-            index.rebuild_ann();
+            index.rebuild_all_ann();
         }
         let loaded = by_tenant.into_iter().map(|(t, i)| (t, Arc::new(RwLock::new(i)))).collect();
         *self.tenants.write().unwrap_or_else(|p| p.into_inner()) = loaded;
         self.removed.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
+}
+
+/// Tenants' indexes being built from the store, page by page, outside the live index (startup
+/// and a replica's full reload): `MemoryIndex::finish_load` swaps them in at once.
+#[derive(Default)]
+pub struct Loader {
+    by_tenant: HashMap<String, TenantIndex>,
+}
+
+impl Loader {
+    pub fn add(&mut self, items: Vec<IndexedRecord>) {
+        for item in items.into_iter().filter(|i| i.record.status.is_indexed()) {
+            match self.by_tenant.get_mut(&item.record.tenant) {
+                Some(index) => index.insert(Arc::new(item)),
+                None => {
+                    let mut index = TenantIndex::default();
+                    let tenant = item.record.tenant.clone();
+                    index.insert(Arc::new(item));
+                    self.by_tenant.insert(tenant, index);
+                }
+            }
+        }
+    }
+
+    /// How many records it holds.
+    pub fn len(&self) -> usize {
+        self.by_tenant.values().map(TenantIndex::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A stored record with its stored embedding, as the startup load reads them.
+pub type StoredRecord = (Record, Option<Arc<[f32]>>);
+
+/// Builds `IndexedRecord`s on up to `threads` threads (their token counts and terms are most of a
+/// startup load's CPU), in the order given.
+pub fn index_records(records: Vec<StoredRecord>, threads: usize) -> Vec<IndexedRecord> {
+    let threads = threads.clamp(1, 16);
+    let chunk = records.len().div_ceil(threads).max(1);
+    let mut parts: Vec<Vec<StoredRecord>> = Vec::new();
+    let mut records = records.into_iter();
+    loop {
+        let part: Vec<_> = records.by_ref().take(chunk).collect();
+        if part.is_empty() {
+            break;
+        }
+        parts.push(part);
+    }
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = parts
+            .into_iter()
+            .map(|part| {
+                scope.spawn(move || part.into_iter().map(|(r, v)| IndexedRecord::new(r, v)).collect::<Vec<_>>())
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+    })
 }

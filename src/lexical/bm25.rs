@@ -176,8 +176,8 @@ impl LexicalIndex {
     }
 
     /// As `upsert_terms`, with the record's length for BM25 given: terms repeated for a field's
-    /// weight count in the frequency, not in the length.
-    fn upsert_weighted(&mut self, slot: u32, mut terms: Vec<String>, length: u32) -> bool {
+    /// weight count in the frequency, not in the length (`super::record_terms` makes both).
+    pub fn upsert_weighted(&mut self, slot: u32, mut terms: Vec<String>, length: u32) -> bool {
         if slot > MAX_SLOT {
             return false;
         }

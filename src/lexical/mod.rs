@@ -13,8 +13,8 @@
 //! docs/hybrid-retrieval.md):
 //! 1. before taking the tenant's lock, with the query embedding: `LexicalQuery::new(analyzer,
 //!    text)` (~10 µs);
-//! 2. `TenantIndex::insert`/`remove` call `LexicalIndex::upsert(slot, &record_text(record))`
-//!    (or `upsert_terms` with terms analyzed in `IndexedRecord::new`, outside the lock) and
+//! 2. `TenantIndex::insert`/`remove` call `LexicalIndex::upsert_record(slot, record)` (or
+//!    `upsert_weighted` with `record_terms` made in `IndexedRecord::new`, outside the lock) and
 //!    `remove(slot)` with the slot they give the record, under the same write lock;
 //! 3. in the semantic layer, after scope and temporal: `lexical.search(&query, &current, k)`
 //!    with the temporal layer's `SlotSet` (so nothing the caller may not see, or that is not

@@ -5,6 +5,8 @@
 
 pub mod access;
 pub mod checks;
+pub mod dormancy;
+pub mod review;
 pub mod transfer;
 
 use crate::clock::now_ms;
@@ -17,7 +19,6 @@ use crate::record::collect_text;
 use crate::record::{Envelope, Record, Status};
 use crate::store::memories::{Change, Created, ListFilter};
 use crate::store::{Store, StoreError};
-use crate::vector::dot;
 use checks::envelope::{self, Problem, Rules};
 use checks::problems::Problems;
 use serde_json::Value;
@@ -40,6 +41,10 @@ pub enum MemoryError {
     IdTaken(String),
     #[error("another live record already has this key and scope; change that one, or use another key")]
     TopicTaken,
+    #[error(
+        "record `{id}` is {status}, not proposed: only a record awaiting review is rejected; DELETE it to remove it"
+    )]
+    NotProposed { id: String, status: &'static str },
     #[error(transparent)]
     Store(StoreError),
 }
@@ -66,6 +71,7 @@ impl ErrorCode for MemoryError {
             MemoryError::Conflict { .. } => Code::RevisionConflict,
             MemoryError::IdTaken(_) => Code::IdTaken,
             MemoryError::TopicTaken => Code::TopicTaken,
+            MemoryError::NotProposed { .. } => Code::NotProposed,
             MemoryError::Store(err) => err.error_code(),
         }
     }
@@ -121,6 +127,10 @@ struct BackfillFlags {
     again: std::sync::atomic::AtomicBool,
 }
 
+/// Records per page of the startup load: large enough that a page's round trip is small beside
+/// indexing it, small enough that a page's rows (with their vectors' text, ~2 KB each) stay ~50 MB.
+const LOAD_PAGE: i64 = 20_000;
+
 #[derive(Clone)]
 pub struct MemoryService {
     store: Store,
@@ -145,6 +155,8 @@ pub struct MemoryService {
     accesses: Arc<access::AccessLog>,
     /// Tells other replicas about this one's writes (Redis), so they need not wait for the poll.
     fanout: Fanout,
+    /// `[records.dormancy]`: per type, how long a record may go unused (empty: off).
+    dormancy: Arc<dormancy::Rules>,
 }
 
 impl MemoryService {
@@ -169,7 +181,19 @@ impl MemoryService {
             synced_at_ms: Arc::new(std::sync::atomic::AtomicI64::new(now_ms())),
             accesses: Arc::default(),
             fanout: Fanout::disabled(),
+            dormancy: Arc::default(),
         }
+    }
+
+    /// Applies `[records.dormancy]`; every type it names must have a schema.
+    pub fn with_dormancy(mut self, rules: dormancy::Rules) -> Result<MemoryService, String> {
+        let known: Vec<String> =
+            self.schemas.versions().iter().flat_map(|version| self.schemas.types(version)).collect();
+        if let Some(unknown) = rules.keys().find(|t| !known.contains(t)) {
+            return Err(format!("`{unknown}` is not a record type (no schema names it)"));
+        }
+        self.dormancy = Arc::new(rules);
+        Ok(self)
     }
 
     /// Announces every committed write to the other replicas through `fanout`.
@@ -226,17 +250,41 @@ impl MemoryService {
         // The cursor is read before the records: whatever commits in between is read again by
         // the next sync, and applying a write twice is harmless.
         let cursor = self.store.sync_cursor().await?;
-        let records = self.store.all_records().await?;
-        let mut vectors = self.store.embeddings_of_model(self.embedder.model_id()).await?;
-        let items: Vec<IndexedRecord> = records
-            .into_iter()
-            .map(|record| {
-                let vector = vectors.remove(&(record.tenant.clone(), record.id.clone())).map(Arc::from);
-                IndexedRecord::new(record, vector)
-            })
-            .collect();
-        let count = items.len();
-        self.index.load(items);
+        let started = std::time::Instant::now();
+        let model = self.embedder.model_id().to_owned();
+        // Page by page in (tenant, id) order, each page's records indexed on both cores while
+        // the next page is read: no moment holds every row, and nothing is embedded here.
+        let mut loader = crate::index::Loader::default();
+        let mut after = (String::new(), String::new());
+        let mut page = self.store.records_page(&model, (&after.0, &after.1), LOAD_PAGE).await?;
+        let mut read = 0usize;
+        while !page.is_empty() {
+            read += page.len();
+            if let Some((last, _)) = page.last() {
+                after = (last.tenant.clone(), last.id.clone());
+            }
+            let full = page.len() as i64 == LOAD_PAGE;
+            let records: Vec<_> = page.into_iter().map(|(r, v)| (r, v.map(Arc::from))).collect();
+            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let indexing = tokio::task::spawn_blocking(move || {
+                let items = crate::index::index_records(records, threads);
+                loader.add(items);
+                loader
+            });
+            let next = async {
+                if full { self.store.records_page(&model, (&after.0, &after.1), LOAD_PAGE).await } else { Ok(Vec::new()) }
+            };
+            let (indexed, next) = tokio::join!(indexing, next);
+            loader = indexed.map_err(|err| StoreError::Corrupt(format!("indexing records: {err}")))?;
+            page = next?;
+            tracing::info!(read, elapsed_ms = started.elapsed().as_millis() as u64, "loading the memory index");
+        }
+        let count = loader.len();
+        let index = self.index.clone();
+        tokio::task::spawn_blocking(move || index.finish_load(loader))
+            .await
+            .map_err(|err| StoreError::Corrupt(format!("building the approximate indexes: {err}")))?;
+        tracing::info!(records = count, elapsed_ms = started.elapsed().as_millis() as u64, "memory index built");
         self.synced_until.store(cursor, Ordering::SeqCst);
         self.synced_at_ms.store(now_ms(), Ordering::SeqCst);
         self.spawn_backfill();
@@ -331,20 +379,41 @@ impl MemoryService {
         let missing = self.index.missing_vectors();
         let mut done = 0;
         // Batches big enough to keep the embedder busy and the store's commits few; the embedder
-        // splits them into model runs and lets live queries in between.
+        // splits them into model runs and lets live queries in between. Two stages: a batch's
+        // vectors are stored while the next batch is embedded, so the model does not idle for
+        // every commit.
+        let mut embedded: Option<(&[Record], Vec<Vec<f32>>)> = None;
         for chunk in missing.chunks(BACKFILL_BATCH) {
             let texts: Vec<String> = chunk.iter().map(passage_text).collect();
-            let vectors = self.embedder.embed_passages(&texts).await.map_err(|e| e.to_string())?;
-            let items: Vec<(&str, &str, &[f32])> = chunk
-                .iter()
-                .zip(&vectors)
-                .map(|(record, vector)| (record.tenant.as_str(), record.id.as_str(), vector.as_slice()))
-                .collect();
-            self.store.put_embeddings(self.embedder.model_id(), &items).await.map_err(|e| e.to_string())?;
-            for (record, vector) in chunk.iter().zip(vectors) {
-                self.index.set_vector(&record.tenant, &record.id, record.revision, Arc::from(vector));
-                done += 1;
-            }
+            let embedding = self.embedder.embed_passages(&texts);
+            let vectors = match embedded.take() {
+                None => embedding.await,
+                Some((previous, vectors)) => {
+                    let (next, stored) = tokio::join!(embedding, self.store_vectors(previous, vectors));
+                    done += stored?;
+                    next
+                }
+            };
+            embedded = Some((chunk, vectors.map_err(|e| e.to_string())?));
+        }
+        if let Some((last, vectors)) = embedded {
+            done += self.store_vectors(last, vectors).await?;
+        }
+        Ok(done)
+    }
+
+    /// Stores a backfill batch's vectors and gives the index them; returns how many.
+    async fn store_vectors(&self, records: &[Record], vectors: Vec<Vec<f32>>) -> Result<usize, String> {
+        let items: Vec<(&str, &str, &[f32])> = records
+            .iter()
+            .zip(&vectors)
+            .map(|(record, vector)| (record.tenant.as_str(), record.id.as_str(), vector.as_slice()))
+            .collect();
+        self.store.put_embeddings(self.embedder.model_id(), &items).await.map_err(|e| e.to_string())?;
+        let mut done = 0;
+        for (record, vector) in records.iter().zip(vectors) {
+            self.index.set_vector(&record.tenant, &record.id, record.revision, Arc::from(vector));
+            done += 1;
         }
         Ok(done)
     }
@@ -365,6 +434,33 @@ impl MemoryService {
             ));
         }
         Ok(envelope)
+    }
+
+    /// The checks every write passes (envelope, schema, secrets, triggers), without writing:
+    /// for a writer that decides more before it writes (the observer's gates).
+    pub fn check_write(&self, input: &Value) -> Result<Envelope, MemoryError> {
+        self.check(input, now_ms())
+    }
+
+    /// A live record that `envelope` repeats: the same type, scope and content, or — without a
+    /// key — one whose embedding is at least the dedupe threshold similar (with the same figures
+    /// and negations). With its similarity, `None` for an exact repeat.
+    pub async fn twin_of(
+        &self,
+        tenant: &str,
+        envelope: &Envelope,
+    ) -> Result<Option<(Record, Option<f32>)>, MemoryError> {
+        if let Some(existing) = self.store.exact_repeat(tenant, envelope).await.map_err(MemoryError::Store)? {
+            return Ok(Some((existing, None)));
+        }
+        if envelope.key.is_some() {
+            return Ok(None);
+        }
+        let Some(vector) = self.embed_one(envelope_passage_text(envelope)).await else { return Ok(None) };
+        match self.near_twin(tenant, envelope, &vector, None) {
+            Some((id, similarity)) => Ok(Some((self.get(tenant, &id).await?, Some(similarity)))),
+            None => Ok(None),
+        }
     }
 
     /// Embeds one record's text; a failure leaves it to the background backfill.
@@ -462,6 +558,7 @@ impl MemoryService {
         let mut best: Option<(String, f32)> = None;
         for slot in index.by_scope.get(first_scope).into_iter().flatten() {
             let Some(item) = index.slots[*slot as usize].as_ref() else { continue };
+            let slot = *slot;
             let record = &item.record;
             if record.record_type != envelope.record_type
                 || record.scope != envelope.scope
@@ -470,8 +567,7 @@ impl MemoryService {
             {
                 continue;
             }
-            let Some(other) = item.vector.as_deref() else { continue };
-            let similarity = dot(vector, other);
+            let Some(similarity) = index.similarity(slot, vector) else { continue };
             // Embeddings cannot tell "ORD-1001" from "ORD-1002", "50 EUR" from "500 EUR" or "is"
             // from "is not": a twin must also state the same figures and the same negations.
             if similarity < self.dedupe_threshold
@@ -527,14 +623,17 @@ impl MemoryService {
         status: Status,
         actor: &str,
     ) -> Result<Record, MemoryError> {
+        if status == Status::Active
+            && let Some(record) = self.approve_replacement(tenant, id, actor).await?
+        {
+            return Ok(record);
+        }
         let record = self
             .store
             .set_record_status(tenant, id, status, actor, now_ms())
             .await
             .map_err(|err| MemoryError::from_store(err, id))?;
-        let vector = self.index.tenant(tenant).and_then(|i| {
-            i.read().unwrap_or_else(|p| p.into_inner()).get(id).and_then(|item| item.vector.clone())
-        });
+        let vector = self.index.vector_of(tenant, id);
         match vector {
             Some(vector) => {
                 self.index.upsert(IndexedRecord::new(record.clone(), Some(vector)));
@@ -544,6 +643,55 @@ impl MemoryService {
             None => self.publish(&record, self.embed_one(passage_text(&record)).await).await,
         }
         Ok(record)
+    }
+
+    /// Approving a proposal that names the keyed record it would replace
+    /// (`metadata.observer.supersedes`, written by the observer under `propose`, where the live
+    /// record must stay until a person decides): the live record takes the proposal's content in
+    /// place (revision + 1, the old revision in its history, valid from now) and the proposal
+    /// goes. `None` when `id` is no such proposal, or the record it names has gone or changed
+    /// its key: then approval is a plain activation.
+    async fn approve_replacement(
+        &self,
+        tenant: &str,
+        id: &str,
+        actor: &str,
+    ) -> Result<Option<Record>, MemoryError> {
+        let proposal = self.get(tenant, id).await?;
+        let target = proposal.metadata.get("observer").and_then(|o| o.get("supersedes"));
+        let (Some(old_id), Some(key)) = (
+            target.and_then(|t| t.get("id")).and_then(Value::as_str),
+            target.and_then(|t| t.get("key")).and_then(Value::as_str),
+        ) else {
+            return Ok(None);
+        };
+        if proposal.status != Status::Proposed {
+            return Ok(None);
+        }
+        let Ok(holder) = self.get(tenant, old_id).await else { return Ok(None) };
+        if holder.key.as_deref() != Some(key) || holder.scope != proposal.scope {
+            return Ok(None);
+        }
+        let now = now_ms();
+        let mut envelope = proposal.envelope_json();
+        envelope["id"] = Value::String(holder.id.clone());
+        envelope["key"] = Value::String(key.to_owned());
+        envelope["status"] = Value::String(Status::Active.as_str().to_owned());
+        envelope["valid_from"] = Value::String(crate::clock::format_ms(now));
+        if let Some(observer) = envelope.pointer_mut("/metadata/observer").and_then(Value::as_object_mut) {
+            observer.remove("supersedes");
+            observer.insert("replaced_revision".into(), Value::from(holder.revision));
+        }
+        let checked = self.check(&envelope, now)?;
+        let record = self
+            .store
+            .update_record(tenant, &holder.id, &checked, Some(holder.revision), actor, now)
+            .await
+            .map_err(|err| MemoryError::from_store(err, &holder.id))?;
+        let vector = self.embed_one(passage_text(&record)).await;
+        self.publish(&record, vector).await;
+        self.delete(tenant, id, actor).await?;
+        Ok(Some(record))
     }
 
     pub async fn delete(&self, tenant: &str, id: &str, actor: &str) -> Result<Record, MemoryError> {

@@ -16,7 +16,10 @@ use crate::clock::{format_ms, now_ms};
 use crate::index::IndexedRecord;
 use crate::record::Envelope;
 use crate::store::Store;
+use crate::store::imports::NewImport;
 use crate::store::memories::{ImportMatch, ListFilter};
+use base64::Engine as _;
+use std::sync::Arc;
 use futures_util::{Stream, TryStreamExt};
 use serde::Serialize;
 use serde_json::Value;
@@ -87,6 +90,17 @@ pub struct ImportReport {
     pub lines: Vec<ImportLine>,
     /// Invalid lines past the first `MAX_LISTED_INVALID`, counted but not listed.
     pub invalid_not_listed: usize,
+    /// What became of the embeddings the lines carried; absent when none carried one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embeddings: Option<EmbeddingCounts>,
+}
+
+/// Of the new lines that carried an `embedding`: stored as they came (the running model's, of its
+/// dimension), or ignored and embedded again from the text (another model's or dimension's).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct EmbeddingCounts {
+    pub stored: usize,
+    pub re_embedded: usize,
 }
 
 /// The lines of a report as they are classified: every outcome counted, invalid lines past
@@ -114,7 +128,7 @@ impl ReportLines {
         self.lines.push(ImportLine { line, outcome });
     }
 
-    fn report(self, dry_run: bool, import_id: Option<String>) -> ImportReport {
+    fn report(self, dry_run: bool, import_id: Option<String>, embeddings: Option<EmbeddingCounts>) -> ImportReport {
         ImportReport {
             dry_run,
             applied: import_id.is_some(),
@@ -122,6 +136,7 @@ impl ReportLines {
             counts: self.counts,
             lines: self.lines,
             invalid_not_listed: self.invalid_not_listed,
+            embeddings,
         }
     }
 }
@@ -194,73 +209,102 @@ impl MemoryService {
     ) -> Result<ImportReport, MemoryError> {
         let now = now_ms();
         let max_line = max_line_bytes(self.max_content_bytes);
-        let mut report = ReportLines::default();
-        let mut to_add: Vec<(String, Envelope)> = Vec::new();
-        // Within one file, a repeated id or topic is a mistake in the file, named by line.
-        let mut seen_ids: HashMap<String, usize> = HashMap::new();
-        let mut seen_topics: HashMap<(String, Vec<String>), usize> = HashMap::new();
-
+        let running = RunningModel { id: self.embedder.model_id(), dimensions: self.embedder.dimensions() };
+        // Every line checked first; the store is then asked about all the valid ones at once.
+        let mut checked: Vec<(usize, Checked)> = Vec::new();
         for (index, text) in body.lines().enumerate() {
-            let line = index + 1;
             if text.trim().is_empty() {
                 continue;
             }
             let outcome = match parse_line(text, max_line) {
-                Err(problem) => LineOutcome::Invalid { problems: vec![problem] },
-                Ok(value) => match self.check(&value, now) {
-                    Err(MemoryError::Invalid(problems)) => LineOutcome::Invalid { problems },
-                    Err(other) => return Err(other),
-                    Ok(envelope) => {
-                        let id = envelope
-                            .id
-                            .clone()
-                            .unwrap_or_else(|| format!("mem-{}", uuid::Uuid::new_v4().simple()));
-                        let topic = envelope.key.clone().map(|k| (k, envelope.scope.clone()));
-                        if let Some(first) = seen_ids.get(&id) {
-                            invalid("$.id", "duplicate", format!("id `{id}` repeats line {first}"))
-                        } else if let Some(first) = topic.as_ref().and_then(|t| seen_topics.get(t)) {
-                            invalid("$.key", "duplicate", format!("key and scope repeat line {first}"))
-                        } else {
-                            match self
-                                .store
-                                .import_match(tenant, &envelope)
-                                .await
-                                .map_err(MemoryError::Store)?
-                            {
-                                ImportMatch::Existing(existing) => LineOutcome::Existing { id: existing },
-                                ImportMatch::New => {
-                                    seen_ids.insert(id.clone(), line);
-                                    if let Some(topic) = topic {
-                                        seen_topics.insert(topic, line);
-                                    }
-                                    to_add.push((id.clone(), envelope));
-                                    LineOutcome::New { id }
+                Err(problem) => Err(vec![problem]),
+                Ok(mut value) => match take_embedding(&mut value, &running) {
+                    Err(problem) => Err(vec![problem]),
+                    Ok(carried) => match self.check(&value, now) {
+                        Err(MemoryError::Invalid(problems)) => Err(problems),
+                        Err(other) => return Err(other),
+                        Ok(envelope) => Ok((envelope, carried)),
+                    },
+                },
+            };
+            checked.push((index + 1, outcome));
+        }
+        let valid: Vec<&Envelope> =
+            checked.iter().filter_map(|(_, c)| c.as_ref().ok().map(|(e, _)| e)).collect();
+        let mut matches =
+            self.store.import_matches(tenant, &valid).await.map_err(MemoryError::Store)?.into_iter();
+
+        let mut report = ReportLines::default();
+        let mut to_add: Vec<NewImport> = Vec::new();
+        let mut embeddings: Option<EmbeddingCounts> = None;
+        // Within one file, a repeated id or topic is a mistake in the file, named by line.
+        let mut seen_ids: HashMap<String, usize> = HashMap::new();
+        let mut seen_topics: HashMap<(String, Vec<String>), usize> = HashMap::new();
+        for (line, checked) in checked {
+            let outcome = match checked {
+                Err(problems) => LineOutcome::Invalid { problems },
+                Ok((envelope, carried)) => {
+                    let found = matches.next().unwrap_or(ImportMatch::New);
+                    let id = envelope
+                        .id
+                        .clone()
+                        .unwrap_or_else(|| format!("mem-{}", uuid::Uuid::new_v4().simple()));
+                    let topic = envelope.key.clone().map(|k| (k, envelope.scope.clone()));
+                    if let Some(first) = seen_ids.get(&id) {
+                        invalid("$.id", "duplicate", format!("id `{id}` repeats line {first}"))
+                    } else if let Some(first) = topic.as_ref().and_then(|t| seen_topics.get(t)) {
+                        invalid("$.key", "duplicate", format!("key and scope repeat line {first}"))
+                    } else {
+                        match found {
+                            ImportMatch::Existing(existing) => LineOutcome::Existing { id: existing },
+                            ImportMatch::New => {
+                                seen_ids.insert(id.clone(), line);
+                                if let Some(topic) = topic {
+                                    seen_topics.insert(topic, line);
                                 }
+                                let vector = match carried {
+                                    Carried::None => None,
+                                    Carried::Running(vector) => {
+                                        embeddings.get_or_insert_default().stored += 1;
+                                        Some(vector)
+                                    }
+                                    Carried::Other => {
+                                        embeddings.get_or_insert_default().re_embedded += 1;
+                                        None
+                                    }
+                                };
+                                to_add.push(NewImport { id: id.clone(), envelope, vector });
+                                LineOutcome::New { id }
                             }
                         }
                     }
-                },
+                }
             };
             report.push(line, outcome);
         }
 
         // All or nothing: an apply with an invalid line adds nothing.
         if dry_run || report.counts.invalid > 0 {
-            return Ok(report.report(dry_run, None));
+            return Ok(report.report(dry_run, None, embeddings));
         }
         let import_id = format!("imp-{}", uuid::Uuid::new_v4().simple());
         let added = self
             .store
-            .apply_import(tenant, &import_id, &to_add, actor, now)
+            .apply_import_with_vectors(tenant, &import_id, &to_add, running.id, actor, now)
             .await
             .map_err(|err| MemoryError::from_store(err, &import_id))?;
-        // Findable by exact terms at once; by similarity once the background embedding is done.
-        for record in added {
-            self.index.upsert(IndexedRecord::new(record, None));
+        // Findable by exact terms at once; by similarity at once with a carried vector, else once
+        // the background embedding is done.
+        let mut unembedded = false;
+        for (record, line) in added.into_iter().zip(to_add) {
+            unembedded |= line.vector.is_none();
+            self.index.upsert(IndexedRecord::new(record, line.vector));
         }
         self.announce();
-        self.spawn_backfill();
-        Ok(report.report(dry_run, Some(import_id)))
+        if unembedded {
+            self.spawn_backfill();
+        }
+        Ok(report.report(dry_run, Some(import_id), embeddings))
     }
 
     /// Removes exactly the records that import added; returns their ids.
@@ -301,6 +345,16 @@ impl MemoryService {
     ) -> impl Stream<Item = Result<String, MemoryError>> + Send + 'static {
         export_pages(self.store.clone(), tenant.to_owned(), filter.clone())
     }
+
+    /// `export_pages`, with each record's stored embedding when `embeddings` is set.
+    pub fn export_pages_with(
+        &self,
+        tenant: &str,
+        filter: &ListFilter,
+        embeddings: bool,
+    ) -> impl Stream<Item = Result<String, MemoryError>> + Send + 'static {
+        export_pages_with(self.store.clone(), tenant.to_owned(), filter.clone(), embeddings)
+    }
 }
 
 /// Every matching record of the tenant as JSON Lines, in id order: one chunk of lines per page
@@ -314,6 +368,19 @@ pub fn export_pages(
     tenant: String,
     filter: ListFilter,
 ) -> impl Stream<Item = Result<String, MemoryError>> + Send + 'static {
+    export_pages_with(store, tenant, filter, false)
+}
+
+/// `export_pages`, each line with the record's stored embedding when `embeddings` is set:
+/// `"embedding": {"model": "<model id>", "vector": "<base64 of little-endian f32>"}`, exactly
+/// as stored (whichever model made it; an import decides whether it is of use). A record not
+/// embedded yet has no `embedding`.
+pub fn export_pages_with(
+    store: Store,
+    tenant: String,
+    filter: ListFilter,
+    embeddings: bool,
+) -> impl Stream<Item = Result<String, MemoryError>> + Send + 'static {
     struct Pages {
         store: Store,
         tenant: String,
@@ -323,7 +390,7 @@ pub fn export_pages(
         done: bool,
     }
     let pages = Pages { store, tenant, filter, after: None, done: false };
-    futures_util::stream::try_unfold(pages, |mut pages| async move {
+    futures_util::stream::try_unfold(pages, move |mut pages| async move {
         if pages.done {
             return Ok(None);
         }
@@ -337,9 +404,19 @@ pub fn export_pages(
         };
         pages.done = page.len() < EXPORT_PAGE as usize;
         pages.after = Some(last.id.clone());
+        let vectors = if embeddings {
+            let ids: Vec<&str> = page.iter().map(|r| r.id.as_str()).collect();
+            pages.store.stored_embeddings(&pages.tenant, &ids).await.map_err(MemoryError::Store)?
+        } else {
+            HashMap::new()
+        };
         let mut chunk = String::new();
         for record in &page {
-            chunk.push_str(&record.envelope_json().to_string());
+            let mut line = record.envelope_json();
+            if let (Some((model, vector)), Value::Object(map)) = (vectors.get(&record.id), &mut line) {
+                map.insert("embedding".into(), serde_json::json!({"model": model, "vector": vector}));
+            }
+            chunk.push_str(&line.to_string());
             chunk.push('\n');
         }
         Ok(Some((chunk, pages)))
@@ -348,4 +425,76 @@ pub fn export_pages(
 
 fn invalid(path: &str, kind: &str, message: String) -> LineOutcome {
     LineOutcome::Invalid { problems: vec![Problem::new(path, kind, message)] }
+}
+
+/// The model this replica embeds with: a carried vector of it is stored as is.
+struct RunningModel<'a> {
+    id: &'a str,
+    dimensions: usize,
+}
+
+/// An import line as read: its envelope and carried embedding, or its problems.
+type Checked = Result<(Envelope, Carried), Vec<Problem>>;
+
+/// The embedding an import line carried.
+enum Carried {
+    None,
+    /// The running model's, of its dimension and unit length: stored without embedding.
+    Running(Arc<[f32]>),
+    /// Another model's or dimension's: ignored, the text is embedded again (vectors of two
+    /// models are never mixed in one index).
+    Other,
+}
+
+/// How far from unit length a carried vector of the running model may be (f32 rounding of a
+/// normalized vector is ~1e-7 per component): the index takes dot products as cosines.
+const UNIT_TOLERANCE: f32 = 1e-3;
+
+/// Takes the line's `embedding` out of it (the envelope check knows no such field) and reads
+/// it. A malformed one makes the line invalid, whichever model it names: a file that says it
+/// carries a vector and does not is a broken file, not one to embed quietly.
+fn take_embedding(value: &mut Value, running: &RunningModel<'_>) -> Result<Carried, Problem> {
+    let Some(embedding) = value.as_object_mut().and_then(|map| map.remove("embedding")) else {
+        return Ok(Carried::None);
+    };
+    let bad = |path: &str, kind: &str, message: String| Problem::new(path, kind, message);
+    let (Some(model), Some(vector)) = (
+        embedding.get("model").and_then(Value::as_str),
+        embedding.get("vector").and_then(Value::as_str),
+    ) else {
+        return Err(bad(
+            "$.embedding",
+            "invalid_embedding",
+            "embedding must be {\"model\": \"<model id>\", \"vector\": \"<base64 of little-endian f32>\"}".into(),
+        ));
+    };
+    if embedding.as_object().is_some_and(|map| map.len() != 2) {
+        return Err(bad("$.embedding", "invalid_embedding", "embedding holds only `model` and `vector`".into()));
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(vector)
+        .map_err(|err| bad("$.embedding.vector", "invalid_base64", format!("the vector is not standard base64: {err}")))?;
+    if bytes.is_empty() || bytes.len() % 4 != 0 {
+        return Err(bad(
+            "$.embedding.vector",
+            "invalid_length",
+            format!("the vector is {} bytes; little-endian f32 take a multiple of 4, at least one", bytes.len()),
+        ));
+    }
+    let floats: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    if let Some(at) = floats.iter().position(|x| !x.is_finite()) {
+        return Err(bad("$.embedding.vector", "not_finite", format!("component {at} is not a finite number")));
+    }
+    if model != running.id || floats.len() != running.dimensions {
+        return Ok(Carried::Other);
+    }
+    let norm = floats.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if (norm - 1.0).abs() > UNIT_TOLERANCE {
+        return Err(bad(
+            "$.embedding.vector",
+            "not_normalized",
+            format!("a vector of the running model has unit length; this one has length {norm}"),
+        ));
+    }
+    Ok(Carried::Running(Arc::from(floats)))
 }

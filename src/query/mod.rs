@@ -161,6 +161,24 @@ pub fn extract(body: &[u8], rule: &QueryRule) -> Option<Query> {
     Some(Query { text, from, follow_up, left_out, newest: newest_text, turn })
 }
 
+/// The person's words of the request's newest turn, for observation: only when the last message
+/// of `body` is a user turn with words of its own. A tool loop's `tool_result` turn, or a body
+/// that ends with the assistant's prefill, says nothing new, so it gives `None` (the words were
+/// observed when they were new).
+pub fn newest_words(body: &[u8], rule: &QueryRule) -> Option<String> {
+    let [messages] = top_fields(body, ["messages"]).ok()?;
+    let mut last: Option<(usize, Option<Words>)> = None;
+    for_each_element(messages?, |index, raw| {
+        last = Some((index, user_words(raw, index, rule)));
+        Ok::<(), ()>(())
+    })
+    .ok()?
+    .ok()?;
+    let (_, words) = last?;
+    let words = words?;
+    (!words.text.is_empty()).then_some(words.text)
+}
+
 /// A user message's words; `None` for other roles and malformed messages.
 fn user_words(raw: &RawValue, index: usize, rule: &QueryRule) -> Option<Words> {
     let message: MessageProbe = serde_json::from_str(raw.get()).ok()?;

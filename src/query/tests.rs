@@ -167,3 +167,14 @@ fn the_last_user_turn_is_read_as_before_with_follow_ups_off() {
     assert_eq!(text(r#"[{"role":"assistant","content":"x"}]"#), None);
     assert_eq!(extract(b"not json", &rule), None);
 }
+
+#[test]
+fn newest_words_are_the_last_turns_own_words_only() {
+    let rule = QueryRule::default();
+    let body = br#"{"messages":[{"role":"user","content":"I prefer tea."},{"role":"assistant","content":"Noted."},{"role":"user","content":[{"type":"text","text":"<system-reminder>harness</system-reminder>I live in Oslo."}]}]}"#;
+    assert_eq!(newest_words(body, &rule).as_deref(), Some("I live in Oslo."));
+    let tool_turn = br#"{"messages":[{"role":"user","content":"I prefer tea."},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"x","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"r"}]}]}"#;
+    assert_eq!(newest_words(tool_turn, &rule), None);
+    let prefill = br#"{"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Sure"}]}"#;
+    assert_eq!(newest_words(prefill, &rule), None);
+}

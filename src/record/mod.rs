@@ -19,6 +19,9 @@ pub enum Status {
     /// Written by an agent (a release with `agent_writes = "proposed"`) and awaiting review:
     /// never injected nor found by tools; `activate` approves it.
     Proposed,
+    /// Not used for its type's dormancy period (`[records.dormancy]`): never injected, but still
+    /// listed and found by the memory tools; a tool's read, or `activate`, makes it active again.
+    Dormant,
 }
 
 impl Status {
@@ -28,7 +31,14 @@ impl Status {
             Status::Paused => "paused",
             Status::Archived => "archived",
             Status::Proposed => "proposed",
+            Status::Dormant => "dormant",
         }
+    }
+
+    /// Whether the in-memory index holds records of this status: what the funnel may inject
+    /// (`active`) and what the memory tools may still find (`dormant`).
+    pub fn is_indexed(self) -> bool {
+        matches!(self, Status::Active | Status::Dormant)
     }
 
     pub fn parse(text: &str) -> Option<Status> {
@@ -37,6 +47,7 @@ impl Status {
             "paused" => Some(Status::Paused),
             "archived" => Some(Status::Archived),
             "proposed" => Some(Status::Proposed),
+            "dormant" => Some(Status::Dormant),
             _ => None,
         }
     }

@@ -23,7 +23,7 @@ use crate::observability::metrics::Metrics;
 use crate::store::releases::RolloutChange;
 use crate::store::{Store, StoreError};
 use arc_swap::ArcSwap;
-pub use release::Release;
+pub use release::{ObserveMode, ObserveSettings, Release};
 use serde_json::{Value, json};
 use state::{RolloutState, Stage};
 use stats::{Outcome, ReleaseStats, ShadowDiff, Snapshot};
@@ -203,6 +203,7 @@ impl Rollout {
                     "placement": r.placement.as_str(),
                     "memory_tools": r.tools.level.as_str(),
                     "agent_writes": r.tools.agent_writes.as_str(),
+                    "observe": r.observe.mode.as_str(),
                 })
             })
             .collect()

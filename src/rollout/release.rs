@@ -7,7 +7,8 @@
 
 use crate::config::Config;
 use crate::config::releases::{
-    AgentWritesSetting, PlacementSetting, QueryConfig, ReleaseConfig, RetrievalSetting, ToolsSetting,
+    AgentWritesSetting, ObserveSetting, PlacementSetting, QueryConfig, ReleaseConfig, RetrievalSetting,
+    ToolsSetting,
 };
 use crate::funnel::cut::Cut;
 use crate::funnel::semantic::DEFAULT_PROBES;
@@ -70,6 +71,40 @@ impl Default for ToolSettings {
     }
 }
 
+/// What a release does with its callers' finished exchanges (`observe`), ordered:
+/// `Off < Propose < Write`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum ObserveMode {
+    #[default]
+    Off,
+    /// Extracted records are `proposed`: never injected until an operator approves them.
+    Propose,
+    /// Extracted records are `active` at once.
+    Write,
+}
+
+impl ObserveMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObserveMode::Off => "off",
+            ObserveMode::Propose => "propose",
+            ObserveMode::Write => "write",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<ObserveMode> {
+        [ObserveMode::Off, ObserveMode::Propose, ObserveMode::Write].into_iter().find(|m| m.as_str() == text)
+    }
+}
+
+/// A release's observation settings (`[releases.<name>]`).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ObserveSettings {
+    pub mode: ObserveMode,
+    /// `observe_min_confidence`; `None`: `[observer] min_confidence`.
+    pub min_confidence: Option<f64>,
+}
+
 #[derive(Debug, Clone)]
 pub struct Release {
     pub name: String,
@@ -81,6 +116,8 @@ pub struct Release {
     pub query: QueryRule,
     /// memgate's memory tools: what this release's callers may get and how they run.
     pub tools: ToolSettings,
+    /// Learning from the conversations this release serves.
+    pub observe: ObserveSettings,
 }
 
 /// Every release the config and the templates define, checked against each other.
@@ -142,6 +179,14 @@ pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<
                 },
                 query: query_rule(r.query.unwrap_or_default()),
                 tools,
+                observe: ObserveSettings {
+                    mode: match r.observe {
+                        None | Some(ObserveSetting::Off) => ObserveMode::Off,
+                        Some(ObserveSetting::Propose) => ObserveMode::Propose,
+                        Some(ObserveSetting::Write) => ObserveMode::Write,
+                    },
+                    min_confidence: r.observe_min_confidence,
+                },
                 name,
                 placement,
                 empty_block: r.empty_block.unwrap_or(false),

@@ -19,8 +19,9 @@ impl Store {
         self.put_embeddings(model_id, &[(tenant, id, vector)]).await
     }
 
-    /// Stores many records' embeddings in one transaction (a backfill's batch): one commit, not
-    /// one per record. `(tenant, id, vector)`; a record deleted meanwhile keeps no embedding.
+    /// Stores many records' embeddings in one transaction (a backfill's batch): one commit and a
+    /// few multi-row statements, not two statements per record. `(tenant, id, vector)`; a record
+    /// deleted meanwhile keeps no embedding.
     pub async fn put_embeddings(
         &self,
         model_id: &str,
@@ -30,22 +31,45 @@ impl Store {
             return Ok(());
         }
         let mut tx = self.begin_write().await?;
+        let mut by_tenant: Vec<(&str, Vec<IdVector<'_>>)> = Vec::new();
         for (tenant, id, vector) in items {
-            sqlx::query("DELETE FROM memory_embeddings WHERE tenant = $1 AND memory_id = $2")
-                .bind(*tenant)
-                .bind(*id)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query(
-                "INSERT INTO memory_embeddings (tenant, memory_id, model_id, vector) \
-                 SELECT $1, $2, $3, $4 WHERE EXISTS (SELECT 1 FROM memories WHERE tenant = $1 AND id = $2)",
-            )
-            .bind(*tenant)
-            .bind(*id)
-            .bind(model_id)
-            .bind(encode(vector))
-            .execute(&mut *tx)
-            .await?;
+            match by_tenant.iter_mut().find(|(t, _)| t == tenant) {
+                Some((_, rows)) => rows.push((id, vector)),
+                None => by_tenant.push((tenant, vec![(id, vector)])),
+            }
+        }
+        for (tenant, rows) in &by_tenant {
+            for part in rows.chunks(500) {
+                let ids = (2..part.len() + 2).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
+                let sql = format!("DELETE FROM memory_embeddings WHERE tenant = $1 AND memory_id IN ({ids})");
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(*tenant);
+                for (id, _) in part {
+                    query = query.bind(*id);
+                }
+                query.execute(&mut *tx).await?;
+
+                let values = (0..part.len())
+                    .map(|r| format!("(${}, ${}, ${}, ${})", 4 * r + 1, 4 * r + 2, 4 * r + 3, 4 * r + 4))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let sql = format!("INSERT INTO memory_embeddings (tenant, memory_id, model_id, vector) VALUES {values}");
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for (id, vector) in part {
+                    query = query.bind(*tenant).bind(*id).bind(model_id).bind(encode(vector));
+                }
+                query.execute(&mut *tx).await?;
+
+                // Records deleted while they were being embedded keep no embedding.
+                let sql = format!(
+                    "DELETE FROM memory_embeddings WHERE tenant = $1 AND memory_id IN ({ids}) AND NOT EXISTS \
+                     (SELECT 1 FROM memories m WHERE m.tenant = memory_embeddings.tenant AND m.id = memory_embeddings.memory_id)"
+                );
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(*tenant);
+                for (id, _) in part {
+                    query = query.bind(*id);
+                }
+                query.execute(&mut *tx).await?;
+            }
         }
         tx.commit().await?;
         Ok(())
@@ -92,6 +116,46 @@ impl Store {
         Ok(out)
     }
 
+    /// Up to `limit` records after `after` in (tenant, id) order, each with its embedding by
+    /// `model_id` if one is stored: the startup load reads the store page by page with this, so
+    /// neither the database nor the replica holds every row (and every vector's text) at once,
+    /// and the index is built from stored vectors without embedding anything.
+    pub async fn records_page(
+        &self,
+        model_id: &str,
+        after: (&str, &str),
+        limit: i64,
+    ) -> Result<Vec<(crate::record::Record, Option<Vec<f32>>)>, StoreError> {
+        let sql = format!(
+            "SELECT c.*, e.vector AS embedding FROM (SELECT {} FROM memories \
+             WHERE tenant > $2 OR (tenant = $2 AND id > $3) ORDER BY tenant, id LIMIT $4) c \
+             LEFT JOIN memory_embeddings e ON e.tenant = c.tenant AND e.memory_id = c.id AND e.model_id = $1 \
+             ORDER BY c.tenant, c.id",
+            super::memories::COLUMNS
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(model_id)
+            .bind(after.0)
+            .bind(after.1)
+            .bind(limit)
+            .fetch_all(self.pool())
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let record = super::memories::record_from_row(row)?;
+            let text: Option<String> = row.try_get("embedding")?;
+            let vector = match text {
+                None => None,
+                Some(text) => Some(
+                    decode(&text)
+                        .ok_or_else(|| StoreError::Corrupt("an embedding is not valid base64 f32".into()))?,
+                ),
+            };
+            out.push((record, vector));
+        }
+        Ok(out)
+    }
+
     /// One record's embedding by `model_id`, if stored.
     pub async fn embedding(
         &self,
@@ -118,6 +182,30 @@ impl Store {
         }
     }
 
+    /// The stored embeddings of `ids` as (model id, base64 of little-endian f32) by record id, as
+    /// stored: an export carries them without decoding (byte-identical through a round trip).
+    pub async fn stored_embeddings(
+        &self,
+        tenant: &str,
+        ids: &[&str],
+    ) -> Result<HashMap<String, (String, String)>, StoreError> {
+        let mut out = HashMap::with_capacity(ids.len());
+        for chunk in ids.chunks(500) {
+            let list = (2..chunk.len() + 2).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
+            let sql = format!(
+                "SELECT memory_id, model_id, vector FROM memory_embeddings WHERE tenant = $1 AND memory_id IN ({list})"
+            );
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(tenant);
+            for id in chunk {
+                query = query.bind(*id);
+            }
+            for row in query.fetch_all(self.pool()).await? {
+                out.insert(row.try_get("memory_id")?, (row.try_get("model_id")?, row.try_get("vector")?));
+            }
+        }
+        Ok(out)
+    }
+
     /// Drops embeddings whose record is gone (deleted, forgotten, undone imports).
     pub async fn prune_embeddings(&self) -> Result<u64, StoreError> {
         let done = sqlx::query(
@@ -130,7 +218,11 @@ impl Store {
     }
 }
 
-fn encode(vector: &[f32]) -> String {
+/// One record's id and vector, of a tenant's share of a batch.
+type IdVector<'a> = (&'a str, &'a [f32]);
+
+/// Little-endian f32 bytes as base64: how a vector is stored, and how an export carries it.
+pub fn encode(vector: &[f32]) -> String {
     let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
     STANDARD.encode(bytes)
 }

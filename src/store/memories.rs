@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use sqlx::any::AnyRow;
 use sqlx::{Any, AnyConnection, Row, Transaction};
 
-const COLUMNS: &str = "tenant, id, record_type, schema_version, scope_json, valid_from, valid_until, \
+pub(super) const COLUMNS: &str = "tenant, id, record_type, schema_version, scope_json, valid_from, valid_until, \
     priority, topic_key, aliases_json, content_json, metadata_json, revision, status, created_at, \
     updated_at, last_accessed_at, access_count, change_seq, author";
 
@@ -24,6 +24,8 @@ pub enum Action {
     Activate,
     /// Back to review (`proposed`).
     Propose,
+    /// Unused for its type's dormancy period (`dormant`).
+    Dormant,
     Delete,
     Import,
     UndoImport,
@@ -39,6 +41,7 @@ impl Action {
             Action::Archive => "archive",
             Action::Activate => "activate",
             Action::Propose => "propose",
+            Action::Dormant => "dormant",
             Action::Delete => "delete",
             Action::Import => "import",
             Action::UndoImport => "undo_import",
@@ -82,6 +85,8 @@ pub struct ListFilter {
     pub q: Option<String>,
     /// The record's topic key, exactly.
     pub key: Option<String>,
+    /// Who wrote the record's live version, exactly (`agent:<key id>`, `observer`, …).
+    pub author: Option<String>,
     /// Valid at, before or after a moment (`Validity`).
     pub valid: Option<(Validity, i64)>,
 }
@@ -224,6 +229,7 @@ impl Store {
             Status::Paused => Action::Pause,
             Status::Archived => Action::Archive,
             Status::Proposed => Action::Propose,
+            Status::Dormant => Action::Dormant,
         };
         write_update(&mut tx, &current, &next, action, actor, now_ms).await?;
         tx.commit().await?;
@@ -392,6 +398,9 @@ impl Store {
         if let Some(key) = &filter.key {
             param(&mut sql, " AND topic_key = $?", key.clone());
         }
+        if let Some(author) = &filter.author {
+            param(&mut sql, " AND author = $?", author.clone());
+        }
         if let Some((validity, at)) = filter.valid {
             // A number of our own clock, not the caller's text: written into the statement, since
             // the other parameters are bound as text.
@@ -515,49 +524,6 @@ impl Store {
         Ok(ImportMatch::New)
     }
 
-    /// Adds `records` (already known to be new) in one transaction, tagged with `import_id`.
-    pub async fn apply_import(
-        &self,
-        tenant: &str,
-        import_id: &str,
-        records: &[(String, Envelope)],
-        actor: &str,
-        now_ms: i64,
-    ) -> Result<Vec<Record>, StoreError> {
-        let (mut tx, seq) = self.begin_record_write().await?;
-        let mut added = Vec::with_capacity(records.len());
-        for (id, envelope) in records {
-            if fetch_record(&mut tx, tenant, id).await?.is_some() {
-                return Err(StoreError::IdTaken(id.clone()));
-            }
-            let record = new_record(tenant, id, envelope, now_ms, seq);
-            insert(&mut tx, &record, Some(import_id)).await?;
-            log_change(
-                &mut tx,
-                id,
-                record.revision,
-                Action::Import,
-                actor,
-                now_ms,
-                None,
-                Some(&record),
-                tenant,
-            )
-            .await?;
-            added.push(record);
-        }
-        sqlx::query("INSERT INTO memory_imports (tenant, id, actor, created_at, added, undone_at) VALUES ($1, $2, $3, $4, $5, NULL)")
-            .bind(tenant)
-            .bind(import_id)
-            .bind(actor)
-            .bind(now_ms)
-            .bind(added.len() as i64)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(added)
-    }
-
     /// An import's row: (records it added, when, when undone).
     pub async fn import_info(
         &self,
@@ -641,7 +607,7 @@ fn check_revision(current: &Record, expected: Option<i64>) -> Result<(), StoreEr
     }
 }
 
-fn new_record(tenant: &str, id: &str, envelope: &Envelope, now_ms: i64, seq: i64) -> Record {
+pub(super) fn new_record(tenant: &str, id: &str, envelope: &Envelope, now_ms: i64, seq: i64) -> Record {
     Record {
         tenant: tenant.to_owned(),
         id: id.to_owned(),
@@ -765,7 +731,7 @@ async fn insert(
 /// Binds the columns an insert and an update both write, in their order in both statements:
 /// record_type, schema_version, scope_json, valid_from, valid_until, priority, topic_key,
 /// aliases_json, content_json, metadata_json, content_hash, revision, status.
-fn bind_record_columns<'q>(
+pub(super) fn bind_record_columns<'q>(
     query: sqlx::query::Query<'q, Any, sqlx::any::AnyArguments>,
     record: &'q Record,
 ) -> sqlx::query::Query<'q, Any, sqlx::any::AnyArguments> {
@@ -919,12 +885,12 @@ async fn log_change(
     Ok(())
 }
 
-fn json_text(items: &[String]) -> String {
+pub(super) fn json_text(items: &[String]) -> String {
     Value::from(items.to_vec()).to_string()
 }
 
 /// What `q` searches (lowercased; LIKE is case-sensitive on both backends).
-fn search_text(record: &Record) -> String {
+pub(super) fn search_text(record: &Record) -> String {
     record.words().to_lowercase()
 }
 
@@ -932,7 +898,7 @@ fn escape_like(text: &str) -> String {
     text.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")
 }
 
-fn record_from_row(row: &AnyRow) -> Result<Record, StoreError> {
+pub(super) fn record_from_row(row: &AnyRow) -> Result<Record, StoreError> {
     let json = |col: &str| -> Result<Value, StoreError> {
         let text: String = row.try_get(col)?;
         serde_json::from_str(&text).map_err(|err| StoreError::Corrupt(format!("{col}: {err}")))

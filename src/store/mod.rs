@@ -6,10 +6,13 @@
 //! of the crate is here: the layers above call these functions and never SQL themselves.
 
 pub mod data_health;
+pub mod dormancy;
 pub mod embeddings;
 pub mod history;
+pub mod imports;
 pub mod keys;
 pub mod memories;
+pub mod observer;
 pub mod outbox;
 pub mod releases;
 pub mod sessions;

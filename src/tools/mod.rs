@@ -182,8 +182,8 @@ impl MemoryTools {
         }
         let result = match name {
             definitions::SEARCH => read::search(&self.memories, caller, release, input).await,
-            definitions::GET => read::get(&self.memories, caller, release, input),
-            definitions::LIST => read::list(&self.memories, caller, release, input),
+            definitions::GET => read::get(&self.memories, caller, release, input).await,
+            definitions::LIST => read::list(&self.memories, caller, release, input).await,
             definitions::ADD => write::add(&self.memories, caller, release, input).await,
             definitions::UPDATE => write::update(&self.memories, caller, release, input).await,
             definitions::DELETE => write::delete(&self.memories, caller, release, input).await,

@@ -24,10 +24,11 @@ const SEARCH_THRESHOLD: f32 = -1.0;
 const LIST_MAX: u64 = 50;
 
 /// Whether the caller may read `record` now: the funnel's scope rule and its temporal one (valid
-/// now, active, of a schema version the release reads).
+/// now, of a schema version the release reads), with dormant records readable too: the tools
+/// find what injection no longer offers, and reading one makes it active again (`wake`).
 pub(super) fn readable(caller: &ToolCaller, release: &Release, record: &Record, now: i64) -> bool {
     caller.caller.can_see(&record.tenant, &record.scope)
-        && record.status == Status::Active
+        && record.status.is_indexed()
         && record.is_valid_at(now)
         && release.funnel.schema_versions.contains(&record.schema_version)
 }
@@ -100,8 +101,8 @@ pub(super) async fn search(
         let index = index.read().unwrap_or_else(|p| p.into_inner());
         let mut trace = Trace::default();
         let visible = scope::visible(&index, &caller.caller, Detail::Off, &mut trace);
-        let (current, _) =
-            temporal::current(&index, &visible, now_ms(), &release.funnel.schema_versions, false, &mut trace);
+        let current =
+            temporal::findable(&index, &visible, now_ms(), &release.funnel.schema_versions, &mut trace);
         let current = match record_type {
             Some(wanted) => current.filter(|slot| {
                 index.slots[slot as usize].as_ref().is_some_and(|item| item.record.record_type == wanted)
@@ -137,6 +138,7 @@ pub(super) async fn search(
     }
     let ids: Vec<String> = found.iter().map(|(item, _)| item.record.id.clone()).collect();
     memories.note_accesses(tenant, &ids);
+    wake(memories, caller, found.iter().map(|(item, _)| item)).await;
     let heading = format!("{} memory record(s) found, best first.", found.len());
     Ok(ToolResult::ok(listing(
         heading,
@@ -161,8 +163,24 @@ pub(super) fn shown_id(id: &str) -> String {
     id.chars().filter(|c| !c.is_control()).take(100).collect()
 }
 
+/// A memory tool read these records: the dormant ones among them become active again.
+async fn wake<'a>(
+    memories: &MemoryService,
+    caller: &ToolCaller,
+    items: impl Iterator<Item = &'a Arc<IndexedRecord>>,
+) {
+    let dormant: Vec<String> = items
+        .filter(|item| item.record.status == Status::Dormant)
+        .map(|item| item.record.id.clone())
+        .collect();
+    if !dormant.is_empty() {
+        let actor = caller.author.as_deref().unwrap_or("tool");
+        memories.wake(&caller.caller.tenant, &dormant, actor).await;
+    }
+}
+
 /// `memory_get {id}`: one record in full.
-pub(super) fn get(
+pub(super) async fn get(
     memories: &MemoryService,
     caller: &ToolCaller,
     release: &Release,
@@ -174,11 +192,12 @@ pub(super) fn get(
         return Err(ToolResult::error(format!("memory_get: no record {:?} that you can read", shown_id(id))));
     };
     memories.note_accesses(&caller.caller.tenant, std::slice::from_ref(&item.record.id));
+    wake(memories, caller, std::iter::once(&item)).await;
     Ok(ToolResult::ok(listing("1 memory record.".into(), [line(&item.record, None, true)])))
 }
 
 /// `memory_list {type?, mine?, limit?, offset?}`: newest first.
-pub(super) fn list(
+pub(super) async fn list(
     memories: &MemoryService,
     caller: &ToolCaller,
     release: &Release,
@@ -199,8 +218,8 @@ pub(super) fn list(
         let index = index.read().unwrap_or_else(|p| p.into_inner());
         let mut trace = Trace::default();
         let visible = scope::visible(&index, &caller.caller, Detail::Off, &mut trace);
-        let (current, _) =
-            temporal::current(&index, &visible, now_ms(), &release.funnel.schema_versions, false, &mut trace);
+        let current =
+            temporal::findable(&index, &visible, now_ms(), &release.funnel.schema_versions, &mut trace);
         current
             .iter()
             .filter_map(|slot| index.slots[slot as usize].clone())
@@ -212,8 +231,9 @@ pub(super) fn list(
     records.sort_by(|a, b| {
         b.record.updated_at_ms.cmp(&a.record.updated_at_ms).then_with(|| a.record.id.cmp(&b.record.id))
     });
-    let page: Vec<Value> =
-        records.iter().skip(offset).take(limit).map(|item| line(&item.record, None, false)).collect();
+    let shown_items: Vec<&Arc<IndexedRecord>> = records.iter().skip(offset).take(limit).collect();
+    wake(memories, caller, shown_items.iter().copied()).await;
+    let page: Vec<Value> = shown_items.iter().map(|item| line(&item.record, None, false)).collect();
     if page.is_empty() {
         return Ok(ToolResult::ok(if total == 0 {
             "No memory records.".to_owned()

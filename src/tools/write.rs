@@ -48,7 +48,10 @@ pub(super) fn refusal(tool: &str, err: MemoryError) -> ToolResult {
         MemoryError::NotFound(_) => {
             ToolResult::error(format!("{tool}: the record is gone (deleted meanwhile)"))
         }
-        MemoryError::Conflict { .. } | MemoryError::TopicTaken | MemoryError::IdTaken(_) => {
+        MemoryError::Conflict { .. }
+        | MemoryError::TopicTaken
+        | MemoryError::IdTaken(_)
+        | MemoryError::NotProposed { .. } => {
             ToolResult::error(format!("{tool}: the record changed meanwhile; read it again and retry"))
         }
         MemoryError::Store(err) => {
@@ -172,8 +175,9 @@ pub(super) async fn update(
     }
     let item = changeable(UPDATE, memories, caller, release, id)?;
     // Under review, every agent write waits for it: a change too.
+    // A dormant record an agent changes is in use again.
     let status = release.tools.agent_writes;
-    if status == Status::Proposed {
+    if status == Status::Proposed || item.record.status == Status::Dormant {
         patch.insert("status".into(), json!(status.as_str()));
     }
     let record = memories

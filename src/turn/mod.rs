@@ -36,6 +36,7 @@ use crate::funnel::trace::Detail;
 use crate::identity::{Authenticator, Caller};
 use crate::observability::UpstreamLatency;
 use crate::observability::metrics::Metrics;
+use crate::observer::{Observer, Watch};
 use crate::recall::{self, MemoryStatus, Recalled, Recaller, Wish};
 use crate::rollout::{Release, Rollout};
 use crate::tools::{Level, MemoryTools, ToolCaller};
@@ -65,6 +66,8 @@ struct Handles {
     /// memgate's memory tools, run in the turn's rounds (`rounds`).
     tools: MemoryTools,
     metrics: Arc<Metrics>,
+    /// Learning from finished exchanges, where the caller and the release opt in.
+    observer: Observer,
     /// An index older than this is stale (its store unreachable): the report says so.
     stale_after: Duration,
 }
@@ -138,6 +141,8 @@ pub struct Turn {
     started: Instant,
     /// The caller as memgate's tools see it, when they are offered in this turn's body.
     tools: Option<ToolCaller>,
+    /// Observation of this turn's exchange, when the caller and its release opt in.
+    watch: Option<Watch>,
 }
 
 impl Turn {
@@ -210,6 +215,7 @@ impl Turns {
         recent: Arc<RecentRequests>,
         tools: MemoryTools,
         metrics: Arc<Metrics>,
+        observer: Observer,
         stale_after: Duration,
     ) -> Turns {
         Turns {
@@ -222,6 +228,7 @@ impl Turns {
                 recent,
                 tools,
                 metrics,
+                observer,
                 stale_after,
             }),
         }
@@ -294,7 +301,18 @@ impl Turns {
         if let Some(tools) = &tool_caller {
             caller.scopes = tools.caller.scopes.clone();
         }
+        // Observation reads the client's own body (memgate's block is never in it) after the
+        // answer; here it only decides whether this turn is observed.
+        let mut watch = match (&explain, endpoint) {
+            (None, Endpoint::Messages) if !wish.off => {
+                handles.observer.watch(&caller, &release, &body, facts.stream)
+            }
+            _ => None,
+        };
         let mut recalled = handles.recaller.recall(&caller, &release, body, &wish).await?;
+        if let Some(watch) = watch.as_mut() {
+            watch.injected_ids = recalled.injected_ids.clone();
+        }
         let tools = tool_caller.and_then(|mut tools| {
             if level > Level::Off {
                 let names = crate::tools::definitions::names(level);
@@ -314,7 +332,7 @@ impl Turns {
         if let (Some(original), false) = (original, recalled.status == MemoryStatus::Degraded) {
             recall::shadow::spawn(&handles.recaller, &handles.rollout, &caller, &recalled, shadows, original);
         }
-        Ok(Turn { caller, release, recalled, wish, memory_allowed, endpoint, facts, started, tools })
+        Ok(Turn { caller, release, recalled, wish, memory_allowed, endpoint, facts, started, tools, watch })
     }
 
     /// Sends the turn's body upstream with `request`'s method, path and headers: once, or —
@@ -348,7 +366,9 @@ impl Turns {
     }
 
     /// Settles a turn once the upstream has answered (or failed to): see the module comment.
-    pub fn settle(&self, turn: Turn, answer: &Answer) -> Report {
+    /// `body` is the answer's body: an observed turn's is tapped (`observer::capture`), relayed
+    /// unchanged; any other is left alone.
+    pub fn settle(&self, mut turn: Turn, answer: &Answer, body: &mut Body) -> Report {
         let handles = &self.inner;
         handles.identity.upstream_answered(&turn.caller, answer.status);
         // A call the upstream refused for its credential says nothing about the release, nor does
@@ -378,6 +398,10 @@ impl Turns {
         };
         if is_messages {
             settle::record_for_console(&handles.recorder, &handles.recent, &turn, answer, added_latency);
+        }
+        let Turn { watch, .. } = &mut turn;
+        if let (Some(watch), true) = (watch.take(), told && is_messages && success) {
+            settle::observe(watch, answer, body);
         }
         let age = handles.recaller.memories().index_age();
         let debug = turn.wish.trace.is_on() && told;

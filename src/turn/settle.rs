@@ -1,14 +1,16 @@
 //! What happens after the answer, besides the report: the release's outcome, trigger actions,
-//! and the console's history and recent requests.
+//! the console's history and recent requests, and the observation of the exchange.
 
 use super::{Answer, Turn};
 use crate::console::{
     CallError, CallOutcome, MemoryOutcome, MetricsRecorder, RecentCaller, RecentRequest, RecentRequests,
 };
 use crate::identity::Caller;
+use crate::observer::Watch;
 use crate::recall::{MemoryStatus, Recalled, Wish};
 use crate::rollout::stats::Outcome;
 use crate::triggers::{TriggerInput, Triggers, turn_id};
+use crate::upstream::wire::Body;
 use std::time::Duration;
 
 /// The release's figures for one answered call.
@@ -95,4 +97,11 @@ pub(super) fn record_for_console(
             query_preview: None,
         },
     );
+}
+
+/// An observed turn the model answered: its body is tapped, and once the answer has arrived
+/// whole the exchange is queued off the request's path (`observer`).
+pub(super) fn observe(watch: Watch, answer: &Answer, body: &mut Body) {
+    let untapped = std::mem::replace(body, Body::empty());
+    *body = watch.tap(untapped, answer.request_id.clone());
 }

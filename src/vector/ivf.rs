@@ -4,10 +4,10 @@
 //! removals (by slot), and is rebuilt when the set has doubled since the last build, so the lists
 //! stay balanced. Vectors are L2-normalized, so similarity is the dot product.
 //!
-//! The centroids are f32; the lists hold int8 copies of the vectors (`quant`), a quarter of the
-//! memory a scan has to read. A search returns the slots that may reach the threshold; the caller
-//! scores those again with their f32 vector, so what passes is what an f32 scan of the same lists
-//! would let through.
+//! The centroids are f32; the lists hold only slots. The vectors a scan reads are the tenant's one
+//! int8 copy, addressed by slot (`quant::Rows`), which the caller owns: a list of its own copies
+//! cost another 38 MB at 100,000 records. `probe` names the lists a query scans; the caller reads
+//! their slots' rows and decides (`funnel::semantic`).
 
 use super::dot;
 use super::quant::{QuantizedQuery, Rows};
@@ -24,8 +24,6 @@ const KMEANS_ROUNDS: usize = 10;
 
 struct List {
     slots: Vec<u32>,
-    /// The vectors as int8 rows, in the order of `slots`, so a scan reads memory in order.
-    rows: Rows,
 }
 
 pub struct Ivf {
@@ -53,27 +51,37 @@ impl Ivf {
     /// from 1 to 2,517 around a mean of 316, and queries landed in the huge ones, scanning ~4×
     /// the rows `probes` suggests. Centred, the lists come out even. A vector's list and a query's
     /// probe order both use `dot(v − mean, centroid)`, computed as `dot(v, centroid) − bias`.
-    pub fn build(dims: usize, items: &[(u32, &[f32])]) -> Ivf {
-        let n = items.len();
+    ///
+    /// `vector(slot, out)` writes a slot's vector into `out`; it is asked once per slot for the
+    /// mean, once per sampled slot, and once per slot to place it, so no copy of all the vectors
+    /// is ever made.
+    pub fn build(dims: usize, slots: &[u32], vector: impl Fn(u32, &mut [f32])) -> Ivf {
+        let n = slots.len();
         let nlist = ((LISTS_PER_SQRT_N * (n as f64).sqrt()) as usize).clamp(1, 4096);
+        let mut buf = vec![0.0f32; dims];
         let mut sums = vec![0.0f64; dims];
-        for (_, v) in items {
-            for (s, x) in sums.iter_mut().zip(v.iter()) {
+        for slot in slots {
+            vector(*slot, &mut buf);
+            for (s, x) in sums.iter_mut().zip(buf.iter()) {
                 *s += f64::from(*x);
             }
         }
         let mean: Vec<f32> = sums.iter().map(|s| (s / n.max(1) as f64) as f32).collect();
-        let centred = |v: &[f32]| -> Vec<f32> { v.iter().zip(&mean).map(|(x, m)| x - m).collect() };
+        let centred = |slot: u32| -> Vec<f32> {
+            let mut v = vec![0.0f32; dims];
+            vector(slot, &mut v);
+            v.iter_mut().zip(&mean).for_each(|(x, m)| *x -= m);
+            v
+        };
         // Deterministic spread-out seeds: every (n / nlist)-th vector.
         let step = (n / nlist).max(1);
         let mut centroids: Vec<f32> = Vec::with_capacity(nlist * dims);
         for i in 0..nlist {
-            let mut seed = centred(items[(i * step).min(n - 1)].1);
+            let mut seed = centred(slots[(i * step).min(n.saturating_sub(1))]);
             normalize(&mut seed);
             centroids.extend_from_slice(&seed);
         }
-        let sample: Vec<Vec<f32>> =
-            items.iter().step_by((n / 16_384).max(1)).map(|(_, v)| centred(v)).collect();
+        let sample: Vec<Vec<f32>> = slots.iter().step_by((n / 16_384).max(1)).map(|s| centred(*s)).collect();
         let no_bias = vec![0.0f32; nlist];
         for _round in 0..KMEANS_ROUNDS {
             let mut sums = vec![0.0f32; nlist * dims];
@@ -104,12 +112,13 @@ impl Ivf {
             centroids,
             bias,
             centroid_rows,
-            lists: (0..nlist).map(|_| List { slots: Vec::new(), rows: Rows::new(dims) }).collect(),
+            lists: (0..nlist).map(|_| List { slots: Vec::new() }).collect(),
             where_is: HashMap::with_capacity(n),
             built_with: n,
         };
-        for (slot, v) in items {
-            ivf.insert(*slot, v);
+        for slot in slots {
+            vector(*slot, &mut buf);
+            ivf.insert(*slot, &buf);
         }
         ivf
     }
@@ -139,7 +148,6 @@ impl Ivf {
         let c = nearest(&self.centroids, &self.bias, self.dims, vector);
         let list = &mut self.lists[c];
         list.slots.push(slot);
-        list.rows.push(vector);
         self.where_is.insert(slot, (c, list.slots.len() - 1));
     }
 
@@ -148,39 +156,25 @@ impl Ivf {
         let Some((c, pos)) = self.where_is.remove(&slot) else { return };
         let list = &mut self.lists[c];
         list.slots.swap_remove(pos);
-        list.rows.swap_remove(pos);
         if let Some(moved) = list.slots.get(pos) {
             self.where_is.insert(*moved, (c, pos));
         }
     }
 
-    /// Slots among the `probes` lists nearest to `query` whose similarity may be at least
-    /// `threshold` (judged on the int8 rows; see `quant`) and for which `keep` holds, in no
-    /// particular order. `keep` is asked first, so rows of slots it rejects are not read.
-    pub fn search(
-        &self,
-        query: &QuantizedQuery<'_>,
-        probes: usize,
-        threshold: f32,
-        mut keep: impl FnMut(u32) -> bool,
-    ) -> Vec<u32> {
-        if query.dims() != self.dims || self.lists.is_empty() {
-            return Vec::new();
+    /// The slots of the `probes` lists nearest to `query`, list by list (nearest first is not
+    /// promised). The caller reads their rows and decides which may pass.
+    pub fn probe(&self, query: &QuantizedQuery<'_>, probes: usize) -> impl Iterator<Item = &[u32]> + '_ {
+        let mut order: Vec<(usize, f32)> = if query.dims() != self.dims {
+            Vec::new()
+        } else {
+            (0..self.lists.len()).map(|c| (c, self.centroid_rows.approx(c, query) - self.bias[c])).collect()
+        };
+        let probes = probes.clamp(1, order.len().max(1)).min(order.len());
+        if probes > 0 {
+            order.select_nth_unstable_by(probes - 1, |a, b| b.1.total_cmp(&a.1));
         }
-        let mut order: Vec<(usize, f32)> =
-            (0..self.lists.len()).map(|c| (c, self.centroid_rows.approx(c, query) - self.bias[c])).collect();
-        let probes = probes.clamp(1, order.len());
-        order.select_nth_unstable_by(probes - 1, |a, b| b.1.total_cmp(&a.1));
-        let mut found = Vec::new();
-        for (c, _) in &order[..probes] {
-            let list = &self.lists[*c];
-            for (i, slot) in list.slots.iter().enumerate() {
-                if keep(*slot) && list.rows.may_reach(i, query, threshold) {
-                    found.push(*slot);
-                }
-            }
-        }
-        found
+        order.truncate(probes);
+        order.into_iter().map(move |(c, _)| self.lists[c].slots.as_slice())
     }
 }
 
@@ -207,18 +201,20 @@ mod tests {
 
     use crate::vector::testing::unit;
 
-    /// `Ivf::search` followed by the f32 re-scoring the semantic layer does.
+    /// `Ivf::probe` followed by the scoring the semantic layer does.
     fn search_exact(
         ivf: &Ivf,
         vectors: &[Vec<f32>],
         query: &[f32],
         probes: usize,
         threshold: f32,
-        keep: impl FnMut(u32) -> bool,
+        mut keep: impl FnMut(u32) -> bool,
     ) -> Vec<u32> {
         let mut found: Vec<u32> = ivf
-            .search(&QuantizedQuery::new(query), probes, threshold, keep)
-            .into_iter()
+            .probe(&QuantizedQuery::new(query), probes)
+            .flatten()
+            .copied()
+            .filter(|slot| keep(*slot))
             .filter(|slot| dot(&vectors[*slot as usize], query) >= threshold)
             .collect();
         found.sort_unstable();
@@ -229,9 +225,8 @@ mod tests {
     fn finds_the_exact_top_hits_with_enough_probes_and_handles_removal() {
         let dims = 32;
         let vectors: Vec<Vec<f32>> = (0..2000).map(|i| unit(i, dims)).collect();
-        let items: Vec<(u32, &[f32])> =
-            vectors.iter().enumerate().map(|(i, v)| (i as u32, v.as_slice())).collect();
-        let mut ivf = Ivf::build(dims, &items);
+        let slots: Vec<u32> = (0..vectors.len() as u32).collect();
+        let mut ivf = Ivf::build(dims, &slots, |s, out| out.copy_from_slice(&vectors[s as usize]));
         let all = ivf.lists.len();
         let query = &vectors[42];
         assert_eq!(search_exact(&ivf, &vectors, query, all, 0.99, |_| true), [42]);
@@ -248,9 +243,8 @@ mod tests {
     fn searching_every_list_misses_nothing_an_f32_scan_finds() {
         let dims = 48;
         let mut vectors: Vec<Vec<f32>> = (0..3000).map(|i| unit(i, dims)).collect();
-        let items: Vec<(u32, &[f32])> =
-            vectors.iter().enumerate().map(|(i, v)| (i as u32, v.as_slice())).collect();
-        let mut ivf = Ivf::build(dims, &items);
+        let slots: Vec<u32> = (0..vectors.len() as u32).collect();
+        let mut ivf = Ivf::build(dims, &slots, |s, out| out.copy_from_slice(&vectors[s as usize]));
         // Removals and re-inserts move rows around inside the lists.
         for slot in (0..3000u32).step_by(7) {
             ivf.remove(slot);

@@ -9,10 +9,11 @@
 //! `|a·b − â·b̂| ≤ ‖a − â‖·‖b‖ + ‖â‖·‖b − b̂‖`,
 //!
 //! so a record whose approximate score plus this bound (and a little for f32 rounding) is below
-//! the threshold cannot reach it exactly. The others — a few dozen per query — are scored again
-//! with their f32 vector (`ivf::dot`), and only that score decides and is reported: the hits and
-//! similarities are exactly those of an f32 scan, the int8 pass only skips records that provably
-//! fail. For 384-dim unit vectors the bound is about 0.02.
+//! the threshold cannot reach it. The others — a few dozen per query — are scored again with the
+//! f32 query against the row (`Rows::score`), and only that score decides and is reported: the
+//! int8 pass only skips records that provably fail. For 384-dim unit vectors the bound is about
+//! 0.02. The row is the index's one copy of the embedding; `Rows::score` is off the f32 dot
+//! product by the row's rounding alone (docs/benchmarks.md, "Index and funnel").
 
 /// How one quantized vector relates to the original: `v ≈ scale · codes`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -175,6 +176,41 @@ impl Rows {
 
     pub fn row(&self, i: usize) -> &Row {
         &self.rows[i]
+    }
+
+    /// The similarity of the f32 `query` to row `i`: `scale · Σ qⱼ·codeⱼ`. The only error is the
+    /// row's own rounding, `|q·v − q·v̂| ≤ ‖q‖·residual` (~5·10⁻⁴ typical for 384-dim unit
+    /// vectors), and `may_reach`'s bound covers it, so a row it rules out cannot score its
+    /// threshold here either.
+    pub fn score(&self, i: usize, query: &[f32]) -> f32 {
+        let codes = self.codes(i);
+        let n = codes.len().min(query.len());
+        let (codes, query) = (&codes[..n], &query[..n]);
+        let mut sums = [0.0f32; 8];
+        let mut c_chunks = codes.chunks_exact(8);
+        let mut q_chunks = query.chunks_exact(8);
+        for (c, q) in (&mut c_chunks).zip(&mut q_chunks) {
+            for lane in 0..8 {
+                sums[lane] += f32::from(c[lane]) * q[lane];
+            }
+        }
+        let tail: f32 = c_chunks.remainder().iter().zip(q_chunks.remainder()).map(|(c, q)| f32::from(*c) * q).sum();
+        self.rows[i].scale * (sums.iter().sum::<f32>() + tail)
+    }
+
+    /// Row `i` as f32 (`scale · codes`) into `out` (of length `dims`).
+    pub fn dequantize_into(&self, i: usize, out: &mut [f32]) {
+        let scale = self.rows[i].scale;
+        for (o, c) in out.iter_mut().zip(self.codes(i)) {
+            *o = scale * f32::from(*c);
+        }
+    }
+
+    /// Row `i` as f32.
+    pub fn dequantize(&self, i: usize) -> Vec<f32> {
+        let mut out = vec![0.0; self.dims];
+        self.dequantize_into(i, &mut out);
+        out
     }
 
     /// `QuantizedQuery::approx` for row `i`.

@@ -59,7 +59,50 @@ on_both_stores!(
     changes_come_in_the_stores_own_order_whatever_the_clocks_say,
     pruned_tombstones_send_a_replica_that_fell_behind_to_reload,
     an_export_reads_the_store_a_page_at_a_time_as_it_is_taken,
+    dormancy_candidates_are_idle_unpinned_active_records_of_one_type,
 );
+
+/// What a dormancy rule reaches: active records of its type, not pinned (priority 5), untouched
+/// since the cutoff (written or used), in one tenant or all, a page at a time.
+async fn dormancy_candidates_are_idle_unpinned_active_records_of_one_type(db: TestDb) {
+    let memories = service(&db).await;
+    for (tenant, id) in [("t1", "a"), ("t1", "b"), ("t2", "a")] {
+        created(
+            memories
+                .create(tenant, &fact(id, &["public"], &format!("{tenant} {id} is idle")), "x")
+                .await
+                .unwrap(),
+        );
+    }
+    let pinned = json!({"id": "pinned", "type": "fact", "scope": ["public"], "priority": 5, "content": {"statement": "pinned"}});
+    created(memories.create("t1", &pinned, "x").await.unwrap());
+    let pref = json!({"id": "pref", "type": "preference", "scope": ["public"], "content": {"topic": "t", "preference": "p"}});
+    created(memories.create("t1", &pref, "x").await.unwrap());
+    created(memories.create("t1", &fact("paused", &["public"], "paused one"), "x").await.unwrap());
+    memories.set_status("t1", "paused", Status::Paused, "x").await.unwrap();
+    let store = memories.store();
+    let later = memgate::clock::now_ms() + 3_600_000;
+    let ids = |records: Vec<memgate::record::Record>| -> Vec<(String, String)> {
+        records.into_iter().map(|r| (r.tenant, r.id)).collect()
+    };
+    let pair = |t: &str, id: &str| (t.to_owned(), id.to_owned());
+    let all = ids(store.dormancy_candidates(None, "fact", later, None, 100).await.unwrap());
+    assert_eq!(all, [pair("t1", "a"), pair("t1", "b"), pair("t2", "a")]);
+    let t1 = ids(store.dormancy_candidates(Some("t1"), "fact", later, None, 100).await.unwrap());
+    assert_eq!(t1, [pair("t1", "a"), pair("t1", "b")]);
+    let page = ids(store.dormancy_candidates(None, "fact", later, Some(("t1", "b")), 1).await.unwrap());
+    assert_eq!(page, [pair("t2", "a")], "the page after (t1, b)");
+    let earlier = memgate::clock::now_ms() - 3_600_000;
+    assert!(store.dormancy_candidates(None, "fact", earlier, None, 100).await.unwrap().is_empty());
+    // Used at the cutoff: not idle; a moment later it is.
+    memories.note_accesses("t1", &["a".to_owned()]);
+    memories.flush_accesses().await.unwrap();
+    let used = memories.get("t1", "a").await.unwrap().last_accessed_at_ms.unwrap();
+    let at_use = ids(store.dormancy_candidates(Some("t1"), "fact", used, None, 100).await.unwrap());
+    assert!(!at_use.contains(&pair("t1", "a")), "a record used at the cutoff is not idle: {at_use:?}");
+    let after = ids(store.dormancy_candidates(Some("t1"), "fact", used + 1, None, 100).await.unwrap());
+    assert!(after.contains(&pair("t1", "a")), "{after:?}");
+}
 
 async fn create_read_update_keeps_history(db: TestDb) {
     let memories = service(&db).await;

@@ -196,8 +196,8 @@ export function checkEnvelope(input, schemas, now = Date.now()) {
   if (typeof env.metadata !== 'object' || Array.isArray(env.metadata)) {
     problems.push({ path: '$.metadata', kind: 'invalid_type', message: 'metadata must be a JSON object' });
   }
-  if (input.status !== undefined && !['active', 'paused', 'archived'].includes(input.status)) {
-    problems.push({ path: '$.status', kind: 'invalid_status', message: 'status must be active, paused or archived' });
+  if (input.status !== undefined && !['active', 'paused', 'archived', 'proposed', 'dormant'].includes(input.status)) {
+    problems.push({ path: '$.status', kind: 'invalid_status', message: 'status must be active, paused, archived, proposed or dormant' });
   }
   env.status = input.status;
   if (input.content === undefined) {

@@ -96,7 +96,7 @@ function Traffic({ h }: { h: History }) {
           detail={`${count(t.memory.skipped)} skipped · ${count(t.memory.degraded)} degraded`}
           tone={ratio(t.memory.degraded, t.calls) > 0.05 ? 'warn' : undefined}
         />
-        <Stat label="Injected per call" value={`${ratio(t.injected_records, t.memory.ok).toFixed(1)} records`} detail={`${count(ratio(t.injected_tokens, t.calls))} tokens per call`} />
+        <Stat label="Injected per call" value={`${ratio(t.injected_records, t.calls).toFixed(1)} records`} detail={`${count(ratio(t.injected_tokens, t.calls))} tokens per call`} />
         <Stat label="Added latency" value={`p50 ${ms(t.added_latency_ms.p50)}`} detail={`p99 ${ms(t.added_latency_ms.p99)}`} />
         <Stat
           label="Error rate"
@@ -179,7 +179,9 @@ function Health({ d }: { d: DataHealth }) {
   return (
     <div>
       <p class="small">
-        {count(d.live)} live records of {count(d.records.total)} ({count(d.records.paused)} paused, {count(d.records.archived)} archived). Computed {time(d.computed_at)}.
+        {count(d.live)} live records of {count(d.records.total)} ({count(d.records.paused)} paused, {count(d.records.archived)} archived
+        {d.records.proposed ? <>, <a href={href('review')}>{count(d.records.proposed)} awaiting review</a></> : null}
+        {d.records.dormant ? `, ${count(d.records.dormant)} dormant` : ''}). Computed {time(d.computed_at)}.
       </p>
       <Meter label="Live records with content" share={d.non_empty_content.share} detail={`${count(d.non_empty_content.count)} of ${count(d.live)} have non-empty content`} warnBelow={0.98} />
       <Meter

@@ -6,7 +6,7 @@
 
 import { useState } from 'preact/hooks';
 import { call, currentTenant, get, post } from '../api';
-import { ago, time, validity } from '../format';
+import { ago, preview, time, validity } from '../format';
 import { go, href, type Route } from '../router';
 import type { MemoryRecord, SchemaList } from '../types';
 import { Badge, ErrorNote, Loading, ReadOnlyNote, asApiError, useAction, useApp, useLoad } from '../ui/core';
@@ -31,7 +31,7 @@ export function useSchemas() {
 }
 
 export function statusTone(status: string): string {
-  return status === 'active' ? 'good' : status === 'paused' ? 'warn' : 'muted';
+  return status === 'active' ? 'good' : status === 'paused' || status === 'proposed' ? 'warn' : status === 'dormant' ? 'info' : 'muted';
 }
 
 function Search({ route }: { route: Route }) {
@@ -151,6 +151,8 @@ function Search({ route }: { route: Route }) {
             <option>active</option>
             <option>paused</option>
             <option>archived</option>
+            <option>proposed</option>
+            <option>dormant</option>
           </select>
         </div>
         <div class="field">
@@ -183,9 +185,10 @@ function Search({ route }: { route: Route }) {
           <thead>
             <tr>
               <th scope="col">Id</th>
+              <th scope="col">Record</th>
               <th scope="col">Type</th>
-              <th scope="col">Key</th>
               <th scope="col">Scope</th>
+              <th scope="col">Author</th>
               <th scope="col">Status</th>
               <th scope="col">Valid</th>
               <th scope="col" class="num">
@@ -205,11 +208,15 @@ function Search({ route }: { route: Route }) {
                   <th scope="row">
                     <a href={href('records', r.id)}>{r.id}</a>
                   </th>
+                  <td class="preview" data-preview title={preview(r.content, 2000)}>
+                    {preview(r.content) || <span class="muted">(no words)</span>}
+                    {r.key ? <span class="muted small block ellipsis">{r.key}</span> : null}
+                  </td>
                   <td>
                     {r.type} <span class="muted">{r.schema_version}</span>
                   </td>
-                  <td class="ellipsis">{r.key ?? <span class="muted">–</span>}</td>
                   <td>{r.scope.join(', ')}</td>
+                  <td data-author>{r.author ?? <span class="muted">–</span>}</td>
                   <td>
                     <Badge tone={statusTone(r.status)}>{r.status}</Badge>
                   </td>

@@ -32,6 +32,12 @@ export interface ChartProps {
 
 const M = { left: 52, right: 10, top: 10, bottom: 22 };
 
+/** The buckets with a value whose neighbours have none: no line segment reaches them. */
+export function isolated(values: (number | null)[]): number[] {
+  const has = (i: number) => i >= 0 && i < values.length && values[i] !== null && Number.isFinite(values[i]);
+  return values.flatMap((_, i) => (has(i) && !has(i - 1) && !has(i + 1) ? [i] : []));
+}
+
 function niceCeil(v: number): number {
   if (v <= 0) return 1;
   const p = 10 ** Math.floor(Math.log10(v));
@@ -196,6 +202,16 @@ export function Chart({ title, times, series, format, stacked, bound, height = 1
           {layers.map(({ s, high }) => (
             <path key={s.name} class={`${s.tone} stroke${s.dashed ? ' dashed' : ''}`} d={linePath(stacked ? high : s.values)} data-series={s.name} />
           ))}
+          {stacked
+            ? null
+            : series.flatMap((s) =>
+                // A bucket with a value between two without (one busy minute in a quiet hour) is
+                // a point no line reaches: drawn as a dot, so the chart shows every bucket the
+                // totals beside it count, the still-filling one too (faint).
+                isolated(s.values).map((i) => (
+                  <circle key={`${s.name}-${i}`} class={`${s.tone} point${partial && i === n - 1 ? ' partial' : ''}`} cx={x(i)} cy={y(s.values[i] ?? 0)} r="3" data-point={s.name} />
+                )),
+              )}
           {partial && n > 1
             ? layers.map(({ s, high }) => {
                 const a = stacked ? high[n - 2] : s.values[n - 2];

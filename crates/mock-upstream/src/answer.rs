@@ -41,7 +41,15 @@ impl Answer {
         let mut text = format!("Hello from mock-upstream (model {model}). You said: {user_text}");
         let mut thinking = None;
         let mut tools = Vec::new();
-        if with_tool {
+        if super::observe::forced(body) {
+            // Forced structured output: the call alone, no text (as the API answers).
+            text = String::new();
+            tools.push(ToolCall {
+                id: format!("toolu_mock_{hash}"),
+                name: super::observe::TOOL.to_owned(),
+                input: super::observe::input(body).to_string(),
+            });
+        } else if with_tool {
             tools.push(ToolCall {
                 id: format!("toolu_mock_{hash}"),
                 name: first_tool_name(body).unwrap_or(DEFAULT_TOOL).to_owned(),
@@ -89,7 +97,9 @@ impl Answer {
         if let Some((thinking, signature)) = &self.thinking {
             content.push(json!({ "type": "thinking", "thinking": thinking, "signature": signature }));
         }
-        content.push(json!({ "type": "text", "text": self.text }));
+        if !self.text.is_empty() || self.tools.is_empty() {
+            content.push(json!({ "type": "text", "text": self.text }));
+        }
         for tool in &self.tools {
             let input: Value = serde_json::from_str(&tool.input).unwrap_or(Value::Null);
             content.push(json!({
@@ -139,12 +149,14 @@ impl Answer {
                 block_stop(at),
             ));
         }
-        let at = blocks.len();
-        blocks.push((
-            block_start(at, json!({ "type": "text", "text": "" })),
-            split_even(&self.text, deltas).into_iter().map(|piece| text_delta(at, piece)).collect(),
-            block_stop(at),
-        ));
+        if !self.text.is_empty() || self.tools.is_empty() {
+            let at = blocks.len();
+            blocks.push((
+                block_start(at, json!({ "type": "text", "text": "" })),
+                split_even(&self.text, deltas).into_iter().map(|piece| text_delta(at, piece)).collect(),
+                block_stop(at),
+            ));
+        }
         for tool in &self.tools {
             let at = blocks.len();
             let start =

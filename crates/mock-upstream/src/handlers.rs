@@ -61,6 +61,21 @@ pub(super) async fn messages(State(state): State<MockState>, req: Recorded) -> R
         return ApiError::Api(message.to_owned()).into_response_with(seq);
     }
     let wants_stream = body.get("stream").and_then(Value::as_bool) == Some(true);
+    if let Some(kind) = model.strip_prefix("mock-flaky-") {
+        let seen = {
+            let mut flaky = state.flaky.lock().unwrap_or_else(|p| p.into_inner());
+            let count = flaky.entry(model.to_owned()).or_insert(0);
+            *count += 1;
+            *count
+        };
+        if seen <= args.flaky_failures {
+            match kind {
+                "429" => return ApiError::RateLimited.into_response_with(seq),
+                "529" => return ApiError::Overloaded.into_response_with(seq),
+                _ => return cut_json(&state, seq, &json!({"type": "message"})),
+            }
+        }
+    }
     let behaviour = behaviour(model);
     let answer = Answer::new(body, model, matches!(behaviour, Behaviour::ToolUse));
     let steps = match behaviour {

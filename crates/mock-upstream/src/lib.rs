@@ -20,6 +20,7 @@ mod answer;
 mod handlers;
 mod memory;
 mod memory_file;
+mod observe;
 mod record;
 mod reply;
 mod stream;
@@ -46,6 +47,7 @@ const DEFAULT_LISTEN: &str = "127.0.0.1:9090";
 const DEFAULT_DELTAS: usize = 5;
 const DEFAULT_SLOW_FIRST_BYTE_MS: u64 = 3000;
 const DEFAULT_PAUSE_MS: u64 = 2000;
+const DEFAULT_FLAKY_FAILURES: usize = 2;
 
 /// CLI flags of `memgate mock-upstream` (see docs/mock-upstream.md).
 #[derive(clap::Args, Debug, Clone)]
@@ -82,6 +84,9 @@ pub struct MockArgs {
     /// where a recording mock grows by every request it answered.
     #[arg(long)]
     pub no_record: bool,
+    /// How many requests each `mock-flaky-*` model fails before it answers normally.
+    #[arg(long, default_value_t = DEFAULT_FLAKY_FAILURES)]
+    pub flaky_failures: usize,
 }
 
 impl Default for MockArgs {
@@ -98,6 +103,7 @@ impl Default for MockArgs {
             fail_marker: None,
             api_keys: Vec::new(),
             no_record: false,
+            flaky_failures: DEFAULT_FLAKY_FAILURES,
         }
     }
 }
@@ -109,12 +115,19 @@ struct MockState {
     recorder: Recorder,
     /// Cancelled when `run` is asked to stop, so that `mock-long-stream` ends early.
     shutdown: CancellationToken,
+    /// Requests seen per `mock-flaky-*` model.
+    flaky: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
 }
 
 impl MockState {
     fn new(args: MockArgs) -> Self {
         let recorder = Recorder::new(!args.no_record);
-        MockState { args: Arc::new(args), recorder, shutdown: CancellationToken::new() }
+        MockState {
+            args: Arc::new(args),
+            recorder,
+            shutdown: CancellationToken::new(),
+            flaky: Arc::default(),
+        }
     }
 }
 

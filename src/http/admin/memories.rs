@@ -53,24 +53,22 @@ pub async fn update(
     headers: HeaderMap,
     AdminJson(patch): AdminJson,
 ) -> Result<Json<Value>, ApiError> {
-    let if_match = match headers.get("if-match") {
-        None => None,
-        Some(value) => Some(
-            value
-                .to_str()
-                .ok()
-                .map(|v| v.trim().trim_start_matches("W/").trim_matches('"'))
-                .and_then(|v| v.parse::<i64>().ok())
-                .ok_or_else(|| {
-                    ApiError::coded(
-                        Code::InvalidHeader,
-                        "If-Match must be a record revision, e.g. `If-Match: 3`",
-                    )
-                })?,
-        ),
-    };
-    let record = state.memories().update(&ctx.tenant, &id, &patch, if_match, &ctx.actor).await?;
+    let record = state.memories().update(&ctx.tenant, &id, &patch, if_match(&headers)?, &ctx.actor).await?;
     Ok(Json(record.to_json()))
+}
+
+/// The revision an `If-Match` header names, if any.
+pub fn if_match(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
+    let Some(value) = headers.get("if-match") else { return Ok(None) };
+    value
+        .to_str()
+        .ok()
+        .map(|v| v.trim().trim_start_matches("W/").trim_matches('"'))
+        .and_then(|v| v.parse::<i64>().ok())
+        .map(Some)
+        .ok_or_else(|| {
+            ApiError::coded(Code::InvalidHeader, "If-Match must be a record revision, e.g. `If-Match: 3`")
+        })
 }
 
 pub async fn delete(
@@ -96,14 +94,6 @@ pub async fn archive(
     id: Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     set_status(state, ctx, id, Status::Archived).await
-}
-
-pub async fn activate(
-    state: State<AppState>,
-    ctx: AdminContext,
-    id: Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    set_status(state, ctx, id, Status::Active).await
 }
 
 async fn set_status(
@@ -146,17 +136,25 @@ pub struct ListQuery {
     status: Option<String>,
     q: Option<String>,
     key: Option<String>,
+    author: Option<String>,
     valid: Option<String>,
     limit: Option<u32>,
     cursor: Option<String>,
+    /// Export only: each line with its stored embedding.
+    embeddings: Option<bool>,
 }
 
 impl ListQuery {
+    /// Whether an export should carry each record's embedding (`?embeddings=true`).
+    pub fn embeddings(&self) -> bool {
+        self.embeddings.unwrap_or(false)
+    }
+
     pub fn filter(&self) -> Result<ListFilter, ApiError> {
         let status = match self.status.as_deref() {
             None | Some("") => None,
             Some(s) => Some(Status::parse(s).ok_or_else(|| {
-                ApiError::invalid_request("status must be active, paused, archived or proposed")
+                ApiError::invalid_request("status must be active, paused, archived, proposed or dormant")
             })?),
         };
         if self.q.as_ref().is_some_and(|q| q.chars().count() > 256) {
@@ -173,6 +171,9 @@ impl ListQuery {
         if self.key.as_ref().is_some_and(|k| k.chars().count() > 256) {
             return Err(ApiError::invalid_request("key is limited to 256 characters"));
         }
+        if self.author.as_ref().is_some_and(|a| a.chars().count() > 256) {
+            return Err(ApiError::invalid_request("author is limited to 256 characters"));
+        }
         let non_empty = |v: &Option<String>| v.clone().filter(|s| !s.is_empty());
         Ok(ListFilter {
             scope: non_empty(&self.scope),
@@ -180,6 +181,7 @@ impl ListQuery {
             status,
             q: non_empty(&self.q),
             key: non_empty(&self.key),
+            author: non_empty(&self.author),
             valid,
         })
     }
@@ -198,6 +200,9 @@ pub async fn list(
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
     let query: ListQuery = parse_query(&request)?;
+    if query.embeddings.is_some() {
+        return Err(ApiError::invalid_request("embeddings applies to GET /admin/v1/export only"));
+    }
     let limit = query.limit.unwrap_or(50).clamp(1, 500);
     let filter = query.filter()?;
     let records = state.memories().list(&ctx.tenant, &filter, query.cursor.as_deref(), limit).await?;
@@ -219,6 +224,11 @@ pub async fn forget(
     // The outbox's actions about those records, and about that user, go with them.
     let subject = scope.strip_prefix("user:");
     let actions = state.triggers().forget(&ctx.tenant, &ids, subject).await?;
+    // So do the exchanges queued for observation and what the gates decided about them.
+    let (exchanges, outcomes) = match subject {
+        Some(subject) => state.observer().forget_subject(&ctx.tenant, subject).await?,
+        None => (0, 0),
+    };
     Ok(Json(json!({"scope": scope, "records_erased": ids.len(), "changes_erased": changes,
-        "actions_erased": actions})))
+        "actions_erased": actions, "exchanges_erased": exchanges, "outcomes_erased": outcomes})))
 }

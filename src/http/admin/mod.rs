@@ -4,11 +4,14 @@
 //! nothing here can read or change another's records.
 
 pub mod actions;
+pub mod dormancy;
 pub mod explain;
 pub mod insights;
 pub mod keys;
 pub mod memories;
+pub mod observer;
 pub mod releases;
+pub mod review;
 pub mod transfer;
 
 use crate::clock::now_ms;
@@ -130,6 +133,27 @@ pub async fn json_body(
     )
     .await?;
     serde_json::from_slice(&bytes)
+        .map_err(|err| ApiError::coded(Code::InvalidJson, format!("the body is not valid JSON: {err}")))
+}
+
+/// A JSON body that may be absent: `None` for an empty body, else as `json_body` reads it.
+pub async fn optional_json_body(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: axum::body::Body,
+) -> Result<Option<Value>, ApiError> {
+    let bytes = crate::http::body::read_limited(
+        headers,
+        body,
+        MAX_ADMIN_BODY_BYTES,
+        state.limits().body_read_timeout,
+    )
+    .await?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    serde_json::from_slice(&bytes)
+        .map(Some)
         .map_err(|err| ApiError::coded(Code::InvalidJson, format!("the body is not valid JSON: {err}")))
 }
 

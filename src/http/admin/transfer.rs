@@ -24,7 +24,8 @@ pub async fn export(
     request: Request,
 ) -> Result<Response, ApiError> {
     let query: ListQuery = parse_query(&request)?;
-    let mut pages = Box::pin(state.memories().export_pages(&ctx.tenant, &query.filter()?));
+    let mut pages =
+        Box::pin(state.memories().export_pages_with(&ctx.tenant, &query.filter()?, query.embeddings()));
     let first = pages.try_next().await?;
     let rest = pages
         .inspect_err(|err| tracing::warn!(error = %err, "an export failed part way; its body was cut short"));

@@ -94,7 +94,7 @@ async fn forward_messages_request(
         upstream_time: response.extensions().get::<UpstreamLatency>().map(|l| l.0),
         request_id: response.headers().get("request-id").and_then(|v| v.to_str().ok()).map(str::to_owned),
     };
-    let report = state.turns().settle(turn, &answer);
+    let report = state.turns().settle(turn, &answer, response.body_mut());
     headers::write_report(response.headers_mut(), &report);
     Ok(response)
 }

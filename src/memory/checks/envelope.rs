@@ -119,7 +119,7 @@ pub fn check(input: &Value, rules: &Rules<'_>) -> Result<Envelope, Vec<Problem>>
             problems.push(Problem::new(
                 "$.status",
                 "invalid_value",
-                "status must be active, paused or archived",
+                "status must be active, paused, archived, proposed or dormant",
             ));
             None
         }),

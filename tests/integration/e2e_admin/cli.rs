@@ -37,6 +37,10 @@ async fn cli_export_and_import_round_trip_records_between_databases() {
 
     let exported = cli_ok(&["memory", "export", "--tenant", "acme", "--database-url", &db_a.url]);
     assert_eq!(exported, over_http, "the CLI and the API export differently");
+    let with_vectors =
+        cli_ok(&["memory", "export", "--tenant", "acme", "--embeddings", "--database-url", &db_a.url]);
+    assert_eq!(with_vectors, source.export(Some("acme"), "?embeddings=true").await);
+    assert!(with_vectors.contains("\"embedding\":{\"model\":"), "{with_vectors}");
     assert_eq!(export_ids(&exported), ids.iter().cloned().collect());
     let scoped =
         cli_ok(&["memory", "export", "--tenant", "acme", "--scope", "public", "--database-url", &db_a.url]);

@@ -101,6 +101,30 @@ async fn export_then_import_into_an_empty_store_reproduces_the_same_records() {
     assert_eq!(counts, &json!({"new": 0, "existing": ids.len(), "invalid": 0}));
 }
 
+/// A restore into a new gateway: the export carries every record's vector and model id, and the
+/// import stores them as they came, so the records are findable by meaning without embedding.
+#[tokio::test]
+async fn an_export_with_embeddings_restores_into_a_new_gateway_without_embedding_again() {
+    let source = Admin::start();
+    let ids = seed_varied_records(&source).await;
+    let exported = source.export(Some("acme"), "?embeddings=true").await;
+    let lines: Vec<Value> = exported.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), ids.len());
+    let carried = lines.iter().filter(|l| l["embedding"]["vector"].is_string()).count();
+    assert!(carried > 0, "no line carried a vector: {exported}");
+    let plain = source.export(Some("acme"), "").await;
+    assert!(!plain.contains("\"embedding\""), "{plain}");
+    let refused = send(source.req(Method::GET, "/memories?embeddings=true", Some("acme"))).await;
+    assert_eq!(refused.status, 400, "{}", refused.text);
+
+    let target = Admin::start();
+    let applied = target.import(Some("acme"), &exported, false).await;
+    let report = applied.expect(201, "import with vectors");
+    assert_eq!(report["embeddings"], json!({"stored": carried, "re_embedded": 0}), "{}", applied.text);
+    assert_eq!(target.export(Some("acme"), "?embeddings=true").await, exported, "vectors changed in transit");
+    assert_eq!(target.export(Some("acme"), "").await, plain);
+}
+
 #[tokio::test]
 async fn a_patch_cannot_leave_two_live_records_on_one_topic() {
     // "One live record per topic": if a PATCH could give a second record the key and scope of a

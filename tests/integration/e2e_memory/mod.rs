@@ -285,6 +285,7 @@ async fn similarity_table(
 mod budget;
 mod duplicates;
 mod fail_open;
+mod freshness;
 mod hostile;
 mod modes;
 mod multilingual;

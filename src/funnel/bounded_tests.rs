@@ -1,0 +1,177 @@
+//! The bounded semantic layer against the unbounded one: what a request injects (records and
+//! stubs, in order) is the same whether the layer keeps its best few hits or every hit, over
+//! random vectors, priorities, sizes, thresholds and budgets, on the exact scan and the IVF path,
+//! dense and hybrid; and a request's scan reads the rows of what its caller may see, however many
+//! other customers' profiles the tenant holds.
+
+use super::semantic::{self, Hybrid, SemanticQuery, TopK};
+use super::tests::{DAY, NOW, Vectors, caller, item, record};
+use super::trace::{Detail, Trace};
+use super::{FunnelOutput, FunnelSettings, Retrieval};
+use crate::index::TenantIndex;
+use crate::record::OPEN_END_MS;
+use crate::vector::testing::Rng;
+
+const WORDS: [&str; 12] =
+    ["refund", "invoice", "courier", "warranty", "battery", "sofa", "cushion", "delivery", "voucher", "label", "parcel", "return"];
+
+/// A tenant of `n` public records near a few topics, with random priorities, token costs, ages and
+/// a few words each (for the lexical ranking).
+fn tenant(rng: &mut Rng, vectors: &Vectors, n: usize) -> TenantIndex {
+    let mut index = TenantIndex::default();
+    for i in 0..n {
+        let mut r = record(&format!("r{i:05}"), &["public"], (0, OPEN_END_MS), "v1");
+        r.priority = (1 + rng.below(5)) as u8;
+        r.updated_at_ms = NOW - rng.below(30) as i64 * DAY;
+        let statement: Vec<&str> = (0..3).map(|_| WORDS[rng.below(WORDS.len())]).collect();
+        r.content = serde_json::json!({"statement": statement.join(" ")});
+        let key = (i % 250 == 0).then(|| format!("ord-{i}"));
+        let mut it = crate::index::IndexedRecord::new(r, Some(std::sync::Arc::from(vectors.record(rng))));
+        it.tokens = 20 + rng.below(300);
+        if let Some(key) = key {
+            it.terms.push(key);
+        }
+        index.upsert(std::sync::Arc::new(it));
+    }
+    index
+}
+
+fn settings(threshold: f32, budget_tokens: usize, max_items: usize, max_stubs: usize, retrieval: Retrieval) -> FunnelSettings {
+    FunnelSettings {
+        schema_versions: vec!["v1".into()],
+        threshold,
+        budget_tokens,
+        max_items,
+        max_stubs,
+        probes: usize::MAX,
+        retrieval,
+    }
+}
+
+fn injected(out: &FunnelOutput) -> (Vec<String>, Vec<String>) {
+    let ids = |c: &[super::density::Chosen]| c.iter().map(|c| c.item.record.id.clone()).collect();
+    (ids(&out.packed.injected), ids(&out.packed.stubs))
+}
+
+/// Runs the funnel bounded (as requests do) and unbounded (a detailed run scans without a bound),
+/// and the unbounded layer packed directly, over many queries; all three must inject the same.
+fn compare(index: &TenantIndex, rng: &mut Rng, vectors: &Vectors, stored: &[Vec<f32>], queries: usize) -> usize {
+    let lexical_texts = ["refund for the courier", "sofa cushion voucher delivery", "where is ord-500", "battery"];
+    let who = caller(&["public"]);
+    let mut bounded_hits = 0;
+    for q in 0..queries {
+        let target = rng.below(stored.len());
+        let query = vectors.near(rng, &stored[target], [0.01, 0.04, 0.08][q % 3]);
+        let text = lexical_texts[q % lexical_texts.len()];
+        let lexical = crate::lexical::LexicalQuery::new(crate::lexical::analyzer(), text);
+        for threshold in [0.3, 0.6, 0.8, 0.9] {
+            for (budget, items, stubs) in [(3000, 5, 3), (400, 5, 3), (3000, 20, 0), (100, 2, 10)] {
+                for retrieval in [Retrieval::Dense, Retrieval::HYBRID] {
+                    let hybrid = match retrieval {
+                        Retrieval::Hybrid { lexical_weight, min_lexical } => {
+                            Some(Hybrid { query: &lexical, lexical_weight, min_lexical })
+                        }
+                        Retrieval::Dense => None,
+                    };
+                    let sq = SemanticQuery { text, vector: Some(&query), threshold, probes: usize::MAX, hybrid };
+                    let s = settings(threshold, budget, items, stubs, retrieval);
+                    let fast = super::run(index, &who, &sq, &s, NOW, Detail::Off);
+                    let full = super::run(index, &who, &sq, &s, NOW, Detail::Full);
+                    let context = format!("query {q} threshold {threshold} budget {budget}/{items}/{stubs} {retrieval:?}");
+                    assert_eq!(injected(&fast), injected(&full), "{context}");
+                    let current = fast.current.clone();
+                    let all = semantic::matching(index, &current, &sq, false, &mut Trace::default());
+                    let budget = super::density::Budget { tokens: budget, max_items: items, max_stubs: stubs };
+                    let packed = super::density::pack(index, all, &budget, false, &mut Trace::default());
+                    let ids = |c: &[super::density::Chosen]| -> Vec<String> {
+                        c.iter().map(|c| c.item.record.id.clone()).collect()
+                    };
+                    assert_eq!(injected(&fast), (ids(&packed.injected), ids(&packed.stubs)), "{context}");
+                    let bounded = semantic::matching_within(
+                        index,
+                        &current,
+                        Some(&who.scopes),
+                        &sq,
+                        TopK::for_cap(items, stubs),
+                        false,
+                        &mut Trace::default(),
+                    );
+                    let exact = bounded.hits.iter().filter(|h| h.exact).count();
+                    let words = if hybrid.is_some() { 100 } else { 0 };
+                    assert!(
+                        bounded.hits.len() <= exact + words + TopK::for_cap(items, stubs).best + TopK::for_cap(items, stubs).high_priority,
+                        "{context}: {} hits kept",
+                        bounded.hits.len()
+                    );
+                    bounded_hits += usize::from(bounded.floor.is_some());
+                }
+            }
+        }
+    }
+    bounded_hits
+}
+
+#[test]
+fn bounded_scan_injects_what_a_full_exact_scan_injects() {
+    let mut rng = Rng(0x70b);
+    let vectors = Vectors::new(&mut rng, 64, 6);
+    let index = tenant(&mut rng, &vectors, 3000);
+    assert!(index.ann.is_empty());
+    let stored: Vec<Vec<f32>> = (0..50).filter_map(|s| index.vector(s).map(|v| v.to_vec())).collect();
+    let bounded = compare(&index, &mut rng, &vectors, &stored, 24);
+    assert!(bounded > 100, "the low thresholds must fill the heaps, or the bound is not tested: {bounded}");
+}
+
+#[test]
+fn bounded_scan_injects_what_a_full_scan_injects_on_the_ivf_path() {
+    let mut rng = Rng(0x1f5);
+    let vectors = Vectors::new(&mut rng, 32, 8);
+    let index = tenant(&mut rng, &vectors, 9000);
+    assert!(index.ann.contains_key("public"));
+    let stored: Vec<Vec<f32>> = (0..50).filter_map(|s| index.vector(s).map(|v| v.to_vec())).collect();
+    let bounded = compare(&index, &mut rng, &vectors, &stored, 6);
+    assert!(bounded > 20, "{bounded}");
+}
+
+/// A tenant of `public` records, then `others` customers' profiles (one `user:<i>` each), and
+/// the caller's own profile: the rows a request reads are those of what the caller may see.
+fn scanned_for(public: usize, others: usize) -> (usize, usize, Vec<String>) {
+    let mut rng = Rng(0x5c0);
+    let vectors = Vectors::new(&mut rng, 32, 8);
+    let mut index = TenantIndex::default();
+    for i in 0..public {
+        let r = record(&format!("kb{i}"), &["public"], (0, OPEN_END_MS), "v1");
+        index.upsert(item(r, Some(vectors.record(&mut rng)), &[]));
+    }
+    let mut other_rng = Rng(0x07e);
+    for i in 0..others {
+        let r = record(&format!("profile-{i}"), &[&format!("user:c{i}")], (0, OPEN_END_MS), "v1");
+        index.upsert(item(r, Some(vectors.record(&mut other_rng)), &[]));
+    }
+    let own = vectors.record(&mut rng);
+    index.upsert(item(record("profile-me", &["user:me"], (0, OPEN_END_MS), "v1"), Some(own.clone()), &[]));
+    let me = caller(&["public", "user:me"]);
+    let query = vectors.near(&mut rng, &own, 0.01);
+    let sq = SemanticQuery { text: "", vector: Some(&query), threshold: 0.5, probes: 64, hybrid: None };
+    let out = super::run(&index, &me, &sq, &settings(0.5, 3000, 5, 3, Retrieval::Dense), NOW, Detail::Off);
+    (out.trace.scanned, out.current.len(), injected(&out).0)
+}
+
+#[test]
+fn a_subjects_scan_reads_only_what_it_may_see() {
+    // Exact path: every visible record's row, none of the other customers'.
+    for others in [1_000, 20_000] {
+        let (scanned, visible, injected) = scanned_for(300, others);
+        assert_eq!((scanned, visible), (301, 301), "{others} other customers");
+        assert_eq!(injected.first().map(String::as_str), Some("profile-me"));
+    }
+    // The IVF path (public is large enough for its own index): the probed lists of `public` and
+    // the caller's own profile, the same rows with 1,000 or 20,000 other customers.
+    let (few, visible, injected) = scanned_for(9_000, 1_000);
+    let (many, _, injected_many) = scanned_for(9_000, 20_000);
+    assert_eq!(visible, 9_001);
+    assert!(few < visible, "the IVF reads part of what is visible: {few}");
+    assert_eq!(few, many, "other customers' profiles cost the request nothing");
+    assert_eq!(injected.first().map(String::as_str), Some("profile-me"));
+    assert_eq!(injected, injected_many);
+}

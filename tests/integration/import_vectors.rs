@@ -1,0 +1,221 @@
+//! Embeddings travel with records: an export with `embeddings` carries each record's stored
+//! vector and model id, and an import stores a carried vector of the running model as it came,
+//! re-embeds the text of a line carrying another model's or dimension's vector, and refuses a
+//! line whose vector is malformed. On SQLite and on PostgreSQL.
+
+use crate::support::TestDb;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use futures_util::TryStreamExt;
+use memgate::memory::MemoryService;
+use memgate::memory::checks::schemas::SchemaSet;
+use memgate::store::Store;
+use memgate::store::memories::ListFilter;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+async fn service(db: &TestDb) -> MemoryService {
+    let store = Store::connect(&db.url).await.unwrap();
+    store.migrate().await.unwrap();
+    MemoryService::new(
+        store,
+        Arc::new(SchemaSet::load(None).unwrap()),
+        64 * 1024,
+        crate::support::embedder(),
+        0.95,
+    )
+}
+
+/// A fresh, empty database of the same kind as `db`.
+async fn fresh_like(db: &TestDb) -> TestDb {
+    if db.dir().is_some() { TestDb::sqlite() } else { TestDb::postgres().await }
+}
+
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test] async fn $name() { super::$name(crate::support::TestDb::sqlite()).await })*
+        }
+        mod postgres {
+            $(#[tokio::test] async fn $name() { super::$name(crate::support::TestDb::postgres().await).await })*
+        }
+    };
+}
+
+on_both_stores!(
+    an_export_with_embeddings_imports_into_a_fresh_store_with_the_same_vectors,
+    another_models_or_dimensions_vectors_are_embedded_again_from_the_text,
+    a_malformed_vector_is_refused_by_line_and_nothing_is_imported,
+);
+
+async fn export_lines(memories: &MemoryService, tenant: &str) -> Vec<Value> {
+    let pages = memories.export_pages_with(tenant, &ListFilter::default(), true);
+    let text: String = pages.try_fold(String::new(), |all, page| async move { Ok(all + &page) }).await.unwrap();
+    text.lines().map(|line| serde_json::from_str(line).unwrap()).collect()
+}
+
+fn by_id<'a>(lines: &'a [Value], id: &str) -> &'a Value {
+    lines.iter().find(|l| l["id"] == id).unwrap_or_else(|| panic!("no line {id} in {lines:?}"))
+}
+
+fn jsonl(lines: &[Value]) -> String {
+    lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
+fn fact(id: &str, statement: &str) -> Value {
+    json!({"id": id, "type": "fact", "scope": ["public"], "content": {"statement": statement}})
+}
+
+/// Waits (bounded) until every record the import added is embedded by the running model.
+async fn wait_ready(memories: &MemoryService, tenant: &str, import_id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let progress = memories.import_progress(tenant, import_id).await.unwrap();
+        if progress.state == "ready" {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the import was not embedded within 60 s: {progress:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Source records embedded at write time, exported with their vectors.
+async fn embedded_source(db: &TestDb) -> (MemoryService, Vec<Value>) {
+    let memories = service(db).await;
+    for (id, statement) in [
+        ("kb-1", "Refunds are paid back to the original card within five working days."),
+        ("kb-2", "The warehouse in Leeds ships orders placed before 3 pm the same day."),
+        ("kb-3", "Premium support answers the phone from 8 am to 8 pm on weekdays."),
+    ] {
+        memories.create("acme", &fact(id, statement), "admin").await.unwrap();
+    }
+    let lines = export_lines(&memories, "acme").await;
+    assert_eq!(lines.len(), 3);
+    (memories, lines)
+}
+
+async fn an_export_with_embeddings_imports_into_a_fresh_store_with_the_same_vectors(db: TestDb) {
+    let (source, exported) = embedded_source(&db).await;
+    let model = exported[0]["embedding"]["model"].as_str().unwrap().to_owned();
+    for line in &exported {
+        assert_eq!(line["embedding"]["model"], model.as_str(), "{line}");
+        let bytes = STANDARD.decode(line["embedding"]["vector"].as_str().unwrap()).unwrap();
+        assert_eq!(bytes.len(), 384 * 4, "a multilingual-e5-small vector is 384 little-endian f32");
+    }
+    // Without the flag an export is what it always was.
+    let plain = source.export("acme", &ListFilter::default()).await.unwrap();
+    assert!(!plain.contains("\"embedding\""), "{plain}");
+
+    // A vector of the running model is stored as it came, not embedded again: kb-3 is given
+    // kb-1's vector, and the target's export shows exactly those bytes on kb-3.
+    let mut lines = exported.clone();
+    lines[2]["embedding"] = exported[0]["embedding"].clone();
+    let target_db = fresh_like(&db).await;
+    let target = service(&target_db).await;
+    let report = target.import("acme", &jsonl(&lines), false, "restore").await.unwrap();
+    assert!(report.applied, "{report:?}");
+    assert_eq!(report.counts.new, 3);
+    let counts = report.embeddings.expect("the report says what became of the carried vectors");
+    assert_eq!((counts.stored, counts.re_embedded), (3, 0));
+    assert!(!target.is_backfilling(), "nothing was left to embed");
+    let progress = target.import_progress("acme", report.import_id.as_deref().unwrap()).await.unwrap();
+    assert_eq!((progress.state, progress.embedded), ("ready", 3), "findable by meaning at once");
+
+    let after = export_lines(&target, "acme").await;
+    assert_eq!(after, lines, "the round trip changed a record or a vector's bytes");
+    assert_eq!(by_id(&after, "kb-3")["embedding"], exported[0]["embedding"]);
+    assert_ne!(by_id(&after, "kb-3")["embedding"], by_id(&exported, "kb-3")["embedding"]);
+    for id in ["kb-1", "kb-2"] {
+        assert_eq!(by_id(&after, id), by_id(&exported, id), "not byte-identical after the round trip");
+    }
+}
+
+async fn another_models_or_dimensions_vectors_are_embedded_again_from_the_text(db: TestDb) {
+    let (_source, exported) = embedded_source(&db).await;
+    let model = exported[0]["embedding"]["model"].as_str().unwrap().to_owned();
+    let mut lines = exported.clone();
+    // kb-1: kb-2's vector, said to be another model's. kb-2: the running model's id, 8 dimensions.
+    lines[0]["embedding"] = json!({"model": "some-other-model", "vector": exported[1]["embedding"]["vector"]});
+    let small: Vec<u8> = (0..8).flat_map(|i| if i == 0 { 1f32 } else { 0f32 }.to_le_bytes()).collect();
+    lines[1]["embedding"] = json!({"model": model, "vector": STANDARD.encode(small)});
+    let target_db = fresh_like(&db).await;
+    let target = service(&target_db).await;
+    let report = target.import("acme", &jsonl(&lines), false, "restore").await.unwrap();
+    assert!(report.applied, "{report:?}");
+    let counts = report.embeddings.unwrap();
+    assert_eq!((counts.stored, counts.re_embedded), (1, 2));
+    wait_ready(&target, "acme", report.import_id.as_deref().unwrap()).await;
+
+    let after = export_lines(&target, "acme").await;
+    for line in &after {
+        assert_eq!(line["embedding"]["model"], model.as_str(), "{line}");
+    }
+    // The model's own embedding of each text (what the source stored at write time, up to the
+    // last bits a batched model run rounds differently), never the supplied vector.
+    for id in ["kb-1", "kb-2"] {
+        let stored = vector(&by_id(&after, id)["embedding"]);
+        assert!(cosine(&stored, &vector(&by_id(&exported, id)["embedding"])) > 0.9999, "{id} is not its text's embedding");
+    }
+    let kb1 = vector(&by_id(&after, "kb-1")["embedding"]);
+    assert!(cosine(&kb1, &vector(&exported[1]["embedding"])) < 0.99, "kb-1 kept the supplied vector");
+    assert_eq!(vector(&by_id(&after, "kb-2")["embedding"]).len(), 384, "kb-2 kept the 8-dimension vector");
+    // kb-3 carried its own vector of the running model: stored as it came.
+    assert_eq!(by_id(&after, "kb-3")["embedding"], by_id(&exported, "kb-3")["embedding"]);
+}
+
+fn vector(embedding: &Value) -> Vec<f32> {
+    let bytes = STANDARD.decode(embedding["vector"].as_str().unwrap()).unwrap();
+    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    dot / (norm(a) * norm(b))
+}
+
+async fn a_malformed_vector_is_refused_by_line_and_nothing_is_imported(db: TestDb) {
+    let (_source, exported) = embedded_source(&db).await;
+    let model = exported[0]["embedding"]["model"].as_str().unwrap().to_owned();
+    let unit = |len: usize, scale: f32| -> String {
+        let bytes: Vec<u8> = (0..len).flat_map(|i| if i == 0 { scale } else { 0.0f32 }.to_le_bytes()).collect();
+        STANDARD.encode(bytes)
+    };
+    let nan: Vec<u8> = (0..384).flat_map(|i| if i == 7 { f32::NAN } else { 0.05f32 }.to_le_bytes()).collect();
+    let cases = [
+        (json!({"model": model, "vector": "not base64!"}), "invalid_base64"),
+        (json!({"model": model, "vector": STANDARD.encode([1u8, 2, 3, 4, 5, 6])}), "invalid_length"),
+        (json!({"model": "some-other-model", "vector": STANDARD.encode(nan)}), "not_finite"),
+        (json!({"model": model, "vector": unit(384, 3.0)}), "not_normalized"),
+        (json!({"model": model}), "invalid_embedding"),
+        (json!("a string"), "invalid_embedding"),
+    ];
+    let mut lines = vec![exported[0].clone()];
+    for (n, (embedding, _)) in cases.iter().enumerate() {
+        let mut line = fact(&format!("bad-{n}"), &format!("Broken line number {n}"));
+        line["embedding"] = embedding.clone();
+        lines.push(line);
+    }
+    let target_db = fresh_like(&db).await;
+    let target = service(&target_db).await;
+    let report = target.import("acme", &jsonl(&lines), false, "restore").await.unwrap();
+    assert!(!report.applied, "{report:?}");
+    assert_eq!(report.counts.invalid, cases.len());
+    assert_eq!(report.counts.new, 1, "the good line is still classified");
+    let listed = serde_json::to_value(&report).unwrap();
+    for (n, (_, kind)) in cases.iter().enumerate() {
+        let line = listed["lines"].as_array().unwrap().iter().find(|l| l["line"] == n + 2).unwrap();
+        assert_eq!(line["status"], "invalid", "{line}");
+        assert_eq!(line["problems"][0]["kind"], *kind, "{line}");
+        assert!(line["problems"][0]["path"].as_str().unwrap().starts_with("$.embedding"), "{line}");
+        assert!(!line["problems"][0]["message"].as_str().unwrap().is_empty());
+    }
+    assert!(export_lines(&target, "acme").await.is_empty(), "an import with a bad line added something");
+
+    // The good line on its own imports, vector and all: nothing of it was lost.
+    let report = target.import("acme", &jsonl(&lines[..1]), false, "restore").await.unwrap();
+    assert!(report.applied);
+    assert_eq!(export_lines(&target, "acme").await, vec![exported[0].clone()]);
+}
