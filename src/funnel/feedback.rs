@@ -117,7 +117,7 @@ mod tests {
             change_seq: 0,
             author: None,
         };
-        IndexedRecord { record, vector: Some(Arc::from(vector)), tokens: 10, terms: Vec::new() }
+        IndexedRecord { record, vector: Some(Arc::from(vector)), tokens: 10, terms: Vec::new(), words: None }
     }
 
     #[test]
