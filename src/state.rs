@@ -103,6 +103,16 @@ impl AppState {
         })?;
         let releases = load_releases(config, &templates)
             .map_err(|message| StartupError::ConfigInvalid { key: "releases".into(), message })?;
+        let default_release = config.memory.default_release.as_deref().unwrap_or(DEFAULT_RELEASE);
+        if !releases.contains_key(default_release) {
+            return Err(StartupError::ConfigInvalid {
+                key: "memory.default_release".into(),
+                message: format!(
+                    "unknown release `{default_release}` (known: {})",
+                    releases.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            });
+        }
         let fanout = match &config.redis {
             Some(redis) => {
                 let fanout = Fanout::start(redis)
@@ -176,7 +186,7 @@ impl AppState {
         let replica = config.console.replica.clone().unwrap_or_else(replica_name);
         let retention =
             HistoryRetention::new(config.console.history_retention_days, config.console.minute_history_hours);
-        let rollout = Rollout::load(memories.store().clone(), releases, DEFAULT_RELEASE, metrics.clone())
+        let rollout = Rollout::load(memories.store().clone(), releases, default_release, metrics.clone())
             .await
             .map_err(|err| StartupError::Store {
                 url: crate::store::redact_url(&config.database.url),

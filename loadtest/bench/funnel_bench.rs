@@ -158,6 +158,7 @@ fn bench_size(args: &Args, size: usize, sweep: &[usize]) -> Result<Value, BoxErr
         probes: DEFAULT_PROBES,
         // The dense path alone: this bench measures the vector scans (hybrid_eval the words).
         retrieval: memgate::funnel::Retrieval::Dense,
+        cut: memgate::funnel::cut::Cut::OFF,
     };
 
     let (has_ann, lists_note, list_lens) = {
@@ -374,6 +375,7 @@ fn run_path(
             tokens: settings.budget_tokens,
             max_items: settings.max_items,
             max_stubs: settings.max_stubs,
+            cut: settings.cut,
         };
         let t = Instant::now();
         black_box(density::pack(index, hits, &budget, false, &mut trace).tokens);

@@ -257,6 +257,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         probes: DEFAULT_PROBES,
         // The dense ranking (hybrid_eval measures the fused one).
         retrieval: memgate::funnel::Retrieval::Dense,
+        cut: memgate::funnel::cut::Cut::OFF,
     };
     let production = settings(threshold, 5, 3000);
     let production10 = settings(threshold, 10, 3000);

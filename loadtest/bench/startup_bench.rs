@@ -229,6 +229,7 @@ async fn bench(url: &str, args: &Args, embedder: &Embedder, schemas: &Arc<Schema
         max_stubs: 3,
         probes: DEFAULT_PROBES,
         retrieval: Retrieval::Dense,
+        cut: memgate::funnel::cut::Cut::OFF,
     };
     let mut rng = Rng::new(5);
     let now = memgate::clock::now_ms();

@@ -25,6 +25,12 @@ pub struct RawRelease {
     pub retrieval: Option<String>,
     pub lexical_weight: Option<f32>,
     pub min_lexical: Option<f32>,
+    /// Stop adding records below this share of the best one's score (0: no relative cut).
+    pub cut_relative: Option<f32>,
+    /// Stop adding records this far below the best one's score (0: no gap cut).
+    pub cut_gap: Option<f32>,
+    /// Stop at a record scoring this much below the one before it (0: no step cut).
+    pub cut_drop: Option<f32>,
     /// How the person's words are found (`query`); absent keys keep the defaults.
     pub query: Option<RawQuery>,
     /// memgate's memory tools for this release's callers: `off`, `read` or `write` (the default;
@@ -64,6 +70,12 @@ pub struct ReleaseConfig {
     pub retrieval: Option<RetrievalSetting>,
     pub lexical_weight: Option<f32>,
     pub min_lexical: Option<f32>,
+    /// 0 to 1; 0 turns the relative cut off.
+    pub cut_relative: Option<f32>,
+    /// 0 to 10; 0 turns the gap cut off.
+    pub cut_gap: Option<f32>,
+    /// 0 to 10; 0 turns the step cut off.
+    pub cut_drop: Option<f32>,
     pub query: Option<QueryConfig>,
     pub memory_tools: Option<ToolsSetting>,
     pub agent_writes: Option<AgentWritesSetting>,
@@ -150,6 +162,14 @@ impl RawRelease {
                 return Err(invalid(&key(field), "use a number between 0 and 10"));
             }
         }
+        if self.cut_relative.is_some_and(|v| !(0.0..=1.0).contains(&v)) {
+            return Err(invalid(&key("cut_relative"), "use a share of the best score between 0 (off) and 1"));
+        }
+        for (field, value) in [("cut_gap", self.cut_gap), ("cut_drop", self.cut_drop)] {
+            if value.is_some_and(|v| !(0.0..=10.0).contains(&v)) {
+                return Err(invalid(&key(field), "use a score difference between 0 (off) and 10"));
+            }
+        }
         let placement = match self.placement.as_deref() {
             None => None,
             Some("auto") => Some(PlacementSetting::Auto),
@@ -208,6 +228,9 @@ impl RawRelease {
             retrieval,
             lexical_weight: self.lexical_weight,
             min_lexical: self.min_lexical,
+            cut_relative: self.cut_relative,
+            cut_gap: self.cut_gap,
+            cut_drop: self.cut_drop,
             query: self.query.map(|q| QueryConfig {
                 harness_tags: q.harness_tags,
                 unwrap_tags: q.unwrap_tags,
@@ -237,6 +260,9 @@ impl ReleaseConfig {
             retrieval: top.retrieval.or(self.retrieval),
             lexical_weight: top.lexical_weight.or(self.lexical_weight),
             min_lexical: top.min_lexical.or(self.min_lexical),
+            cut_relative: top.cut_relative.or(self.cut_relative),
+            cut_gap: top.cut_gap.or(self.cut_gap),
+            cut_drop: top.cut_drop.or(self.cut_drop),
             query: top.query.or(self.query),
             memory_tools: top.memory_tools.or(self.memory_tools),
             agent_writes: top.agent_writes.or(self.agent_writes),

@@ -45,6 +45,7 @@ fn settings(threshold: f32, budget_tokens: usize, max_items: usize, max_stubs: u
         max_stubs,
         probes: usize::MAX,
         retrieval,
+        cut: super::cut::Cut::OFF,
     }
 }
 
@@ -81,7 +82,7 @@ fn compare(index: &TenantIndex, rng: &mut Rng, vectors: &Vectors, stored: &[Vec<
                     assert_eq!(injected(&fast), injected(&full), "{context}");
                     let current = fast.current.clone();
                     let all = semantic::matching(index, &current, &sq, false, &mut Trace::default());
-                    let budget = super::density::Budget { tokens: budget, max_items: items, max_stubs: stubs };
+                    let budget = super::density::Budget { tokens: budget, max_items: items, max_stubs: stubs, cut: super::cut::Cut::OFF };
                     let packed = super::density::pack(index, all, &budget, false, &mut Trace::default());
                     let ids = |c: &[super::density::Chosen]| -> Vec<String> {
                         c.iter().map(|c| c.item.record.id.clone()).collect()

@@ -1,8 +1,12 @@
 //! Layer: token density. Best first — the semantic layer's score (the similarity, or a hybrid
 //! release's fused score; an exact match first), then priority, then the most recently updated —
-//! records are taken until the release's token budget or item cap is reached. A record of priority 4 or 5 that does not fit becomes a one-line stub with its id (up
-//! to `max_stubs`), so the model knows it exists; everything left out is counted as overflow.
+//! records are taken until the release's token budget or item cap is reached, or until the next
+//! record's score falls too far below the best one's (the release's `cut`). A record of priority
+//! 4 or 5 that does not fit becomes a one-line stub with its id (up to `max_stubs`), so the model
+//! knows it exists; a record below the cut does not (it is not about the question); everything
+//! left out is counted as overflow.
 
+use super::cut::Cut;
 use super::semantic::Hit;
 use super::trace::{LayerLog, Trace};
 use crate::index::{IndexedRecord, TenantIndex};
@@ -22,6 +26,8 @@ pub struct Budget {
     pub tokens: usize,
     pub max_items: usize,
     pub max_stubs: usize,
+    /// Where the ranking stops (`Cut::OFF`: the budget and the cap alone decide).
+    pub cut: Cut,
 }
 
 pub struct Packed {
@@ -75,6 +81,14 @@ pub fn pack(
         ranked.sort_by(order);
     }
     let mut packed = Packed { injected: Vec::new(), stubs: Vec::new(), overflow: 0, tokens: 0 };
+    // The best scored (not exact) record sets the cut's floor; ranked is sorted best first at
+    // least up to `sorted_upto`, and exact matches rank above every score.
+    let floor = match ranked[..sorted_upto].iter().find(|c| !c.exact) {
+        Some(best) if !budget.cut.is_off() => budget.cut.floor(best.score),
+        _ => f32::NEG_INFINITY,
+    };
+    // The score of the record ranked just before (exact matches aside), for the cut's step.
+    let mut previous: Option<f32> = None;
     let mut position = 0;
     while position < ranked.len() {
         if position == sorted_upto {
@@ -86,7 +100,7 @@ pub fn pack(
                 packed.overflow += rest;
                 log.add_uncounted_removals(rest);
                 let room = budget.max_stubs.saturating_sub(packed.stubs.len());
-                tail.retain(|c| c.item.record.priority >= 4);
+                tail.retain(|c| (c.exact || c.score >= floor) && c.item.record.priority >= 4);
                 if room > 0 && !tail.is_empty() {
                     tail.sort_by(order);
                     packed.stubs.extend(tail.into_iter().take(room));
@@ -96,8 +110,35 @@ pub fn pack(
             ranked[position..].sort_by(order);
             sorted_upto = ranked.len();
         }
+        let steps_down = !ranked[position].exact
+            && previous.is_some_and(|previous| budget.cut.steps_down(previous, ranked[position].score));
+        if steps_down || (!ranked[position].exact && ranked[position].score < floor) {
+            // Sorted up to here: everything after scores below the floor too, and is no answer
+            // to this question, so none of it becomes a stub either.
+            let rest = ranked.len() - position;
+            packed.overflow += rest;
+            let mut named = 0;
+            for chosen in &ranked[position..] {
+                if !log.wants_detail() {
+                    break;
+                }
+                let score = chosen.score;
+                log.remove(&chosen.item.record.id, || match previous {
+                    Some(previous) if steps_down => {
+                        format!("score {score:.3} is below the cut (a step down from {previous:.3})")
+                    }
+                    _ => format!("score {score:.3} is below the cut at {floor:.3}"),
+                });
+                named += 1;
+            }
+            log.add_uncounted_removals(rest - named);
+            break;
+        }
         let chosen = ranked[position].clone();
         position += 1;
+        if !chosen.exact {
+            previous = Some(chosen.score);
+        }
         let cost = chosen.item.tokens;
         let record = &chosen.item.record;
         if packed.injected.len() < budget.max_items && packed.tokens + cost <= budget.tokens {

@@ -4,7 +4,8 @@
 //! 1. `scope` — the tenant's records sharing a scope with the caller (deny by default);
 //! 2. `temporal` — valid now, active, of a schema version the release reads;
 //! 3. `semantic` — named exactly by the query, or similar enough to it;
-//! 4. `density` — best first until the token budget or item cap; high-priority overflow as stubs.
+//! 4. `density` — best first until the token budget, the item cap or the release's cut (`cut`:
+//!    the next record scores too far below the best); high-priority overflow as stubs.
 //!
 //! Each layer reports what it removed in the `trace`. The funnel itself never waits: the query
 //! embedding is computed before (see `recall`), so a funnel run is pure CPU on in-memory data.
@@ -20,7 +21,9 @@
 //! (`packed_as_unbounded`). Records are read for the hits, and for the ids and reasons of a
 //! detailed trace.
 
+pub mod cut;
 pub mod density;
+pub mod feedback;
 pub mod scope;
 pub mod semantic;
 pub mod temporal;
@@ -48,6 +51,8 @@ pub struct FunnelSettings {
     pub max_stubs: usize,
     pub probes: usize,
     pub retrieval: Retrieval,
+    /// Where the ranking stops, beside the budget and the cap.
+    pub cut: cut::Cut,
 }
 
 /// How the semantic layer ranks: by meaning alone, or by meaning and words fused
@@ -135,6 +140,7 @@ pub fn run(
         tokens: settings.budget_tokens,
         max_items: settings.max_items,
         max_stubs: settings.max_stubs,
+        cut: settings.cut,
     };
     let mut packed = density::pack(index, hits, &budget, detailed, &mut trace);
     if !packed_as_unbounded(&packed, &budget, floor, floor_high) {

@@ -280,6 +280,7 @@ fn detailed_trace_keeps_counts_and_reasons() {
         max_stubs: 0,
         probes: 4,
         retrieval: super::Retrieval::Dense,
+        cut: super::cut::Cut::OFF,
     };
     let query = axis(0);
     let semantic = SemanticQuery {
@@ -389,6 +390,7 @@ fn hybrid_retrieval_passes_strong_word_matches_and_explains_each_rankings_part()
         max_stubs: 0,
         probes: 4,
         retrieval,
+        cut: super::cut::Cut::OFF,
     };
     let run = |retrieval: super::Retrieval| {
         let hybrid = match retrieval {
@@ -454,11 +456,105 @@ fn packing_many_hits_by_selection_packs_what_a_full_sort_packs() {
     for (tokens, max_items, max_stubs) in
         [(3000, 5, 3), (150, 5, 3), (0, 5, 3), (100_000, 200, 0), (3000, 0, 2), (800, 3, 50)]
     {
-        let budget = Budget { tokens, max_items, max_stubs };
-        let fast = pack(&index, hits.clone(), &budget, false, &mut Trace::default());
-        let full = pack(&index, hits.clone(), &budget, true, &mut Trace::default());
-        assert_eq!(ids(&fast.injected), ids(&full.injected), "{tokens} {max_items} {max_stubs}");
-        assert_eq!(ids(&fast.stubs), ids(&full.stubs), "{tokens} {max_items} {max_stubs}");
-        assert_eq!((fast.tokens, fast.overflow), (full.tokens, full.overflow));
+        for cut in [super::cut::Cut::OFF, super::cut::Cut { relative: Some(0.7), ..super::cut::Cut::OFF }] {
+            let budget = Budget { tokens, max_items, max_stubs, cut };
+            let fast = pack(&index, hits.clone(), &budget, false, &mut Trace::default());
+            let full = pack(&index, hits.clone(), &budget, true, &mut Trace::default());
+            assert_eq!(ids(&fast.injected), ids(&full.injected), "{tokens} {max_items} {max_stubs}");
+            assert_eq!(ids(&fast.stubs), ids(&full.stubs), "{tokens} {max_items} {max_stubs}");
+            assert_eq!((fast.tokens, fast.overflow), (full.tokens, full.overflow));
+        }
     }
+}
+
+/// The cut: a question with one clear answer gets it alone, a broad question whose records
+/// score alike gets each of them, and without the cut both get everything the gate passed.
+#[test]
+fn the_cut_passes_a_clear_answer_alone_and_a_broad_question_several() {
+    use super::cut::Cut;
+    let dims = 8;
+    // A unit vector at cosine `c` to axis 0, the rest on axis `other`.
+    let at = |c: f32, other: usize| -> Vec<f32> {
+        (0..dims)
+            .map(|d| {
+                if d == 0 {
+                    c
+                } else if d == other {
+                    (1.0 - c * c).sqrt()
+                } else {
+                    0.0
+                }
+            })
+            .collect()
+    };
+    let mut index = TenantIndex::default();
+    // The refund policy answers the refund question clearly; three records about a delivery
+    // score alike for the broad question about the order; the rest is weakly related.
+    let clear: [(&str, f32); 4] =
+        [("refund-policy", 0.92), ("warranty", 0.41), ("store-hours", 0.35), ("loyalty", 0.30)];
+    for (i, (id, c)) in clear.iter().enumerate() {
+        index.upsert(item(stated(id, &["public"], id), Some(at(*c, 1 + i)), &[]));
+    }
+    let broad: [(&str, f32); 4] =
+        [("carrier-delay", 0.74), ("new-date", 0.71), ("express-upgrade", 0.69), ("catalog", 0.33)];
+    for (i, (id, c)) in broad.iter().enumerate() {
+        // Along axis 5 for the second question.
+        let v: Vec<f32> = (0..dims)
+            .map(|d| {
+                if d == 5 {
+                    *c
+                } else if d == 6 + i % 2 {
+                    (1.0 - c * c).sqrt()
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        index.upsert(item(stated(id, &["public"], id), Some(v), &[]));
+    }
+    let ask = |query: Vec<f32>, cut: Cut| -> Vec<String> {
+        let settings = FunnelSettings {
+            schema_versions: vec!["v1".into()],
+            threshold: 0.25,
+            budget_tokens: 1000,
+            max_items: 10,
+            max_stubs: 3,
+            probes: 4,
+            retrieval: super::Retrieval::Dense,
+            cut,
+        };
+        let semantic = SemanticQuery {
+            text: "question",
+            vector: Some(&query),
+            threshold: 0.25,
+            probes: 4,
+            hybrid: None,
+        };
+        let out = super::run(&index, &caller(&["public"]), &semantic, &settings, NOW, Detail::Full);
+        if !cut.is_off() {
+            let density = out.trace.layers.iter().find(|l| l.layer == "token_density").unwrap();
+            assert!(
+                density.removed.iter().all(|r| r.reason.contains("below the cut")),
+                "{:?}",
+                density.removed
+            );
+        }
+        out.packed.injected.iter().map(|c| c.item.record.id.clone()).collect()
+    };
+    let refund_question = at(1.0, 1);
+    let order_question: Vec<f32> = (0..dims).map(|d| if d == 5 { 1.0 } else { 0.0 }).collect();
+    for cut in [
+        Cut { relative: Some(0.75), ..Cut::OFF },
+        Cut { gap: Some(0.2), ..Cut::OFF },
+        Cut { drop: Some(0.15), ..Cut::OFF },
+    ] {
+        assert_eq!(ask(refund_question.clone(), cut), ["refund-policy"], "{cut:?}");
+        assert_eq!(
+            ask(order_question.clone(), cut),
+            ["carrier-delay", "new-date", "express-upgrade"],
+            "{cut:?}"
+        );
+    }
+    assert_eq!(ask(refund_question, Cut::OFF).len(), 4, "without the cut the gate alone decides");
+    assert_eq!(ask(order_question, Cut::OFF).len(), 4);
 }

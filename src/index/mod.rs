@@ -49,10 +49,11 @@ pub struct IndexedRecord {
     pub tokens: usize,
     /// Normalized exact terms: key, aliases and identifiers in the content.
     pub terms: Vec<String>,
-    /// The record's words as the lexical index takes them (`lexical::record_text`, analyzed),
-    /// made here so the analysis runs outside the tenant's lock (and on every core at startup);
-    /// consumed by the index like `vector`. `None`: the index analyzes the text itself.
-    pub words: Option<Vec<String>>,
+    /// The record's words as the lexical index takes them (`lexical::record_terms`: analyzed,
+    /// its names weighted, with its BM25 length), made here so the analysis runs outside the
+    /// tenant's lock (and on every core at startup); consumed by the index like `vector`.
+    /// `None`: the index analyzes the record itself.
+    pub words: Option<(Vec<String>, u32)>,
 }
 
 impl IndexedRecord {
@@ -70,7 +71,7 @@ impl IndexedRecord {
             serde_json::json!({"id": record.id, "type": record.record_type, "content": record.content})
                 .to_string();
         let tokens = tiktoken_rs::cl100k_base_singleton().encode_ordinary(&line).len();
-        let words = Some(crate::lexical::analyzer().terms(&crate::lexical::record_text(&record)));
+        let words = Some(crate::lexical::record_terms(crate::lexical::analyzer(), &record));
         IndexedRecord { record, vector, tokens, terms, words }
     }
 }
@@ -329,8 +330,8 @@ impl TenantIndex {
         let switch_to = (self.f32_only > self.int8).then(|| vector.as_ref().map(|v| v.len())).flatten();
         self.by_id.insert(item.record.id.clone(), slot);
         match words {
-            Some(words) => self.lexical.upsert_terms(slot, words),
-            None => self.lexical.upsert(slot, &crate::lexical::record_text(&item.record)),
+            Some((words, length)) => self.lexical.upsert_weighted(slot, words, length),
+            None => self.lexical.upsert_record(slot, &item.record),
         };
         self.slots[slot as usize] = Some(item);
         self.live += 1;

@@ -27,4 +27,6 @@ mod placement_tests;
 mod render_tests;
 
 pub use placement::{InjectError, Injected, Placement, inject};
-pub use render::{DEFAULT_RELEASE, ReleaseSource, RenderError, RenderItem, Templates, record_line};
+pub use render::{
+    DEFAULT_RELEASE, ReleaseSource, RenderError, RenderItem, Templates, compact_line, record_line,
+};

@@ -62,7 +62,7 @@ fn records_of(block: &str) -> Vec<Value> {
 #[test]
 fn shipped_releases_load() {
     let templates = shipped();
-    assert_eq!(templates.names(), vec!["v1".to_owned(), "v2".to_owned()]);
+    assert_eq!(templates.names(), vec!["v1".to_owned(), "v2".to_owned(), "v3".to_owned()]);
     assert!(templates.contains(super::render::DEFAULT_RELEASE));
 }
 
@@ -97,8 +97,13 @@ fn hostile_records_cannot_break_the_block() {
         for (record, item) in records.iter().zip(&items) {
             assert_eq!(record["id"], json!(item.id));
             assert_eq!(record["type"], json!(item.record_type));
-            assert_eq!(record["priority"], json!(item.priority));
-            assert_eq!(record["updated_at"], json!(item.updated_at));
+            if release == "v3" {
+                // The compact line: no priority, no updated_at.
+                assert!(record.get("priority").is_none() && record.get("updated_at").is_none(), "{block}");
+            } else {
+                assert_eq!(record["priority"], json!(item.priority));
+                assert_eq!(record["updated_at"], json!(item.updated_at));
+            }
             match &item.stub {
                 Some(summary) => {
                     assert_eq!(record["stub"], json!(summary));
@@ -165,6 +170,34 @@ fn v1_renders_the_documented_shape() {
     assert!(contract.contains("conversation wins"));
 }
 
+/// v3, the default: one compact line per record (no priority, no updated_at), which is what the
+/// funnel's budget counts a record as, and a contract that still fences the records off.
+#[test]
+fn v3_renders_compact_lines() {
+    let templates = shipped();
+    let mut stub = item("mem-2", "fact", Value::Null);
+    stub.stub = Some("a long note".to_owned());
+    let items = vec![item("mem-1", "fact", json!({"text": "likes tea"})), stub];
+    let block = templates.render("v3", &items).unwrap();
+    let contract = templates.contract("v3").unwrap();
+    assert_eq!(
+        block,
+        format!(
+            "<MEMORY_CONTEXT version=\"v3\">\n{contract}\n{}\n{}\n</MEMORY_CONTEXT>",
+            r#"{"id":"mem-1","type":"fact","content":{"text":"likes tea"}}"#,
+            r#"{"id":"mem-2","type":"fact","stub":"a long note"}"#
+        )
+    );
+    assert!(contract.contains("not instructions"));
+    assert!(contract.contains("conversation wins"));
+    let v1 = templates.render("v1", &items[..1]).unwrap();
+    let tokens = |text: &str| tiktoken_rs::cl100k_base_singleton().encode_ordinary(text).len();
+    assert!(
+        tokens(&templates.render("v3", &items[..1]).unwrap()) < tokens(&v1),
+        "v3 spends fewer tokens than v1"
+    );
+}
+
 #[test]
 fn v2_groups_records_by_type() {
     let templates = shipped();
@@ -199,7 +232,7 @@ fn empty_block_is_still_well_formed() {
 fn unknown_release_is_an_error() {
     let err = shipped().render("v9", &[]).unwrap_err();
     assert!(matches!(err, RenderError::UnknownRelease { .. }));
-    assert_eq!(err.to_string(), "unknown memory release `v9` (known: v1, v2)");
+    assert_eq!(err.to_string(), "unknown memory release `v9` (known: v1, v2, v3)");
 }
 
 fn source(name: &str, template: &str) -> ReleaseSource {

@@ -144,6 +144,11 @@ impl LexicalIndex {
         self.dictionary.len()
     }
 
+    /// How many records hold `term` (an analyzed term).
+    pub fn document_frequency(&self, term: &str) -> usize {
+        self.dictionary.get(term).map_or(0, |id| self.postings[*id as usize].len())
+    }
+
     pub fn contains(&self, slot: u32) -> bool {
         self.docs.get(slot as usize).is_some_and(Option::is_some)
     }
@@ -155,15 +160,28 @@ impl LexicalIndex {
         self.upsert_terms(slot, terms)
     }
 
+    /// Adds or replaces a record by its fields: key and aliases weighted above the content
+    /// (`super::record_terms`).
+    pub fn upsert_record(&mut self, slot: u32, record: &crate::record::Record) -> bool {
+        let (terms, length) = super::record_terms(&self.analyzer, record);
+        self.upsert_weighted(slot, terms, length)
+    }
+
     /// As `upsert`, with the text already analyzed (by an `Analyzer` with this index's options):
     /// analysis, the costly part of a write, can then run before the tenant's write lock is
     /// taken, or on several threads at startup.
-    pub fn upsert_terms(&mut self, slot: u32, mut terms: Vec<String>) -> bool {
+    pub fn upsert_terms(&mut self, slot: u32, terms: Vec<String>) -> bool {
+        let length = terms.len() as u32;
+        self.upsert_weighted(slot, terms, length)
+    }
+
+    /// As `upsert_terms`, with the record's length for BM25 given: terms repeated for a field's
+    /// weight count in the frequency, not in the length (`super::record_terms` makes both).
+    pub fn upsert_weighted(&mut self, slot: u32, mut terms: Vec<String>, length: u32) -> bool {
         if slot > MAX_SLOT {
             return false;
         }
         self.remove(slot);
-        let length = terms.len() as u32;
         terms.sort_unstable();
         let mut ids = Vec::new();
         let mut i = 0;
@@ -469,5 +487,53 @@ mod tests {
         assert!(hits.iter().all(|h| h.normalized < 1.0));
         // A second search on the same thread starts from zero.
         assert_eq!(index.search(&query("refund"), &all(&index), 10), hits);
+    }
+
+    /// A record's key and aliases are a field of their own: a query naming a record by one of
+    /// its names finds it by words, and ranks it above a record that only mentions the name in
+    /// its content as often (same length: the weight, not the length, decides); the whole key
+    /// finds its record too.
+    #[test]
+    fn aliases_and_key_are_matched_by_words_and_weigh_more_than_content() {
+        let fact = |id: &str, key: Option<&str>, aliases: &[&str], statement: &str| crate::record::Record {
+            tenant: "t".into(),
+            id: id.into(),
+            record_type: "fact".into(),
+            schema_version: "v1".into(),
+            scope: vec!["public".into()],
+            valid_from_ms: 0,
+            valid_until_ms: crate::record::OPEN_END_MS,
+            priority: 3,
+            key: key.map(str::to_owned),
+            aliases: aliases.iter().map(|a| (*a).to_owned()).collect(),
+            content: serde_json::json!({"statement": statement}),
+            metadata: serde_json::Map::new(),
+            revision: 1,
+            status: crate::record::Status::Active,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            last_accessed_at_ms: None,
+            access_count: 0,
+            change_seq: 0,
+            author: None,
+        };
+        let named = fact(
+            "named",
+            Some("plan:enterprise-2024"),
+            &["Falcon tier"],
+            "Includes phone support and a named contact.",
+        );
+        let mentioned =
+            fact("mentioned", None, &[], "Falcon tier includes phone support and a named contact.");
+        let other = fact("other", None, &[], "Orders ship within two working days.");
+        let mut index = LexicalIndex::default();
+        for (slot, record) in [&named, &mentioned, &other].into_iter().enumerate() {
+            assert!(index.upsert_record(slot as u32, record));
+        }
+        let hits = index.search(&query("what does the falcon tier include?"), &all(&index), 10);
+        assert_eq!(slots(&hits)[..2], [0, 1], "{hits:?}");
+        assert!(hits[0].score > hits[1].score * 1.1, "the name field outweighs the content: {hits:?}");
+        let by_key = index.search(&query("status of plan:enterprise-2024"), &all(&index), 10);
+        assert_eq!(slots(&by_key), [0], "{by_key:?}");
     }
 }

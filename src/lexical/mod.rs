@@ -13,8 +13,8 @@
 //! docs/hybrid-retrieval.md):
 //! 1. before taking the tenant's lock, with the query embedding: `LexicalQuery::new(analyzer,
 //!    text)` (~10 µs);
-//! 2. `TenantIndex::insert`/`remove` call `LexicalIndex::upsert(slot, &record_text(record))`
-//!    (or `upsert_terms` with terms analyzed in `IndexedRecord::new`, outside the lock) and
+//! 2. `TenantIndex::insert`/`remove` call `LexicalIndex::upsert_record(slot, record)` (or
+//!    `upsert_weighted` with `record_terms` made in `IndexedRecord::new`, outside the lock) and
 //!    `remove(slot)` with the slot they give the record, under the same write lock;
 //! 3. in the semantic layer, after scope and temporal: `lexical.search(&query, &current, k)`
 //!    with the temporal layer's `SlotSet` (so nothing the caller may not see, or that is not
@@ -48,4 +48,34 @@ pub fn analyzer() -> &'static Analyzer {
 /// The text a record is found by words through (`Record::words`).
 pub fn record_text(record: &Record) -> String {
     record.words()
+}
+
+/// How much a word of a record's `key` or `aliases` counts against a word of its content: the
+/// names a record is known by are what people ask with ("the Gold plan", "Li Wei's account"),
+/// so they are a field of their own, weighted as BM25F weights a title: each occurrence adds
+/// this much to the term's frequency before saturation, while the record's length counts it
+/// once (a record with many names is not made "longer", and so weaker, by their weight).
+pub const NAME_FIELD_WEIGHT: usize = 3;
+
+/// A record's terms for the lexical index — its key's and aliases' terms `NAME_FIELD_WEIGHT`
+/// times each, then its content's — and its length for BM25 (every term once).
+pub fn record_terms(analyzer: &Analyzer, record: &Record) -> (Vec<String>, u32) {
+    let mut names = String::new();
+    for name in record.key.iter().chain(&record.aliases) {
+        names.push_str(name);
+        names.push('\n');
+    }
+    let mut content = String::new();
+    crate::record::collect_text(&record.content, &mut content);
+    let name_terms = analyzer.terms(&names);
+    let mut terms = analyzer.terms(&content);
+    let length = (terms.len() + name_terms.len()) as u32;
+    terms.reserve(name_terms.len() * NAME_FIELD_WEIGHT);
+    for term in name_terms {
+        for _ in 1..NAME_FIELD_WEIGHT {
+            terms.push(term.clone());
+        }
+        terms.push(term);
+    }
+    (terms, length)
 }

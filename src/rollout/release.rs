@@ -1,12 +1,16 @@
 //! A release: a named version of the memory rules — the schema versions it reads, its template and
-//! contract (`templates/<name>/`), and its funnel settings. Built-in `v1` and `v2` are the defaults;
-//! `[releases.<name>]` in the config overrides or adds.
+//! contract (`templates/<name>/`), and its funnel settings. Built in: `v1` and `v2` (each reads its
+//! own schema version), and `v3`, the default: it reads the `v1` records, renders each as a
+//! compact line and stops where the scores fall off (`funnel::cut`), with a budget and a cap
+//! chosen from the measured curve (docs/benchmarks.md, "Retrieval"). `[releases.<name>]` in the
+//! config overrides or adds.
 
 use crate::config::Config;
 use crate::config::releases::{
     AgentWritesSetting, ObserveSetting, PlacementSetting, QueryConfig, ReleaseConfig, RetrievalSetting,
     ToolsSetting,
 };
+use crate::funnel::cut::Cut;
 use crate::funnel::semantic::DEFAULT_PROBES;
 use crate::funnel::{FunnelSettings, Retrieval};
 use crate::inject::{Placement, Templates};
@@ -125,6 +129,7 @@ pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<
             ReleaseConfig { schema_versions: Some(vec![builtin.into()]), ..ReleaseConfig::default() },
         );
     }
+    raw.insert("v3".into(), v3(config.embedding.model.language_centering));
     for (name, release) in &config.releases {
         let base = raw.remove(name).unwrap_or_default();
         raw.insert(name.clone(), base.overlaid_with(release.clone()));
@@ -156,6 +161,11 @@ pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<
                     max_items: r.max_items.unwrap_or(5),
                     max_stubs: r.max_stubs.unwrap_or(3),
                     probes: DEFAULT_PROBES,
+                    cut: Cut {
+                        relative: r.cut_relative.filter(|v| *v > 0.0),
+                        gap: r.cut_gap.filter(|v| *v > 0.0),
+                        drop: r.cut_drop.filter(|v| *v > 0.0),
+                    },
                     retrieval: match r.retrieval {
                         Some(RetrievalSetting::Dense) => Retrieval::Dense,
                         _ => match Retrieval::HYBRID {
@@ -185,6 +195,29 @@ pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<
     }
     Ok(releases)
 }
+
+/// The built-in `v3`: the records `v1` reads, in compact lines (its template), with the cut.
+/// Measured on LoCoMo's tuning conversations and the multilingual support set (docs/benchmarks.md,
+/// "Retrieval"): the budget holds a ~1,000-token block, the cap only bounds a pathological
+/// question, and the cut keeps a clear answer alone. The cut is calibrated on the default
+/// model's centered scores; raw cosines (`language_centering = false`) sit in a narrow band
+/// near 0.8 where that share means nothing, so there v3 has no cut until one is set.
+fn v3(centered: bool) -> ReleaseConfig {
+    ReleaseConfig {
+        schema_versions: Some(vec!["v1".into()]),
+        budget_tokens: Some(V3_BUDGET_TOKENS),
+        max_items: Some(V3_MAX_ITEMS),
+        cut_relative: centered.then_some(V3_CUT_RELATIVE),
+        ..ReleaseConfig::default()
+    }
+}
+
+/// `v3`'s record budget in tokens (the records' compact lines; the block adds its contract).
+pub const V3_BUDGET_TOKENS: usize = 900;
+/// `v3`'s item cap.
+pub const V3_MAX_ITEMS: usize = 40;
+/// `v3`'s relative cut: records scoring below this share of the best are left out.
+pub const V3_CUT_RELATIVE: f32 = 0.6;
 
 /// A release's tool settings: the checked values the config holds, the defaults for the rest.
 fn tool_settings(r: &ReleaseConfig) -> ToolSettings {

@@ -20,7 +20,11 @@ const ROTATED_ADMIN_TOKEN: &str = "rotated-admin-token-0123456789";
 fn gateway(mock: &Proc, db: &TestDb, admin: &str, viewer: Option<&str>, toml: Option<&str>) -> Proc {
     let dir = TempDir::new("console-sessions");
     let config = dir.path.join("memgate.toml");
-    std::fs::write(&config, format!("[memory]\nfunnel_timeout_ms = 5000\n{}", toml.unwrap_or(""))).unwrap();
+    std::fs::write(
+        &config,
+        format!("[memory]\nfunnel_timeout_ms = 5000\ndefault_release = \"v1\"\n{}", toml.unwrap_or("")),
+    )
+    .unwrap();
     let mut env = vec![("ANTHROPIC_API_KEY", UPSTREAM_KEY), ("MEMGATE_ADMIN_TOKEN", admin)];
     if let Some(viewer) = viewer {
         env.push(("MEMGATE_ADMIN_VIEWER_TOKEN", viewer));

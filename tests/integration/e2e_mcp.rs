@@ -240,8 +240,11 @@ async fn malformed_tool_input_gets_a_clear_tool_error() {
     let mock = Proc::mock(&[]);
     let dir = TempDir::new("mcp-limits");
     let config = dir.path.join("memgate.toml");
-    std::fs::write(&config, "[memory]\nfunnel_timeout_ms = 5000\n[limits]\nmax_body_bytes = 65536\n")
-        .unwrap();
+    std::fs::write(
+        &config,
+        "[memory]\nfunnel_timeout_ms = 5000\ndefault_release = \"v1\"\n[limits]\nmax_body_bytes = 65536\n",
+    )
+    .unwrap();
     let gateway = managed_gateway(&mock, &["--config", config.to_str().unwrap()]);
     let (key, _) =
         issue_key(&gateway, "acme", json!({"name": "coder", "permissions": ["memory_write_tools"]})).await;

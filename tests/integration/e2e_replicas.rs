@@ -94,7 +94,7 @@ fn slow_poll_config() -> TempDir {
     let dir = TempDir::new("fanout-config");
     let prefix = format!("memgate-test-{}", uuid::Uuid::new_v4().simple());
     let text = format!(
-        "[database]\npoll_interval_ms = 600000\n[memory]\nfunnel_timeout_ms = 5000\n[redis]\nkey_prefix = \"{prefix}\"\n\
+        "[database]\npoll_interval_ms = 600000\n[memory]\nfunnel_timeout_ms = 5000\ndefault_release = \"v1\"\n[redis]\nkey_prefix = \"{prefix}\"\n\
          shared_read_timeout_ms = 2000\n"
     );
     std::fs::write(dir.path.join("memgate.toml"), text).unwrap();

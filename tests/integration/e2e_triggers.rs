@@ -79,7 +79,7 @@ async fn hook(State(receiver): State<Receiver>, headers: HeaderMap, body: Bytes)
 fn triggers_config(url: &str) -> TempDir {
     let dir = TempDir::new("triggers-config");
     let text = format!(
-        "[memory]\nfunnel_timeout_ms = 5000\n\
+        "[memory]\nfunnel_timeout_ms = 5000\ndefault_release = \"v1\"\n\
          [triggers]\nbackoff_base_ms = 200\nbackoff_max_ms = 1000\npoll_interval_ms = 200\nlease_ms = 6500\n\
          [triggers.endpoints.ticketing]\nurl = \"{url}\"\nsecrets = [\"{SECRET}\"]\nallow_private = true\ntimeout_ms = 1000\n\
          [triggers.endpoints.ops_chat]\nurl = \"{url}\"\nsecrets = [\"{SECRET}\"]\nallow_private = true\ntimeout_ms = 1000\n"
@@ -204,7 +204,7 @@ async fn counter(gateway: &Proc, name: &str) -> f64 {
 fn config_with(url: &str, settings: &str, endpoint: &str) -> TempDir {
     let dir = TempDir::new("triggers-config");
     let text = format!(
-        "[memory]\nfunnel_timeout_ms = 5000\n\
+        "[memory]\nfunnel_timeout_ms = 5000\ndefault_release = \"v1\"\n\
          [triggers]\npoll_interval_ms = 200\nlease_ms = 6500\n{settings}\n\
          [triggers.endpoints.ticketing]\nurl = \"{url}\"\nsecrets = [\"{SECRET}\"]\nallow_private = true\n\
          timeout_ms = 1000\n{endpoint}\n"

@@ -109,7 +109,7 @@ impl Proc {
         // about memory flaky. Tests of the budget itself pass their own --config.
         let relaxed = db.dir().map(|dir| dir.join("relaxed.toml"));
         if let (false, Some(path)) = (extra.contains(&"--config"), &relaxed) {
-            std::fs::write(path, "[memory]\nfunnel_timeout_ms = 5000\n").unwrap();
+            std::fs::write(path, "[memory]\nfunnel_timeout_ms = 5000\ndefault_release = \"v1\"\n").unwrap();
             args.extend_from_slice(&["--config", path.to_str().unwrap()]);
         }
         args.extend_from_slice(extra);

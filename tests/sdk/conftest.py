@@ -219,7 +219,7 @@ def managed_memgate(name: str, mock_upstream: Service, workdir: Path, upstream_k
     directory = workdir / name
     directory.mkdir()
     config = directory / "memgate.toml"
-    config.write_text("[memory]\nfunnel_timeout_ms = 10000\n")
+    config.write_text("[memory]\nfunnel_timeout_ms = 10000\ndefault_release = \"v1\"\n")
     return start_service(
         name,
         ["serve", "--listen", "127.0.0.1:0", "--upstream-url", mock_upstream.url, "--auth-mode", "managed",

@@ -26,6 +26,7 @@ MODEL = "claude-mock-1"  # the model the mock lists; no SDK deprecation warning
 CONFIG = """
 [memory]
 funnel_timeout_ms = 10000
+default_release = "v1"
 
 [releases.v2]
 schema_versions = ["v1"]

@@ -177,7 +177,7 @@ pub fn fleet_config(extra: &str) -> (TempDir, String) {
     let path = dir.path.join("memgate.toml");
     std::fs::write(
         &path,
-        format!("[memory]\nfunnel_timeout_ms = 10000\n[redis]\nkey_prefix = \"{prefix}\"\n[shutdown]\ndrain_delay_ms = 1500\n{extra}"),
+        format!("[memory]\nfunnel_timeout_ms = 10000\ndefault_release = \"v1\"\n[redis]\nkey_prefix = \"{prefix}\"\n[shutdown]\ndrain_delay_ms = 1500\n{extra}"),
     )
     .unwrap();
     let path = path.to_str().unwrap().to_owned();

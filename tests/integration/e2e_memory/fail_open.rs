@@ -15,7 +15,7 @@ async fn degraded_count(gate: &Memgate, reason: &str) -> f64 {
 /// A record the query below would find (exactly, by its alias), in a gateway whose funnel has
 /// 1 ms: the query embedding alone takes longer.
 async fn gateway_with_a_1ms_budget(extra: &str) -> (Memgate, String) {
-    let gate = Memgate::start(&format!("[memory]\nfunnel_timeout_ms = 1\n{extra}"));
+    let gate = Memgate::start(&format!("[memory]\nfunnel_timeout_ms = 1\ndefault_release = \"v1\"\n{extra}"));
     gate.remember(
         TENANT,
         &json!({

@@ -15,7 +15,7 @@ async fn explain_shows_the_matched_words_and_each_rankings_part_for_every_surviv
         std::fs::copy(v1.join(file), dir.path.join("dense").join(file)).unwrap();
     }
     let toml = format!(
-        "[memory]\nfunnel_timeout_ms = 10000\ntemplates_dir = \"{}\"\n\n[releases.dense]\nschema_versions = [\"v1\"]\nretrieval = \"dense\"\n",
+        "[memory]\nfunnel_timeout_ms = 10000\ndefault_release = \"v1\"\ntemplates_dir = \"{}\"\n\n[releases.dense]\nschema_versions = [\"v1\"]\nretrieval = \"dense\"\n",
         dir.path.display()
     );
     let memgate = Memgate::start(&toml);

@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 const CONFIG: &str = r#"
 [memory]
 funnel_timeout_ms = 10000
+# These tests are about rollout mechanics between the releases v1 and v2.
+default_release = "v1"
 
 [admin]
 rate_limit_per_minute = 1000000

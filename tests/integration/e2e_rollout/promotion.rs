@@ -36,7 +36,11 @@ async fn promotions_and_rollbacks_by_the_admin_api_take_effect_at_once_and_are_r
     assert_eq!(status, 200, "{list}");
     let names: Vec<(&Value, &Value)> =
         list["data"].as_array().unwrap().iter().map(|r| (&r["name"], &r["active"])).collect();
-    assert_eq!(names, [(&json!("v1"), &json!(true)), (&json!("v2"), &json!(false))], "{list}");
+    assert_eq!(
+        names,
+        [(&json!("v1"), &json!(true)), (&json!("v2"), &json!(false)), (&json!("v3"), &json!(false))],
+        "{list}"
+    );
 
     rig.patch("v2", "alice", json!({"stage": "canary", "canary_percent": 5})).await;
     let reason = json!({"reason": "canary is healthy"});

@@ -26,7 +26,8 @@ use serde_json::Value;
 pub fn config_file(text: &str) -> (TempDir, String) {
     let dir = TempDir::new("security-config");
     let path = dir.path.join("memgate.toml");
-    std::fs::write(&path, format!("[memory]\nfunnel_timeout_ms = 10000\n{text}")).unwrap();
+    std::fs::write(&path, format!("[memory]\nfunnel_timeout_ms = 10000\ndefault_release = \"v1\"\n{text}"))
+        .unwrap();
     let path = path.to_str().unwrap().to_owned();
     (dir, path)
 }

@@ -35,7 +35,7 @@ fn fanout_config(poll_ms: u64) -> TempDir {
     let dir = TempDir::new("security-fanout");
     let prefix = format!("memgate-test-{}", uuid::Uuid::new_v4().simple());
     let text = format!(
-        "[database]\npoll_interval_ms = {poll_ms}\n[memory]\nfunnel_timeout_ms = 10000\n[redis]\nkey_prefix = \"{prefix}\"\n"
+        "[database]\npoll_interval_ms = {poll_ms}\n[memory]\nfunnel_timeout_ms = 10000\ndefault_release = \"v1\"\n[redis]\nkey_prefix = \"{prefix}\"\n"
     );
     std::fs::write(dir.path.join("memgate.toml"), text).unwrap();
     dir

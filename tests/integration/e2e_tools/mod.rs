@@ -46,7 +46,11 @@ impl Gate {
         let mock = Proc::mock(mock_args);
         let dir = TempDir::new("tools-config");
         let file = dir.path.join("memgate.toml");
-        std::fs::write(&file, format!("[memory]\nfunnel_timeout_ms = 10000\n{toml}")).unwrap();
+        std::fs::write(
+            &file,
+            format!("[memory]\nfunnel_timeout_ms = 10000\ndefault_release = \"v1\"\n{toml}"),
+        )
+        .unwrap();
         let gw = managed_gateway(&mock, &["--config", file.to_str().unwrap()]);
         Gate { mock, gw, http: client(), _config: dir }
     }
