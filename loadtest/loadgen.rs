@@ -636,7 +636,9 @@ async fn run(args: Args) -> Result<Report, BoxError> {
     let line_header = args
         .line_header
         .as_deref()
-        .map(|name| HeaderName::from_bytes(name.as_bytes()).map_err(|err| format!("--line-header {name:?}: {err}")))
+        .map(|name| {
+            HeaderName::from_bytes(name.as_bytes()).map_err(|err| format!("--line-header {name:?}: {err}"))
+        })
         .transpose()?;
     let plan = Arc::new(Plan {
         client,

@@ -270,8 +270,7 @@ async fn memory(command: MemoryCommand) -> Result<(), String> {
                 ..ListFilter::default()
             };
             let store = open_store(&config).await?;
-            let mut pages =
-                std::pin::pin!(memgate::memory::transfer::export_pages_with(
+            let mut pages = std::pin::pin!(memgate::memory::transfer::export_pages_with(
                 store,
                 target.tenant.clone(),
                 filter,

@@ -359,7 +359,9 @@ fn run_path(
             let mut reach = 0usize;
             for ann in index.ann.values() {
                 for slot in ann.probe(&quantized, settings.probes).flatten() {
-                    reach += usize::from(rows.is_some_and(|r| r.may_reach(*slot as usize, &quantized, settings.threshold)));
+                    reach += usize::from(
+                        rows.is_some_and(|r| r.may_reach(*slot as usize, &quantized, settings.threshold)),
+                    );
                 }
             }
             black_box(reach);
@@ -846,7 +848,9 @@ fn int8_against_f32(
         let mut f32_scores = Vec::new();
         let mut int8_scores = Vec::new();
         for slot in current.iter() {
-            let (Some(v), Some(s8)) = (by_slot.get(&slot), index.similarity(slot, &q.vector)) else { continue };
+            let (Some(v), Some(s8)) = (by_slot.get(&slot), index.similarity(slot, &q.vector)) else {
+                continue;
+            };
             let s32 = dot(v, &q.vector);
             let d = (s32 - s8).abs();
             max_diff = max_diff.max(d);

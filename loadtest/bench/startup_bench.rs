@@ -118,7 +118,9 @@ async fn fill(url: &str, args: &Args, model: &str, pool: &[Vec<f32>]) -> Result<
     use sqlx::Connection;
     let started = Instant::now();
     let mut conn = sqlx::PgConnection::connect(url).await?;
-    sqlx::query("CREATE TABLE bench_pool (k BIGINT PRIMARY KEY, vector TEXT NOT NULL)").execute(&mut conn).await?;
+    sqlx::query("CREATE TABLE bench_pool (k BIGINT PRIMARY KEY, vector TEXT NOT NULL)")
+        .execute(&mut conn)
+        .await?;
     for (chunk_no, chunk) in pool.chunks(500).enumerate() {
         let mut builder = sqlx::QueryBuilder::<sqlx::Postgres>::new("INSERT INTO bench_pool (k, vector) ");
         builder.push_values(chunk.iter().enumerate(), |mut row, (i, v)| {
@@ -199,7 +201,12 @@ async fn fill(url: &str, args: &Args, model: &str, pool: &[Vec<f32>]) -> Result<
     Ok(started.elapsed().as_secs_f64())
 }
 
-async fn bench(url: &str, args: &Args, embedder: &Embedder, schemas: &Arc<SchemaSet>) -> Result<Value, BoxError> {
+async fn bench(
+    url: &str,
+    args: &Args,
+    embedder: &Embedder,
+    schemas: &Arc<SchemaSet>,
+) -> Result<Value, BoxError> {
     let store = Store::connect(url).await?;
     store.migrate().await?;
     let pool = pool_vectors(args.pool, embedder.dimensions());
@@ -245,7 +252,12 @@ async fn bench(url: &str, args: &Args, embedder: &Embedder, schemas: &Arc<Schema
                 let mut v: Vec<f32> = own.map(|v| v.to_vec()).unwrap_or_else(|| pool[0].clone());
                 v.iter_mut().for_each(|x| *x += 0.02 * rng.gauss());
                 normalize(&mut v);
-                (caller, format!("Where is my order ORD-{}? It should come today.", 1_000_000 + i), v, Some(format!("cust-{i}")))
+                (
+                    caller,
+                    format!("Where is my order ORD-{}? It should come today.", 1_000_000 + i),
+                    v,
+                    Some(format!("cust-{i}")),
+                )
             } else {
                 let i = 1 + rng.below(args.public.max(1));
                 let mut v = pool[i % pool.len()].clone();
@@ -254,7 +266,13 @@ async fn bench(url: &str, args: &Args, embedder: &Embedder, schemas: &Arc<Schema
                 let caller = Caller::new(TENANT, ["team:t3".to_owned()]);
                 (caller, "How do refunds work for a parcel that never arrived?".to_owned(), v, None)
             };
-            let sq = SemanticQuery { text: &text, vector: Some(&vector), threshold: settings.threshold, probes: settings.probes, hybrid: None };
+            let sq = SemanticQuery {
+                text: &text,
+                vector: Some(&vector),
+                threshold: settings.threshold,
+                probes: settings.probes,
+                hybrid: None,
+            };
             let t = Instant::now();
             let out = funnel::run(&index, &caller, &sq, &settings, now, Detail::Off);
             let elapsed = t.elapsed();
@@ -264,7 +282,8 @@ async fn bench(url: &str, args: &Args, embedder: &Embedder, schemas: &Arc<Schema
                 scanned += out.trace.scanned;
                 if let Some(wanted) = wanted {
                     asked += 1;
-                    wanted_found += usize::from(out.packed.injected.iter().any(|c| c.item.record.id == wanted));
+                    wanted_found +=
+                        usize::from(out.packed.injected.iter().any(|c| c.item.record.id == wanted));
                 }
             }
         }
@@ -275,7 +294,11 @@ async fn bench(url: &str, args: &Args, embedder: &Embedder, schemas: &Arc<Schema
             "own_profile_injected": (asked > 0).then(|| wanted_found as f64 / asked as f64),
         }));
     }
-    let ivf: Vec<Value> = index.ann.iter().map(|(scope, ann)| json!({"scope": scope, "vectors": ann.len(), "lists": ann.list_lens().len()})).collect();
+    let ivf: Vec<Value> = index
+        .ann
+        .iter()
+        .map(|(scope, ann)| json!({"scope": scope, "vectors": ann.len(), "lists": ann.list_lens().len()}))
+        .collect();
     Ok(json!({
         "bench": "startup_bench",
         "records": records,

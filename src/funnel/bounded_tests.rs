@@ -12,8 +12,10 @@ use crate::index::TenantIndex;
 use crate::record::OPEN_END_MS;
 use crate::vector::testing::Rng;
 
-const WORDS: [&str; 12] =
-    ["refund", "invoice", "courier", "warranty", "battery", "sofa", "cushion", "delivery", "voucher", "label", "parcel", "return"];
+const WORDS: [&str; 12] = [
+    "refund", "invoice", "courier", "warranty", "battery", "sofa", "cushion", "delivery", "voucher", "label",
+    "parcel", "return",
+];
 
 /// A tenant of `n` public records near a few topics, with random priorities, token costs, ages and
 /// a few words each (for the lexical ranking).
@@ -36,7 +38,13 @@ fn tenant(rng: &mut Rng, vectors: &Vectors, n: usize) -> TenantIndex {
     index
 }
 
-fn settings(threshold: f32, budget_tokens: usize, max_items: usize, max_stubs: usize, retrieval: Retrieval) -> FunnelSettings {
+fn settings(
+    threshold: f32,
+    budget_tokens: usize,
+    max_items: usize,
+    max_stubs: usize,
+    retrieval: Retrieval,
+) -> FunnelSettings {
     FunnelSettings {
         schema_versions: vec!["v1".into()],
         threshold,
@@ -56,8 +64,15 @@ fn injected(out: &FunnelOutput) -> (Vec<String>, Vec<String>) {
 
 /// Runs the funnel bounded (as requests do) and unbounded (a detailed run scans without a bound),
 /// and the unbounded layer packed directly, over many queries; all three must inject the same.
-fn compare(index: &TenantIndex, rng: &mut Rng, vectors: &Vectors, stored: &[Vec<f32>], queries: usize) -> usize {
-    let lexical_texts = ["refund for the courier", "sofa cushion voucher delivery", "where is ord-500", "battery"];
+fn compare(
+    index: &TenantIndex,
+    rng: &mut Rng,
+    vectors: &Vectors,
+    stored: &[Vec<f32>],
+    queries: usize,
+) -> usize {
+    let lexical_texts =
+        ["refund for the courier", "sofa cushion voucher delivery", "where is ord-500", "battery"];
     let who = caller(&["public"]);
     let mut bounded_hits = 0;
     for q in 0..queries {
@@ -74,15 +89,23 @@ fn compare(index: &TenantIndex, rng: &mut Rng, vectors: &Vectors, stored: &[Vec<
                         }
                         Retrieval::Dense => None,
                     };
-                    let sq = SemanticQuery { text, vector: Some(&query), threshold, probes: usize::MAX, hybrid };
+                    let sq =
+                        SemanticQuery { text, vector: Some(&query), threshold, probes: usize::MAX, hybrid };
                     let s = settings(threshold, budget, items, stubs, retrieval);
                     let fast = super::run(index, &who, &sq, &s, NOW, Detail::Off);
                     let full = super::run(index, &who, &sq, &s, NOW, Detail::Full);
-                    let context = format!("query {q} threshold {threshold} budget {budget}/{items}/{stubs} {retrieval:?}");
+                    let context = format!(
+                        "query {q} threshold {threshold} budget {budget}/{items}/{stubs} {retrieval:?}"
+                    );
                     assert_eq!(injected(&fast), injected(&full), "{context}");
                     let current = fast.current.clone();
                     let all = semantic::matching(index, &current, &sq, false, &mut Trace::default());
-                    let budget = super::density::Budget { tokens: budget, max_items: items, max_stubs: stubs, cut: super::cut::Cut::OFF };
+                    let budget = super::density::Budget {
+                        tokens: budget,
+                        max_items: items,
+                        max_stubs: stubs,
+                        cut: super::cut::Cut::OFF,
+                    };
                     let packed = super::density::pack(index, all, &budget, false, &mut Trace::default());
                     let ids = |c: &[super::density::Chosen]| -> Vec<String> {
                         c.iter().map(|c| c.item.record.id.clone()).collect()
@@ -100,7 +123,11 @@ fn compare(index: &TenantIndex, rng: &mut Rng, vectors: &Vectors, stored: &[Vec<
                     let exact = bounded.hits.iter().filter(|h| h.exact).count();
                     let words = if hybrid.is_some() { 100 } else { 0 };
                     assert!(
-                        bounded.hits.len() <= exact + words + TopK::for_cap(items, stubs).best + TopK::for_cap(items, stubs).high_priority,
+                        bounded.hits.len()
+                            <= exact
+                                + words
+                                + TopK::for_cap(items, stubs).best
+                                + TopK::for_cap(items, stubs).high_priority,
                         "{context}: {} hits kept",
                         bounded.hits.len()
                     );

@@ -30,9 +30,9 @@ pub mod temporal;
 pub mod trace;
 
 #[cfg(test)]
-pub(crate) mod tests;
-#[cfg(test)]
 mod bounded_tests;
+#[cfg(test)]
+pub(crate) mod tests;
 
 use crate::identity::Caller;
 use crate::index::TenantIndex;
@@ -107,7 +107,8 @@ pub fn run(
     // A bounded scan keeps the best few similarity hits; a detailed trace names every removal
     // with its score, so it scans without a bound.
     let top = if detailed { TopK::ALL } else { TopK::for_cap(settings.max_items, settings.max_stubs) };
-    let matched = semantic::matching_within(index, &current, Some(&caller.scopes), query, top, detailed, &mut trace);
+    let matched =
+        semantic::matching_within(index, &current, Some(&caller.scopes), query, top, detailed, &mut trace);
     let (hits, floor, floor_high) = (matched.hits, matched.floor, matched.floor_high);
     if detailed {
         // What each layer let through, for `explain` and traces: the survivors' ids in the
@@ -147,7 +148,15 @@ pub fn run(
         // Rare: the kept hits did not fill the block with records that beat what was left out
         // (large records skipped for the budget, ties at the floor). Pack every hit instead.
         let mut again = Trace::default();
-        let all = semantic::matching_within(index, &current, Some(&caller.scopes), query, TopK::ALL, false, &mut again);
+        let all = semantic::matching_within(
+            index,
+            &current,
+            Some(&caller.scopes),
+            query,
+            TopK::ALL,
+            false,
+            &mut again,
+        );
         trace.scanned += again.scanned;
         let mut repacked = Trace::default();
         packed = density::pack(index, all.hits, &budget, false, &mut repacked);
@@ -193,9 +202,15 @@ pub fn run(
 /// when the block holds `max_items` records that all beat the floor, no left-out hit could have
 /// been injected; and when the stubs are all there and beat the high-priority floor (or no
 /// high-priority hit was left out), no left-out hit could have been a stub.
-fn packed_as_unbounded(packed: &Packed, budget: &Budget, floor: Option<f32>, floor_high: Option<f32>) -> bool {
+fn packed_as_unbounded(
+    packed: &Packed,
+    budget: &Budget,
+    floor: Option<f32>,
+    floor_high: Option<f32>,
+) -> bool {
     let beats = |chosen: &[density::Chosen], floor: f32| chosen.iter().all(|c| c.score > floor);
-    let injected = floor.is_none_or(|f| packed.injected.len() >= budget.max_items && beats(&packed.injected, f));
+    let injected =
+        floor.is_none_or(|f| packed.injected.len() >= budget.max_items && beats(&packed.injected, f));
     let stubs = floor.is_none()
         || floor_high.is_none_or(|f| packed.stubs.len() >= budget.max_stubs && beats(&packed.stubs, f));
     injected && stubs

@@ -27,10 +27,10 @@ pub mod terms;
 
 use crate::lexical::LexicalIndex;
 use crate::record::{Record, Status};
-use crate::vector::ivf::Ivf;
-use crate::vector::quant::Rows;
 use crate::slots::SlotSet;
 use crate::vector::dot;
+use crate::vector::ivf::Ivf;
+use crate::vector::quant::Rows;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -702,9 +702,14 @@ pub fn index_records(records: Vec<StoredRecord>, threads: usize) -> Vec<IndexedR
         let handles: Vec<_> = parts
             .into_iter()
             .map(|part| {
-                scope.spawn(move || part.into_iter().map(|(r, v)| IndexedRecord::new(r, v)).collect::<Vec<_>>())
+                scope.spawn(move || {
+                    part.into_iter().map(|(r, v)| IndexedRecord::new(r, v)).collect::<Vec<_>>()
+                })
             })
             .collect();
-        handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            .collect()
     })
 }

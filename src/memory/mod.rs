@@ -272,19 +272,31 @@ impl MemoryService {
                 loader
             });
             let next = async {
-                if full { self.store.records_page(&model, (&after.0, &after.1), LOAD_PAGE).await } else { Ok(Vec::new()) }
+                if full {
+                    self.store.records_page(&model, (&after.0, &after.1), LOAD_PAGE).await
+                } else {
+                    Ok(Vec::new())
+                }
             };
             let (indexed, next) = tokio::join!(indexing, next);
             loader = indexed.map_err(|err| StoreError::Corrupt(format!("indexing records: {err}")))?;
             page = next?;
-            tracing::info!(read, elapsed_ms = started.elapsed().as_millis() as u64, "loading the memory index");
+            tracing::info!(
+                read,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "loading the memory index"
+            );
         }
         let count = loader.len();
         let index = self.index.clone();
         tokio::task::spawn_blocking(move || index.finish_load(loader))
             .await
             .map_err(|err| StoreError::Corrupt(format!("building the approximate indexes: {err}")))?;
-        tracing::info!(records = count, elapsed_ms = started.elapsed().as_millis() as u64, "memory index built");
+        tracing::info!(
+            records = count,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "memory index built"
+        );
         self.synced_until.store(cursor, Ordering::SeqCst);
         self.synced_at_ms.store(now_ms(), Ordering::SeqCst);
         self.spawn_backfill();

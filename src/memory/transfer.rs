@@ -19,11 +19,11 @@ use crate::store::Store;
 use crate::store::imports::NewImport;
 use crate::store::memories::{ImportMatch, ListFilter};
 use base64::Engine as _;
-use std::sync::Arc;
 use futures_util::{Stream, TryStreamExt};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Records an export reads from the store at a time.
 const EXPORT_PAGE: u32 = 500;
@@ -128,7 +128,12 @@ impl ReportLines {
         self.lines.push(ImportLine { line, outcome });
     }
 
-    fn report(self, dry_run: bool, import_id: Option<String>, embeddings: Option<EmbeddingCounts>) -> ImportReport {
+    fn report(
+        self,
+        dry_run: bool,
+        import_id: Option<String>,
+        embeddings: Option<EmbeddingCounts>,
+    ) -> ImportReport {
         ImportReport {
             dry_run,
             applied: import_id.is_some(),
@@ -458,32 +463,44 @@ fn take_embedding(value: &mut Value, running: &RunningModel<'_>) -> Result<Carri
         return Ok(Carried::None);
     };
     let bad = |path: &str, kind: &str, message: String| Problem::new(path, kind, message);
-    let (Some(model), Some(vector)) = (
-        embedding.get("model").and_then(Value::as_str),
-        embedding.get("vector").and_then(Value::as_str),
-    ) else {
+    let (Some(model), Some(vector)) =
+        (embedding.get("model").and_then(Value::as_str), embedding.get("vector").and_then(Value::as_str))
+    else {
         return Err(bad(
             "$.embedding",
             "invalid_embedding",
-            "embedding must be {\"model\": \"<model id>\", \"vector\": \"<base64 of little-endian f32>\"}".into(),
+            "embedding must be {\"model\": \"<model id>\", \"vector\": \"<base64 of little-endian f32>\"}"
+                .into(),
         ));
     };
     if embedding.as_object().is_some_and(|map| map.len() != 2) {
-        return Err(bad("$.embedding", "invalid_embedding", "embedding holds only `model` and `vector`".into()));
+        return Err(bad(
+            "$.embedding",
+            "invalid_embedding",
+            "embedding holds only `model` and `vector`".into(),
+        ));
     }
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(vector)
-        .map_err(|err| bad("$.embedding.vector", "invalid_base64", format!("the vector is not standard base64: {err}")))?;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(vector).map_err(|err| {
+        bad("$.embedding.vector", "invalid_base64", format!("the vector is not standard base64: {err}"))
+    })?;
     if bytes.is_empty() || bytes.len() % 4 != 0 {
         return Err(bad(
             "$.embedding.vector",
             "invalid_length",
-            format!("the vector is {} bytes; little-endian f32 take a multiple of 4, at least one", bytes.len()),
+            format!(
+                "the vector is {} bytes; little-endian f32 take a multiple of 4, at least one",
+                bytes.len()
+            ),
         ));
     }
-    let floats: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    let floats: Vec<f32> =
+        bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
     if let Some(at) = floats.iter().position(|x| !x.is_finite()) {
-        return Err(bad("$.embedding.vector", "not_finite", format!("component {at} is not a finite number")));
+        return Err(bad(
+            "$.embedding.vector",
+            "not_finite",
+            format!("component {at} is not a finite number"),
+        ));
     }
     if model != running.id || floats.len() != running.dimensions {
         return Ok(Carried::Other);

@@ -52,7 +52,9 @@ impl Store {
                     .map(|r| format!("(${}, ${}, ${}, ${})", 4 * r + 1, 4 * r + 2, 4 * r + 3, 4 * r + 4))
                     .collect::<Vec<_>>()
                     .join(", ");
-                let sql = format!("INSERT INTO memory_embeddings (tenant, memory_id, model_id, vector) VALUES {values}");
+                let sql = format!(
+                    "INSERT INTO memory_embeddings (tenant, memory_id, model_id, vector) VALUES {values}"
+                );
                 let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
                 for (id, vector) in part {
                     query = query.bind(*tenant).bind(*id).bind(model_id).bind(encode(vector));

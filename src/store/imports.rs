@@ -63,7 +63,8 @@ impl Store {
             let ids: Vec<&str> = chunk.iter().filter_map(|e| e.id.as_deref()).collect();
             let mut taken = HashSet::new();
             if !ids.is_empty() {
-                let sql = format!("SELECT id FROM memories WHERE tenant = $1 AND id IN ({})", list(ids.len(), 2));
+                let sql =
+                    format!("SELECT id FROM memories WHERE tenant = $1 AND id IN ({})", list(ids.len(), 2));
                 let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(tenant);
                 for id in &ids {
                     query = query.bind(*id);
@@ -103,7 +104,8 @@ impl Store {
                     query = query.bind(*key);
                 }
                 for row in query.fetch_all(&mut *conn).await? {
-                    topics.insert((row.try_get("topic_key")?, row.try_get("scope_json")?), row.try_get("id")?);
+                    topics
+                        .insert((row.try_get("topic_key")?, row.try_get("scope_json")?), row.try_get("id")?);
                 }
             }
 
@@ -187,8 +189,13 @@ impl Store {
     }
 }
 
-async fn refuse_taken_ids(tx: &mut Transaction<'_, Any>, tenant: &str, rows: &[Record]) -> Result<(), StoreError> {
-    let sql = format!("SELECT id FROM memories WHERE tenant = $1 AND id IN ({}) ORDER BY id", list(rows.len(), 2));
+async fn refuse_taken_ids(
+    tx: &mut Transaction<'_, Any>,
+    tenant: &str,
+    rows: &[Record],
+) -> Result<(), StoreError> {
+    let sql =
+        format!("SELECT id FROM memories WHERE tenant = $1 AND id IN ({}) ORDER BY id", list(rows.len(), 2));
     let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(tenant);
     for record in rows {
         query = query.bind(&record.id);
@@ -199,7 +206,11 @@ async fn refuse_taken_ids(tx: &mut Transaction<'_, Any>, tenant: &str, rows: &[R
     }
 }
 
-async fn insert_records(tx: &mut Transaction<'_, Any>, rows: &[Record], import_id: &str) -> Result<(), StoreError> {
+async fn insert_records(
+    tx: &mut Transaction<'_, Any>,
+    rows: &[Record],
+    import_id: &str,
+) -> Result<(), StoreError> {
     let sql = format!(
         "INSERT INTO memories (tenant, id, record_type, schema_version, scope_json, valid_from, valid_until, \
          priority, topic_key, aliases_json, content_json, metadata_json, content_hash, revision, status, \
@@ -221,9 +232,13 @@ async fn insert_records(tx: &mut Transaction<'_, Any>, rows: &[Record], import_i
     }
     query.execute(&mut **tx).await.map_err(super::topic_conflict)?;
 
-    let scopes: Vec<(&Record, &String)> = rows.iter().flat_map(|r| r.scope.iter().map(move |s| (r, s))).collect();
+    let scopes: Vec<(&Record, &String)> =
+        rows.iter().flat_map(|r| r.scope.iter().map(move |s| (r, s))).collect();
     for part in scopes.chunks(ROWS) {
-        let sql = format!("INSERT INTO memory_scopes (tenant, memory_id, scope) VALUES {}", values(part.len(), 3, 1));
+        let sql = format!(
+            "INSERT INTO memory_scopes (tenant, memory_id, scope) VALUES {}",
+            values(part.len(), 3, 1)
+        );
         let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
         for (record, scope) in part {
             query = query.bind(&record.tenant).bind(&record.id).bind(*scope);

@@ -194,7 +194,8 @@ impl Rows {
                 sums[lane] += f32::from(c[lane]) * q[lane];
             }
         }
-        let tail: f32 = c_chunks.remainder().iter().zip(q_chunks.remainder()).map(|(c, q)| f32::from(*c) * q).sum();
+        let tail: f32 =
+            c_chunks.remainder().iter().zip(q_chunks.remainder()).map(|(c, q)| f32::from(*c) * q).sum();
         self.rows[i].scale * (sums.iter().sum::<f32>() + tail)
     }
 

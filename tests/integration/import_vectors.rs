@@ -51,7 +51,8 @@ on_both_stores!(
 
 async fn export_lines(memories: &MemoryService, tenant: &str) -> Vec<Value> {
     let pages = memories.export_pages_with(tenant, &ListFilter::default(), true);
-    let text: String = pages.try_fold(String::new(), |all, page| async move { Ok(all + &page) }).await.unwrap();
+    let text: String =
+        pages.try_fold(String::new(), |all, page| async move { Ok(all + &page) }).await.unwrap();
     text.lines().map(|line| serde_json::from_str(line).unwrap()).collect()
 }
 
@@ -136,7 +137,8 @@ async fn another_models_or_dimensions_vectors_are_embedded_again_from_the_text(d
     let model = exported[0]["embedding"]["model"].as_str().unwrap().to_owned();
     let mut lines = exported.clone();
     // kb-1: kb-2's vector, said to be another model's. kb-2: the running model's id, 8 dimensions.
-    lines[0]["embedding"] = json!({"model": "some-other-model", "vector": exported[1]["embedding"]["vector"]});
+    lines[0]["embedding"] =
+        json!({"model": "some-other-model", "vector": exported[1]["embedding"]["vector"]});
     let small: Vec<u8> = (0..8).flat_map(|i| if i == 0 { 1f32 } else { 0f32 }.to_le_bytes()).collect();
     lines[1]["embedding"] = json!({"model": model, "vector": STANDARD.encode(small)});
     let target_db = fresh_like(&db).await;
@@ -155,7 +157,10 @@ async fn another_models_or_dimensions_vectors_are_embedded_again_from_the_text(d
     // last bits a batched model run rounds differently), never the supplied vector.
     for id in ["kb-1", "kb-2"] {
         let stored = vector(&by_id(&after, id)["embedding"]);
-        assert!(cosine(&stored, &vector(&by_id(&exported, id)["embedding"])) > 0.9999, "{id} is not its text's embedding");
+        assert!(
+            cosine(&stored, &vector(&by_id(&exported, id)["embedding"])) > 0.9999,
+            "{id} is not its text's embedding"
+        );
     }
     let kb1 = vector(&by_id(&after, "kb-1")["embedding"]);
     assert!(cosine(&kb1, &vector(&exported[1]["embedding"])) < 0.99, "kb-1 kept the supplied vector");
@@ -180,7 +185,8 @@ async fn a_malformed_vector_is_refused_by_line_and_nothing_is_imported(db: TestD
     let (_source, exported) = embedded_source(&db).await;
     let model = exported[0]["embedding"]["model"].as_str().unwrap().to_owned();
     let unit = |len: usize, scale: f32| -> String {
-        let bytes: Vec<u8> = (0..len).flat_map(|i| if i == 0 { scale } else { 0.0f32 }.to_le_bytes()).collect();
+        let bytes: Vec<u8> =
+            (0..len).flat_map(|i| if i == 0 { scale } else { 0.0f32 }.to_le_bytes()).collect();
         STANDARD.encode(bytes)
     };
     let nan: Vec<u8> = (0..384).flat_map(|i| if i == 7 { f32::NAN } else { 0.05f32 }.to_le_bytes()).collect();
