@@ -11,7 +11,7 @@
 //! twice. Claiming is one statement, with `FOR UPDATE SKIP LOCKED` on PostgreSQL, as the trigger
 //! outbox's (`outbox`).
 
-use super::{Backend, Store, StoreError};
+use super::{Store, StoreError};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 use std::collections::BTreeMap;
@@ -82,23 +82,6 @@ pub struct Usage {
     pub output_tokens: i64,
 }
 
-const CLAIM_SQLITE: &str = "UPDATE observer_exchanges \
-    SET locked_until = $1, lease_owner = $2, attempts = attempts + 1, updated_at = $3 \
-    WHERE id IN (SELECT id FROM observer_exchanges \
-        WHERE state IN ('pending', 'retrying') AND next_at <= $3 \
-          AND (locked_until IS NULL OR locked_until <= $3) \
-        ORDER BY next_at, id LIMIT $4) \
-    RETURNING ";
-
-const CLAIM_POSTGRES: &str = "UPDATE observer_exchanges \
-    SET locked_until = $1, lease_owner = $2, attempts = attempts + 1, updated_at = $3 \
-    WHERE id IN (SELECT id FROM observer_exchanges \
-        WHERE state IN ('pending', 'retrying') AND next_at <= $3 \
-          AND (locked_until IS NULL OR locked_until <= $3) \
-        ORDER BY next_at, id LIMIT $4 \
-        FOR UPDATE SKIP LOCKED) \
-    RETURNING ";
-
 impl Store {
     /// Queues an exchange unless one with its id is there already; true when it was new.
     pub async fn observer_insert(&self, exchange: &NewExchange, now_ms: i64) -> Result<bool, StoreError> {
@@ -145,15 +128,15 @@ impl Store {
         lease_ms: i64,
         limit: u32,
     ) -> Result<Vec<Exchange>, StoreError> {
-        let head = match self.backend() {
-            Backend::Sqlite => CLAIM_SQLITE,
-            Backend::Postgres => CLAIM_POSTGRES,
-        };
-        let query = sqlx::query(sqlx::AssertSqlSafe(format!("{head}{COLUMNS}")))
-            .bind(now_ms + lease_ms)
-            .bind(owner)
-            .bind(now_ms)
-            .bind(i64::from(limit.clamp(1, 1000)));
+        let query = sqlx::query(sqlx::AssertSqlSafe(super::outbox::claim_sql(
+            self.backend(),
+            "observer_exchanges",
+            COLUMNS,
+        )))
+        .bind(now_ms + lease_ms)
+        .bind(owner)
+        .bind(now_ms)
+        .bind(i64::from(limit.clamp(1, 1000)));
         let mut tx = self.relaxed().await?;
         let rows = query.fetch_all(&mut *tx).await?;
         tx.commit().await?;

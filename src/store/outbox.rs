@@ -162,22 +162,25 @@ pub enum Replay {
     AlreadyQueued(OutboxAction),
 }
 
-const CLAIM_SQLITE: &str = "UPDATE trigger_outbox \
-    SET locked_until = $1, lease_owner = $2, attempts = attempts + 1, updated_at = $3 \
-    WHERE id IN (SELECT id FROM trigger_outbox \
-        WHERE state IN ('pending', 'retrying') AND next_at <= $3 \
-          AND (locked_until IS NULL OR locked_until <= $3) \
-        ORDER BY next_at, id LIMIT $4) \
-    RETURNING ";
-
-const CLAIM_POSTGRES: &str = "UPDATE trigger_outbox \
-    SET locked_until = $1, lease_owner = $2, attempts = attempts + 1, updated_at = $3 \
-    WHERE id IN (SELECT id FROM trigger_outbox \
-        WHERE state IN ('pending', 'retrying') AND next_at <= $3 \
-          AND (locked_until IS NULL OR locked_until <= $3) \
-        ORDER BY next_at, id LIMIT $4 \
-        FOR UPDATE SKIP LOCKED) \
-    RETURNING ";
+/// The claim of a leased queue (the trigger outbox, the observer's exchanges: the same
+/// state, next_at, locked_until, lease_owner and attempts columns): due, unleased rows in order,
+/// up to `$4`, leased to `$2` until `$1` at time `$3`, returning `columns`. PostgreSQL skips rows
+/// another claimer holds, so concurrent claimers get disjoint rows.
+pub(super) fn claim_sql(backend: Backend, table: &str, columns: &str) -> String {
+    let skip_locked = match backend {
+        Backend::Sqlite => "",
+        Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+    };
+    format!(
+        "UPDATE {table} \
+         SET locked_until = $1, lease_owner = $2, attempts = attempts + 1, updated_at = $3 \
+         WHERE id IN (SELECT id FROM {table} \
+             WHERE state IN ('pending', 'retrying') AND next_at <= $3 \
+               AND (locked_until IS NULL OR locked_until <= $3) \
+             ORDER BY next_at, id LIMIT $4{skip_locked}) \
+         RETURNING {columns}"
+    )
+}
 
 impl Store {
     /// A transaction for a write whose loss in a database crash costs only a repeat: a claim (the
@@ -230,12 +233,7 @@ impl Store {
         lease_ms: i64,
         limit: u32,
     ) -> Result<Vec<OutboxAction>, StoreError> {
-        let head = match self.backend() {
-            Backend::Sqlite => CLAIM_SQLITE,
-            Backend::Postgres => CLAIM_POSTGRES,
-        };
-        let sql = format!("{head}{COLUMNS}");
-        let query = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let query = sqlx::query(sqlx::AssertSqlSafe(claim_sql(self.backend(), "trigger_outbox", COLUMNS)))
             .bind(now_ms + lease_ms)
             .bind(owner)
             .bind(now_ms)
