@@ -4,6 +4,7 @@
 //! that touches the store runs on SQLite and on the real PostgreSQL.
 
 use crate::support::TestDb;
+use crate::support::on_both_stores;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::request::Parts;
@@ -30,17 +31,6 @@ pub(crate) const ADMIN: &str = "admin-token-for-the-console-tests";
 pub(crate) const VIEWER: &str = "viewer-token-for-the-console-tests";
 const HOST: &str = "memgate.test:8080";
 const ORIGIN: &str = "http://memgate.test:8080";
-
-macro_rules! on_both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[tokio::test] async fn $name() { super::$name(crate::support::TestDb::sqlite()).await })*
-        }
-        mod postgres {
-            $(#[tokio::test] async fn $name() { super::$name(crate::support::TestDb::postgres().await).await })*
-        }
-    };
-}
 
 on_both_stores!(
     login_sets_the_cookie_and_the_store_keeps_only_its_hash,

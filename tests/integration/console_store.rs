@@ -6,6 +6,7 @@ use crate::console::{
     ADMIN, VIEWER, assert_code, console_request, count, host_with_tokens, login, raw, router, send, store,
 };
 use crate::support::TestDb;
+use crate::support::on_both_stores;
 use memgate::console::data_health::{data_health, data_health_from_store};
 use memgate::console::session::{self, SessionPolicy};
 use memgate::console::{AdminTokens, ConsoleAuth, Role};
@@ -17,17 +18,6 @@ use serde_json::{Value, json};
 
 const ROTATED: &str = "rotated-admin-token-for-the-console-tests";
 const KEY: &[u8] = b"the deployment's session key";
-
-macro_rules! on_both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[tokio::test] async fn $name() { super::$name(crate::support::TestDb::sqlite()).await })*
-        }
-        mod postgres {
-            $(#[tokio::test] async fn $name() { super::$name(crate::support::TestDb::postgres().await).await })*
-        }
-    };
-}
 
 on_both_stores!(
     a_replica_with_another_token_refuses_and_deletes_the_session,

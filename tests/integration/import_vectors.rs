@@ -4,6 +4,7 @@
 //! line whose vector is malformed. On SQLite and on PostgreSQL.
 
 use crate::support::TestDb;
+use crate::support::on_both_stores;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use futures_util::TryStreamExt;
@@ -30,17 +31,6 @@ async fn service(db: &TestDb) -> MemoryService {
 /// A fresh, empty database of the same kind as `db`.
 async fn fresh_like(db: &TestDb) -> TestDb {
     if db.dir().is_some() { TestDb::sqlite() } else { TestDb::postgres().await }
-}
-
-macro_rules! on_both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[tokio::test] async fn $name() { super::$name(crate::support::TestDb::sqlite()).await })*
-        }
-        mod postgres {
-            $(#[tokio::test] async fn $name() { super::$name(crate::support::TestDb::postgres().await).await })*
-        }
-    };
 }
 
 on_both_stores!(

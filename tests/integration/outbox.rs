@@ -3,23 +3,12 @@
 //! schedules are tested without waiting.
 
 use crate::support::TestDb;
+use crate::support::on_both_stores;
 use memgate::store::outbox::{MAX_EXCERPT_BYTES, NewOutboxAction, OutboxFilter, OutboxState, Replay};
 use memgate::store::trigger_limits::{NewCooldown, NewFiring, Outcome, Pace, Written};
 use memgate::store::{Store, StoreError};
 use serde_json::json;
 use std::collections::BTreeSet;
-
-/// Runs each listed body on SQLite and on PostgreSQL.
-macro_rules! on_both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[tokio::test] async fn $name() { super::$name(crate::support::TestDb::sqlite()).await })*
-        }
-        mod postgres {
-            $(#[tokio::test] async fn $name() { super::$name(crate::support::TestDb::postgres().await).await })*
-        }
-    };
-}
 
 on_both_stores!(
     a_decision_is_inserted_once,

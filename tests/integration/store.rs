@@ -2,6 +2,7 @@
 //! PostgreSQL (each test on a fresh database of its own).
 
 use crate::support::TestDb;
+use crate::support::on_both_stores;
 use memgate::memory::checks::schemas::SchemaSet;
 use memgate::memory::{MemoryError, MemoryService};
 use memgate::record::Status;
@@ -31,18 +32,6 @@ fn created(outcome: Created) -> memgate::record::Record {
         Created::New(r) => r,
         other => panic!("expected a new record, got {other:?}"),
     }
-}
-
-/// Runs each listed body on SQLite and on PostgreSQL.
-macro_rules! on_both_stores {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[tokio::test] async fn $name() { super::$name(crate::support::TestDb::sqlite()).await })*
-        }
-        mod postgres {
-            $(#[tokio::test] async fn $name() { super::$name(crate::support::TestDb::postgres().await).await })*
-        }
-    };
 }
 
 on_both_stores!(

@@ -287,3 +287,17 @@ pub fn embedder() -> memgate::embed::Embedder {
     let config = memgate::embed::EmbedConfig::default_for(std::path::Path::new(".assets"));
     memgate::embed::Embedder::load(&config).expect("the embedding model; run scripts/fetch-assets")
 }
+
+/// Runs each listed body on SQLite and on PostgreSQL: `on_both_stores!(a_test, another)` over
+/// `async fn a_test(db: TestDb)`, one `sqlite::a_test` and one `postgres::a_test` each.
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test] async fn $name() { super::$name(crate::support::TestDb::sqlite()).await })*
+        }
+        mod postgres {
+            $(#[tokio::test] async fn $name() { super::$name(crate::support::TestDb::postgres().await).await })*
+        }
+    };
+}
+pub(crate) use on_both_stores;
