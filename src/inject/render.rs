@@ -281,37 +281,27 @@ impl Templates {
 /// `is_lookalike_angle`). U+0085, U+2028 and U+2029 are escaped too, so no reader that splits
 /// lines on them can cut a record in two.
 pub fn record_line(item: &RenderItem) -> String {
-    let mut out = String::with_capacity(96);
-    out.push_str("{\"id\":");
-    push_string(&mut out, &item.id);
-    out.push_str(",\"type\":");
-    push_string(&mut out, &item.record_type);
-    let _ = write!(out, ",\"priority\":{}", item.priority);
-    out.push_str(",\"updated_at\":");
-    push_string(&mut out, &item.updated_at);
-    match &item.stub {
-        Some(summary) => {
-            out.push_str(",\"stub\":");
-            push_string(&mut out, summary);
-        }
-        None => {
-            out.push_str(",\"content\":");
-            push_value(&mut out, &item.content);
-        }
-    }
-    out.push('}');
-    out
+    line(item, true)
 }
 
 /// One record as a compact line: [`record_line`] without `priority` and `updated_at` (~21 of a
 /// short record's ~72 tokens), the same escapes. The funnel's budget counts a record as this line
 /// (`IndexedRecord::tokens`), so a release that renders it injects what it budgets.
 pub fn compact_line(item: &RenderItem) -> String {
-    let mut out = String::with_capacity(80);
+    line(item, false)
+}
+
+fn line(item: &RenderItem, with_meta: bool) -> String {
+    let mut out = String::with_capacity(96);
     out.push_str("{\"id\":");
     push_string(&mut out, &item.id);
     out.push_str(",\"type\":");
     push_string(&mut out, &item.record_type);
+    if with_meta {
+        let _ = write!(out, ",\"priority\":{}", item.priority);
+        out.push_str(",\"updated_at\":");
+        push_string(&mut out, &item.updated_at);
+    }
     match &item.stub {
         Some(summary) => {
             out.push_str(",\"stub\":");
