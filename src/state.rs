@@ -155,6 +155,7 @@ impl AppState {
             embedder,
             config.embedding.dedupe_threshold,
         )
+        .with_body_cache(config.memory.body_cache_bytes)
         .with_fanout(fanout.clone())
         .with_dormancy(config.records.dormancy.clone())
         .map_err(|message| StartupError::ConfigInvalid { key: "records.dormancy".into(), message })?;

@@ -41,7 +41,7 @@ use memgate::funnel::semantic::{DEFAULT_PROBES, EXACT_SCAN_MAX, SemanticQuery};
 use memgate::funnel::trace::Detail;
 use memgate::funnel::{self, FunnelSettings};
 use memgate::identity::Caller;
-use memgate::index::{IndexedRecord, MemoryIndex, TenantIndex};
+use memgate::index::{Bodies, IndexedRecord, MemoryIndex, TenantIndex};
 use memgate::inject::{RenderItem, Templates};
 use memgate::memory::passage_text;
 use memgate::record::{OPEN_END_MS, Record, Status};
@@ -216,7 +216,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         }
         items.push(IndexedRecord::new(record, Some(vector)));
     }
-    let index = MemoryIndex::default();
+    let index = MemoryIndex::with_body_cache(u64::MAX);
     index.load(items);
 
     // Embed the questions (concurrently, so the embedder batches them as under load).
@@ -280,9 +280,9 @@ async fn run(args: Args) -> Result<(), BoxError> {
         }
         let caller = caller(&q.tenant);
         let ranked = |s: &FunnelSettings| -> (Vec<String>, usize, Vec<RenderItem>) {
-            let out = run_funnel(&idx, &caller, &q.text, vector, s, now);
+            let out = run_funnel(&idx, &caller, &q.text, vector, s, now, index.bodies());
             let ids = out.0.iter().map(|r| r.id.clone()).collect();
-            let items = out.0.iter().map(render_item).collect();
+            let items = out.0.iter().map(|r| render_item(r)).collect();
             (ids, out.1, items)
         };
         let started = Instant::now();
@@ -417,9 +417,9 @@ fn ivf_check(
         let mut times = Vec::with_capacity(questions.len());
         for (q, vector) in questions.iter().zip(vectors) {
             let started = Instant::now();
-            let (records, _) = run_funnel(&idx, &caller, &q.text, vector, settings, now);
+            let (records, _) = run_funnel(&idx, &caller, &q.text, vector, settings, now, index.bodies());
             times.push(started.elapsed());
-            ids.push(records.into_iter().map(|r| r.id).collect());
+            ids.push(records.into_iter().map(|r| r.id.clone()).collect());
         }
         Ok((ids, Summary::of(&times)))
     };
@@ -469,7 +469,8 @@ fn run_funnel(
     vector: &[f32],
     settings: &FunnelSettings,
     now: i64,
-) -> (Vec<Record>, usize) {
+    bodies: &Bodies,
+) -> (Vec<Arc<Record>>, usize) {
     let query = SemanticQuery {
         text,
         vector: Some(vector),
@@ -478,7 +479,10 @@ fn run_funnel(
         hybrid: None,
     };
     let out = funnel::run(index, caller, &query, settings, now, Detail::Off);
-    (out.packed.injected.iter().map(|c| c.item.record.clone()).collect(), out.packed.tokens)
+    let body = |h: &memgate::index::RecordHead| {
+        bodies.get(&h.tenant, &h.id, h.revision).expect("the eval caches every body")
+    };
+    (out.packed.injected.iter().map(|c| body(&c.item.head)).collect(), out.packed.tokens)
 }
 
 fn render_item(record: &Record) -> RenderItem {

@@ -125,6 +125,12 @@ struct Bench {
 }
 
 impl Bench {
+    /// An indexed record's body: the eval's index caches every one.
+    fn body(&self, item: &IndexedRecord) -> Arc<Record> {
+        let head = &item.head;
+        self.index.bodies().get(&head.tenant, &head.id, head.revision).expect("the eval caches every body")
+    }
+
     /// The funnel for one question, then the block rendered, trimmed to `block_limit` tokens.
     fn ask(
         &self,
@@ -142,15 +148,23 @@ impl Bench {
         let mut records = run_funnel(&idx, caller, text, vector, lexical, settings);
         if let Some(fb) = variant.feedback {
             let top: Vec<&IndexedRecord> = records.iter().take(fb.docs).map(|r| r.as_ref()).collect();
-            let expanded_vector = feedback::expand_vector(vector, &top, fb.vector_weight);
-            let expanded_words = feedback::expand_words(analyzer(), &idx.lexical, lexical, &top, fb.terms);
+            let top_vectors: Vec<Arc<[f32]>> = top
+                .iter()
+                .filter_map(|r| idx.slot_of(&r.head.id).and_then(|slot| idx.vector(slot)))
+                .collect();
+            let top_vectors: Vec<&[f32]> = top_vectors.iter().map(|v| &**v).collect();
+            let top_bodies: Vec<Arc<Record>> = top.iter().map(|r| self.body(r)).collect();
+            let top_bodies: Vec<&Record> = top_bodies.iter().map(|r| &**r).collect();
+            let expanded_vector = feedback::expand_vector(vector, &top_vectors, fb.vector_weight);
+            let expanded_words =
+                feedback::expand_words(analyzer(), &idx.lexical, lexical, &top_bodies, fb.terms);
             let v = expanded_vector.as_deref().unwrap_or(vector);
             records = run_funnel(&idx, caller, text, v, &expanded_words, settings);
         }
         if variant.neighbours > 0 {
             records = with_neighbours(&idx, records, variant.neighbours, settings.budget_tokens);
         }
-        let mut items: Vec<RenderItem> = records.iter().map(|r| render_item(&r.record)).collect();
+        let mut items: Vec<RenderItem> = records.iter().map(|r| render_item(&self.body(r))).collect();
         let mut block_tokens = self.block_tokens(&items)?;
         if let Some(limit) = block_limit {
             while block_tokens > limit && !items.is_empty() {
@@ -218,11 +232,11 @@ fn with_neighbours(
     n: usize,
     budget: usize,
 ) -> Vec<Arc<IndexedRecord>> {
-    let mut seen: HashSet<String> = records.iter().map(|r| r.record.id.clone()).collect();
+    let mut seen: HashSet<String> = records.iter().map(|r| r.head.id.clone()).collect();
     let mut tokens: usize = records.iter().map(|r| r.tokens).sum();
     let mut out = records.clone();
     for record in records.iter().take(3) {
-        let Some((session, turn)) = record.record.id.rsplit_once(':') else { continue };
+        let Some((session, turn)) = record.head.id.rsplit_once(':') else { continue };
         let Ok(turn) = turn.parse::<i64>() else { continue };
         for d in 1..=n as i64 {
             for t in [turn - d, turn + d] {
@@ -238,7 +252,7 @@ fn with_neighbours(
                     seen.insert(id);
                     // Right after its hit: the block is cut from the end.
                     let at =
-                        out.iter().position(|r| r.record.id == record.record.id).map_or(out.len(), |p| p + 1);
+                        out.iter().position(|r| r.head.id == record.head.id).map_or(out.len(), |p| p + 1);
                     out.insert(at, item.clone());
                 }
             }
@@ -431,7 +445,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         })
         .collect();
 
-    let index = MemoryIndex::default();
+    let index = MemoryIndex::with_body_cache(u64::MAX);
     index.load(items);
     let bench = Bench { index, templates, release: release_name.clone() };
 

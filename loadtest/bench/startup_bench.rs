@@ -282,8 +282,7 @@ async fn bench(
                 scanned += out.trace.scanned;
                 if let Some(wanted) = wanted {
                     asked += 1;
-                    wanted_found +=
-                        usize::from(out.packed.injected.iter().any(|c| c.item.record.id == wanted));
+                    wanted_found += usize::from(out.packed.injected.iter().any(|c| c.item.head.id == wanted));
                 }
             }
         }

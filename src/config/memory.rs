@@ -14,6 +14,7 @@ pub struct RawMemory {
     pub fail_closed: Option<bool>,
     pub templates_dir: Option<PathBuf>,
     pub default_release: Option<String>,
+    pub body_cache_mb: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -28,6 +29,9 @@ pub struct MemoryConfig {
     /// was never changed); `None`: the built-in default (`inject::DEFAULT_RELEASE`). Checked
     /// against the releases when the state is built.
     pub default_release: Option<String>,
+    /// Bound of the cache of record bodies beside the index, in bytes (`index::bodies`): the
+    /// records a request injects are rendered from it, or read from the store.
+    pub body_cache_bytes: u64,
 }
 
 impl Default for MemoryConfig {
@@ -37,9 +41,13 @@ impl Default for MemoryConfig {
             fail_closed: false,
             templates_dir: None,
             default_release: None,
+            body_cache_bytes: crate::index::bodies::DEFAULT_BYTES,
         }
     }
 }
+
+/// 1 TB: past any machine's memory, so a typo of a few extra digits is refused.
+const MAX_BODY_CACHE_MB: u64 = 1 << 20;
 
 impl RawMemory {
     pub fn settle(self) -> Result<MemoryConfig, StartupError> {
@@ -53,6 +61,16 @@ impl RawMemory {
             fail_closed: self.fail_closed.unwrap_or(default.fail_closed),
             templates_dir: self.templates_dir,
             default_release: self.default_release,
+            body_cache_bytes: match self.body_cache_mb {
+                None => default.body_cache_bytes,
+                Some(mb) if mb <= MAX_BODY_CACHE_MB => mb * 1024 * 1024,
+                Some(_) => {
+                    return Err(StartupError::ConfigInvalid {
+                        key: "memory.body_cache_mb".into(),
+                        message: format!("at most {MAX_BODY_CACHE_MB} (MB)"),
+                    });
+                }
+            },
         })
     }
 }

@@ -33,7 +33,7 @@ fn tenant(rng: &mut Rng, vectors: &Vectors, n: usize) -> TenantIndex {
         if let Some(key) = key {
             it.terms.push(key);
         }
-        index.upsert(std::sync::Arc::new(it));
+        index.upsert(it);
     }
     index
 }
@@ -58,7 +58,7 @@ fn settings(
 }
 
 fn injected(out: &FunnelOutput) -> (Vec<String>, Vec<String>) {
-    let ids = |c: &[super::density::Chosen]| c.iter().map(|c| c.item.record.id.clone()).collect();
+    let ids = |c: &[super::density::Chosen]| c.iter().map(|c| c.item.head.id.clone()).collect();
     (ids(&out.packed.injected), ids(&out.packed.stubs))
 }
 
@@ -108,7 +108,7 @@ fn compare(
                     };
                     let packed = super::density::pack(index, all, &budget, false, &mut Trace::default());
                     let ids = |c: &[super::density::Chosen]| -> Vec<String> {
-                        c.iter().map(|c| c.item.record.id.clone()).collect()
+                        c.iter().map(|c| c.item.head.id.clone()).collect()
                     };
                     assert_eq!(injected(&fast), (ids(&packed.injected), ids(&packed.stubs)), "{context}");
                     let bounded = semantic::matching_within(

@@ -64,9 +64,9 @@ pub fn pack(
     let order = |a: &Chosen, b: &Chosen| {
         b.score
             .total_cmp(&a.score)
-            .then(b.item.record.priority.cmp(&a.item.record.priority))
-            .then(b.item.record.updated_at_ms.cmp(&a.item.record.updated_at_ms))
-            .then(a.item.record.id.cmp(&b.item.record.id))
+            .then(b.item.head.priority.cmp(&a.item.head.priority))
+            .then(b.item.head.updated_at_ms.cmp(&a.item.head.updated_at_ms))
+            .then(a.item.head.id.cmp(&b.item.head.id))
     };
     // With thousands of hits (a low threshold over a large tenant) only the first few are ever
     // packed: select the best `FIRST` and sort those; the rest is sorted only if packing gets
@@ -100,7 +100,7 @@ pub fn pack(
                 packed.overflow += rest;
                 log.add_uncounted_removals(rest);
                 let room = budget.max_stubs.saturating_sub(packed.stubs.len());
-                tail.retain(|c| (c.exact || c.score >= floor) && c.item.record.priority >= 4);
+                tail.retain(|c| (c.exact || c.score >= floor) && c.item.head.priority >= 4);
                 if room > 0 && !tail.is_empty() {
                     tail.sort_by(order);
                     packed.stubs.extend(tail.into_iter().take(room));
@@ -123,7 +123,7 @@ pub fn pack(
                     break;
                 }
                 let score = chosen.score;
-                log.remove(&chosen.item.record.id, || match previous {
+                log.remove(&chosen.item.head.id, || match previous {
                     Some(previous) if steps_down => {
                         format!("score {score:.3} is below the cut (a step down from {previous:.3})")
                     }
@@ -140,7 +140,7 @@ pub fn pack(
             previous = Some(chosen.score);
         }
         let cost = chosen.item.tokens;
-        let record = &chosen.item.record;
+        let record = &chosen.item.head;
         if packed.injected.len() < budget.max_items && packed.tokens + cost <= budget.tokens {
             packed.tokens += cost;
             packed.injected.push(chosen);

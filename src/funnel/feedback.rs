@@ -9,8 +9,8 @@
 //! Whether it helps is measured, not assumed (docs/benchmarks.md, "Retrieval"): a release
 //! turns it on only where the held-out figures say so.
 
-use crate::index::IndexedRecord;
 use crate::lexical::{Analyzer, LexicalIndex, LexicalQuery, record_terms};
+use crate::record::Record;
 use std::collections::HashMap;
 
 /// How a query is expanded from its first pass.
@@ -24,11 +24,10 @@ pub struct Feedback {
     pub terms: usize,
 }
 
-/// The query vector moved towards the mean of `records`' embeddings, normalized again; `None`
-/// when none of them has an embedding of the query's length.
-pub fn expand_vector(query: &[f32], records: &[&IndexedRecord], weight: f32) -> Option<Vec<f32>> {
-    let vectors: Vec<&[f32]> =
-        records.iter().filter_map(|r| r.vector.as_deref()).filter(|v| v.len() == query.len()).collect();
+/// The query vector moved towards the mean of the best records' embeddings (`vectors`),
+/// normalized again; `None` when none of them is of the query's length.
+pub fn expand_vector(query: &[f32], vectors: &[&[f32]], weight: f32) -> Option<Vec<f32>> {
+    let vectors: Vec<&[f32]> = vectors.iter().copied().filter(|v| v.len() == query.len()).collect();
     if vectors.is_empty() || weight <= 0.0 {
         return None;
     }
@@ -54,7 +53,7 @@ pub fn expand_words(
     analyzer: &Analyzer,
     lexical: &LexicalIndex,
     query: &LexicalQuery,
-    records: &[&IndexedRecord],
+    records: &[&Record],
     count: usize,
 ) -> LexicalQuery {
     if count == 0 || records.is_empty() {
@@ -62,7 +61,7 @@ pub fn expand_words(
     }
     let mut held: HashMap<String, usize> = HashMap::new();
     for record in records {
-        let (mut terms, _) = record_terms(analyzer, &record.record);
+        let (mut terms, _) = record_terms(analyzer, record);
         terms.sort_unstable();
         terms.dedup();
         for term in terms {
@@ -91,11 +90,10 @@ pub fn expand_words(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{OPEN_END_MS, Record, Status};
-    use std::sync::Arc;
+    use crate::record::{OPEN_END_MS, Status};
 
-    fn item(id: &str, text: &str, vector: Vec<f32>) -> IndexedRecord {
-        let record = Record {
+    fn item(id: &str, text: &str) -> Record {
+        Record {
             tenant: "t".into(),
             id: id.into(),
             record_type: "fact".into(),
@@ -116,14 +114,12 @@ mod tests {
             access_count: 0,
             change_seq: 0,
             author: None,
-        };
-        IndexedRecord { record, vector: Some(Arc::from(vector)), tokens: 10, terms: Vec::new(), words: None }
+        }
     }
 
     #[test]
     fn the_vector_moves_towards_the_feedback_and_stays_unit_length() {
-        let a = item("a", "x", vec![0.0, 1.0]);
-        let out = expand_vector(&[1.0, 0.0], &[&a], 1.0).unwrap();
+        let out = expand_vector(&[1.0, 0.0], &[&[0.0, 1.0]], 1.0).unwrap();
         assert!((out[0] - out[1]).abs() < 1e-6, "{out:?}");
         assert!((out.iter().map(|x| x * x).sum::<f32>() - 1.0).abs() < 1e-5);
         assert!(expand_vector(&[1.0, 0.0], &[], 1.0).is_none());
@@ -139,10 +135,9 @@ mod tests {
             "Caroline talked about the support group",
         ];
         let mut lexical = LexicalIndex::default();
-        let items: Vec<IndexedRecord> =
-            texts.iter().enumerate().map(|(i, t)| item(&i.to_string(), t, vec![1.0])).collect();
+        let items: Vec<Record> = texts.iter().enumerate().map(|(i, t)| item(&i.to_string(), t)).collect();
         for (slot, it) in items.iter().enumerate() {
-            lexical.upsert_record(slot as u32, &it.record);
+            lexical.upsert_record(slot as u32, it);
         }
         let query = LexicalQuery::new(&analyzer, "What did Melanie paint?");
         let expanded = expand_words(&analyzer, &lexical, &query, &[&items[0], &items[1]], 1);

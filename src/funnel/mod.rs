@@ -117,7 +117,7 @@ pub fn run(
             set.iter()
                 .filter_map(|slot| index.slots[slot as usize].as_ref())
                 .take(trace::MAX_LISTED)
-                .map(|item| trace::Kept::id(&item.record.id))
+                .map(|item| trace::Kept::id(&item.head.id))
                 .collect()
         };
         let scored: Vec<trace::Kept> = hits
@@ -128,7 +128,7 @@ pub fn run(
                 // The similarity; none for an exact key or alias match, which ranks first anyway.
                 score: (!hit.exact).then_some(hit.similarity),
                 exact: Some(hit.exact),
-                ..trace::Kept::id(&item.record.id)
+                ..trace::Kept::id(&item.head.id)
             })
             .collect();
         for (layer, kept) in [("scope", ids(&visible)), ("temporal", ids(&current)), ("semantic", scored)] {
@@ -171,7 +171,7 @@ pub fn run(
             .take(trace::MAX_LISTED)
             .map(|chosen| trace::Kept {
                 tokens: Some(chosen.item.tokens),
-                ..trace::Kept::id(&chosen.item.record.id)
+                ..trace::Kept::id(&chosen.item.head.id)
             })
             .collect();
     }
@@ -182,7 +182,7 @@ pub fn run(
             .iter()
             .chain(&packed.stubs)
             .map(|chosen| trace::Ranked {
-                id: chosen.item.record.id.clone(),
+                id: chosen.item.head.id.clone(),
                 score: chosen.score.min(2.0),
                 exact: chosen.exact,
                 similarity: chosen.similarity,

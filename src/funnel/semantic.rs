@@ -326,7 +326,7 @@ pub fn matching_within(
                 format!("; words {normalized:.3} below {:.3}", h.min_lexical)
             });
             let words = words.unwrap_or_default();
-            log.remove(&item.record.id, || match score {
+            log.remove(&item.head.id, || match score {
                 Some(score) => format!("similarity {score:.3} below {:.3}{words}", query.threshold),
                 None if !index.has_vector(slot) => format!("no embedding yet{words}"),
                 None => format!("similarity below {:.3}{words}", query.threshold),

@@ -67,7 +67,7 @@ fn valid(
                 break;
             }
             let Some(item) = index.slots[slot as usize].as_ref() else { continue };
-            let record = &item.record;
+            let record = &item.head;
             let reason = if record.status != Status::Active {
                 format!("status {}", record.status.as_str())
             } else if now_ms < record.valid_from_ms {

@@ -64,14 +64,16 @@ pub(super) fn record(id: &str, scope: &[&str], valid: (i64, i64), schema: &str) 
     }
 }
 
-pub(super) fn item(record: Record, vector: Option<Vec<f32>>, terms: &[&str]) -> Arc<IndexedRecord> {
-    Arc::new(IndexedRecord {
-        record,
+pub(super) fn item(record: Record, vector: Option<Vec<f32>>, terms: &[&str]) -> IndexedRecord {
+    IndexedRecord {
+        head: crate::index::RecordHead::of(&record),
+        words: Some(crate::lexical::record_terms(crate::lexical::analyzer(), &record)),
+        body: None,
+        trigger_body: None,
         vector: vector.map(Arc::from),
         tokens: 20,
         terms: terms.iter().map(|t| (*t).to_owned()).collect(),
-        words: None,
-    })
+    }
 }
 
 pub(super) fn caller(scopes: &[&str]) -> Caller {
@@ -222,7 +224,7 @@ fn scope_and_temporal_bitsets_equal_a_naive_filter_after_removals_and_slot_reuse
             let visible = scope::visible(&index, &caller, Detail::Full, &mut trace);
             let expected: Vec<u32> = (0..index.slots.len() as u32)
                 .filter(|s| {
-                    index.slots[*s as usize].as_ref().is_some_and(|i| caller.can_see("t", &i.record.scope))
+                    index.slots[*s as usize].as_ref().is_some_and(|i| caller.can_see("t", &i.head.scope))
                 })
                 .collect();
             assert_eq!(visible.iter().collect::<Vec<_>>(), expected, "round {round} caller {who:?}");
@@ -233,7 +235,7 @@ fn scope_and_temporal_bitsets_equal_a_naive_filter_after_removals_and_slot_reuse
                     .iter()
                     .copied()
                     .filter(|s| {
-                        let r = index.slots[*s as usize].as_ref().map(|i| &i.record);
+                        let r = index.slots[*s as usize].as_ref().map(|i| &i.head);
                         r.is_some_and(|r| {
                             r.valid_from_ms <= now
                                 && now < r.valid_until_ms
@@ -318,7 +320,7 @@ fn detailed_trace_keeps_counts_and_reasons() {
         [pair("far", "similarity 0.000 below 0.800".into()), pair("unembedded", "no embedding yet".into())]
     );
     let injected: Vec<(&str, f32, bool)> =
-        out.packed.injected.iter().map(|c| (c.item.record.id.as_str(), c.similarity, c.exact)).collect();
+        out.packed.injected.iter().map(|c| (c.item.head.id.as_str(), c.similarity, c.exact)).collect();
     let similarity = |id: &str| index.slot_of(id).and_then(|slot| index.similarity(slot, &query));
     assert!((similarity("close").unwrap_or(0.0) - dot(&query, &close)).abs() < 2e-3);
     assert_eq!(
@@ -404,7 +406,7 @@ fn hybrid_retrieval_passes_strong_word_matches_and_explains_each_rankings_part()
         super::run(&index, &caller(&["public"]), &query, &settings(retrieval), NOW, Detail::Full)
     };
     let ids = |out: &super::FunnelOutput| -> Vec<String> {
-        out.packed.injected.iter().map(|c| c.item.record.id.clone()).collect()
+        out.packed.injected.iter().map(|c| c.item.head.id.clone()).collect()
     };
 
     let dense = run(super::Retrieval::Dense);
@@ -441,7 +443,7 @@ fn packing_many_hits_by_selection_packs_what_a_full_sort_packs() {
         r.updated_at_ms = NOW - i64::from(i % 7) * DAY;
         let mut it = IndexedRecord::new(r, None);
         it.tokens = 10 + rng.below(400);
-        index.upsert(Arc::new(it));
+        index.upsert(it);
     }
     let hits: Vec<Hit> = (0..count)
         .map(|slot| {
@@ -450,9 +452,8 @@ fn packing_many_hits_by_selection_packs_what_a_full_sort_packs() {
             Hit { slot, similarity: score, exact: slot % 97 == 0, score, lexical: None }
         })
         .collect();
-    let ids = |chosen: &[super::density::Chosen]| {
-        chosen.iter().map(|c| c.item.record.id.clone()).collect::<Vec<_>>()
-    };
+    let ids =
+        |chosen: &[super::density::Chosen]| chosen.iter().map(|c| c.item.head.id.clone()).collect::<Vec<_>>();
     for (tokens, max_items, max_stubs) in
         [(3000, 5, 3), (150, 5, 3), (0, 5, 3), (100_000, 200, 0), (3000, 0, 2), (800, 3, 50)]
     {
@@ -539,7 +540,7 @@ fn the_cut_passes_a_clear_answer_alone_and_a_broad_question_several() {
                 density.removed
             );
         }
-        out.packed.injected.iter().map(|c| c.item.record.id.clone()).collect()
+        out.packed.injected.iter().map(|c| c.item.head.id.clone()).collect()
     };
     let refund_question = at(1.0, 1);
     let order_question: Vec<f32> = (0..dims).map(|d| if d == 5 { 1.0 } else { 0.0 }).collect();

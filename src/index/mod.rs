@@ -1,15 +1,22 @@
-//! The in-memory index the funnel reads: per tenant, every record with its embedding, its exact
-//! terms and its token cost, plus lookups by scope and by term. Loaded from the store at startup
-//! and updated by `MemoryService` after every committed write, so a request never touches the
-//! database. Each tenant sits behind its own `RwLock`: requests read concurrently, a write to one
-//! tenant never blocks another tenant's requests.
+//! The in-memory index the funnel reads: per tenant, every record's head (`RecordHead`: what the
+//! four layers, the tools' filters and the sync read), its embedding, its exact terms and its
+//! token cost, plus lookups by scope and by term. Loaded from the store at startup and updated by
+//! `MemoryService` after every committed write, so ranking never touches the database. Each
+//! tenant sits behind its own `RwLock`: requests read concurrently, a write to one tenant never
+//! blocks another tenant's requests.
 //!
-//! Besides the records (behind `Arc`, shared with the funnel's output), each tenant keeps what the
+//! Record bodies (content, aliases, metadata) are not here: at a million customer profiles they
+//! were most of a replica's memory, and a request renders only the few records it injects. Those
+//! come from the bounded body cache beside the index (`bodies`, keyed by tenant, id and revision)
+//! or from the store (`MemoryService::bodies`). Records with trigger conditions keep their body
+//! in the index, since every request that can see them evaluates them.
+//!
+//! Besides the heads (behind `Arc`, shared with the funnel's output), each tenant keeps what the
 //! per-request passes read for every candidate in flat arrays indexed by slot, kept in step by
 //! `insert` and `remove`: validity, status and schema (`SlotMeta`, 24 bytes) and the embedding as
 //! an int8 row (`quant::Rows`). At 100,000 records a pass that followed each candidate's pointer to
 //! its record or its f32 vector paid a cache miss per candidate (~150 ns); the flat arrays are read
-//! in slot order. The records themselves are touched only for the few hits, and for the ids and
+//! in slot order. The heads themselves are touched only for the few hits, and for the ids and
 //! reasons of a detailed trace.
 //!
 //! One copy of each embedding: the int8 row. A record's f32 vector arrives with it
@@ -23,7 +30,10 @@
 //! (`public`, a big team) and scans its small ones (its `user:` scope) exactly, and never reads
 //! the rows of a million other customers' profiles.
 
+pub mod bodies;
 pub mod terms;
+
+pub use bodies::Bodies;
 
 use crate::lexical::LexicalIndex;
 use crate::record::{Record, Status};
@@ -38,9 +48,81 @@ use std::time::{Duration, Instant};
 /// Below this many vectors a scope has no approximate index: an exact scan is as fast.
 pub const ANN_MIN_RECORDS: usize = 8192;
 
+/// What the index keeps of a record: what the four layers, the tools' filters, the sync and a
+/// trace read. Not its content, aliases or metadata: those are the body (`bodies`), read for the
+/// few records a request uses.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordHead {
+    pub tenant: String,
+    pub id: String,
+    pub record_type: String,
+    pub schema_version: String,
+    pub scope: Vec<String>,
+    pub valid_from_ms: i64,
+    pub valid_until_ms: i64,
+    pub priority: u8,
+    pub key: Option<String>,
+    pub revision: i64,
+    pub status: Status,
+    pub updated_at_ms: i64,
+    /// `Record::change_seq`: which of two writes of a record is newer.
+    pub change_seq: i64,
+    pub author: Option<String>,
+}
+
+impl RecordHead {
+    pub fn of(record: &Record) -> RecordHead {
+        RecordHead {
+            tenant: record.tenant.clone(),
+            id: record.id.clone(),
+            record_type: record.record_type.clone(),
+            schema_version: record.schema_version.clone(),
+            scope: record.scope.clone(),
+            valid_from_ms: record.valid_from_ms,
+            valid_until_ms: record.valid_until_ms,
+            priority: record.priority,
+            key: record.key.clone(),
+            revision: record.revision,
+            status: record.status,
+            updated_at_ms: record.updated_at_ms,
+            change_seq: record.change_seq,
+            author: record.author.clone(),
+        }
+    }
+
+    pub fn is_valid_at(&self, now_ms: i64) -> bool {
+        self.valid_from_ms <= now_ms && now_ms < self.valid_until_ms
+    }
+
+    /// Whether `record` (as the store holds it now) may stand for this head's record in what a
+    /// request was given: the same record, this revision or a later one, and everything the
+    /// funnel decided by (scope, status, validity, type, schema, priority) unchanged. A later
+    /// revision that moved the record elsewhere is not shown: the index is about to catch up.
+    pub fn admits(&self, record: &Record) -> bool {
+        record.tenant == self.tenant
+            && record.id == self.id
+            && record.revision >= self.revision
+            && record.scope == self.scope
+            && record.status == self.status
+            && record.valid_from_ms == self.valid_from_ms
+            && record.valid_until_ms == self.valid_until_ms
+            && record.record_type == self.record_type
+            && record.schema_version == self.schema_version
+            && record.priority == self.priority
+    }
+}
+
 /// One record as the funnel sees it.
 pub struct IndexedRecord {
-    pub record: Record,
+    pub head: RecordHead,
+    /// The whole record, on its way into the index: the index keeps `head` and hands this to
+    /// its body cache (`bodies`), so a record just written is rendered without a store read.
+    /// `None` once indexed.
+    pub body: Option<Arc<Record>>,
+    /// The whole record, kept by the index, when it carries `trigger_conditions`: those are
+    /// evaluated against every request that can see the record, with no store read on the way;
+    /// they are few.
+    pub trigger_body: Option<Arc<Record>>,
     /// L2-normalized embedding of content and aliases; `None` until embedded. Consumed by the
     /// index: a record held by a `TenantIndex` has `None` here, its embedding is the index's int8
     /// row (`TenantIndex::has_vector`, `similarity`, `vector`).
@@ -52,7 +134,7 @@ pub struct IndexedRecord {
     /// The record's words as the lexical index takes them (`lexical::record_terms`: analyzed,
     /// its names weighted, with its BM25 length), made here so the analysis runs outside the
     /// tenant's lock (and on every core at startup); consumed by the index like `vector`.
-    /// `None`: the index analyzes the record itself.
+    /// `None`: the record has no words to add (the index keeps what it had).
     pub words: Option<(Vec<String>, u32)>,
 }
 
@@ -72,7 +154,10 @@ impl IndexedRecord {
                 .to_string();
         let tokens = tiktoken_rs::cl100k_base_singleton().encode_ordinary(&line).len();
         let words = Some(crate::lexical::record_terms(crate::lexical::analyzer(), &record));
-        IndexedRecord { record, vector, tokens, terms, words }
+        let head = RecordHead::of(&record);
+        let body = Arc::new(record);
+        let trigger_body = body.content.get("trigger_conditions").is_some().then(|| Arc::clone(&body));
+        IndexedRecord { head, body: Some(body), trigger_body, vector, tokens, terms, words }
     }
 }
 
@@ -239,8 +324,10 @@ impl TenantIndex {
         }
     }
 
-    pub fn upsert(&mut self, item: Arc<IndexedRecord>) {
-        let scopes = item.record.scope.clone();
+    /// Adds or replaces a record (its body, if it came with one, is not kept: `MemoryIndex`
+    /// gives it to the body cache).
+    pub fn upsert(&mut self, item: IndexedRecord) {
+        let scopes = item.head.scope.clone();
         self.insert(item);
         for scope in &scopes {
             self.maybe_rebuild_ann(scope);
@@ -248,24 +335,13 @@ impl TenantIndex {
     }
 
     /// Adds or replaces a record without considering an approximate-index rebuild.
-    fn insert(&mut self, item: Arc<IndexedRecord>) {
-        self.remove(&item.record.id);
+    fn insert(&mut self, mut item: IndexedRecord) {
+        self.remove(&item.head.id);
         // The index keeps one copy of the embedding (the int8 row) and of the words (the lexical
-        // postings): the record is stored without either.
-        let (item, vector, words) = match item.vector.is_some() || item.words.is_some() {
-            false => (item, None, None),
-            true => {
-                let mut owned = Arc::try_unwrap(item).unwrap_or_else(|shared| IndexedRecord {
-                    record: shared.record.clone(),
-                    vector: shared.vector.clone(),
-                    tokens: shared.tokens,
-                    terms: shared.terms.clone(),
-                    words: shared.words.clone(),
-                });
-                let (vector, words) = (owned.vector.take(), owned.words.take());
-                (Arc::new(owned), vector, words)
-            }
-        };
+        // postings), and no body: the slot holds the head, its terms and token count.
+        let (vector, words) = (item.vector.take(), item.words.take());
+        item.body = None;
+        let item = Arc::new(item);
         let slot = match self.free.pop() {
             Some(slot) => slot,
             None => {
@@ -274,8 +350,46 @@ impl TenantIndex {
                 (self.slots.len() - 1) as u32
             }
         };
-        let record = &item.record;
-        let kind = match &vector {
+        let record = &item.head;
+        let kind = self.place_vector(slot, vector.as_ref());
+        let schema = self.schema_id(&record.schema_version);
+        self.meta[slot as usize] = SlotMeta {
+            valid_from_ms: record.valid_from_ms,
+            valid_until_ms: record.valid_until_ms,
+            schema,
+            priority: record.priority,
+            state: match record.status {
+                Status::Active => SlotState::Active,
+                Status::Dormant => SlotState::Dormant,
+                _ => SlotState::Free,
+            },
+            vector: kind,
+            tokens: u16::try_from(item.tokens).unwrap_or(u16::MAX),
+        };
+        if item.trigger_body.is_some() {
+            self.triggered.insert(slot);
+        }
+        for scope in &item.head.scope {
+            self.by_scope.entry(scope.clone()).or_default().push(slot);
+        }
+        for term in &item.terms {
+            self.by_term.entry(term.clone()).or_default().push(slot);
+        }
+        if let Some(vector) = vector.as_deref().filter(|_| kind == VectorKind::Int8) {
+            self.list_in_ann(slot, &item.head.scope, vector);
+        }
+        self.by_id.insert(item.head.id.clone(), slot);
+        if let Some((words, length)) = words {
+            self.lexical.upsert_weighted(slot, words, length);
+        }
+        self.slots[slot as usize] = Some(item);
+        self.live += 1;
+        self.requantize_if_most_are(vector.as_ref().map(|v| v.len()));
+    }
+
+    /// Stores `slot`'s embedding in the form the scans use; what `SlotMeta::vector` becomes.
+    fn place_vector(&mut self, slot: u32, vector: Option<&Arc<[f32]>>) -> VectorKind {
+        let kind = match vector {
             None => VectorKind::None,
             Some(v) => {
                 let rows = self.int8_rows.get_or_insert_with(|| Rows::new(v.len()));
@@ -293,50 +407,44 @@ impl TenantIndex {
         if let Some(rows) = &mut self.int8_rows {
             rows.resize(self.slots.len()); // a row per slot, set or not
         }
-        let schema = self.schema_id(&record.schema_version);
-        self.meta[slot as usize] = SlotMeta {
-            valid_from_ms: record.valid_from_ms,
-            valid_until_ms: record.valid_until_ms,
-            schema,
-            priority: record.priority,
-            state: match record.status {
-                Status::Active => SlotState::Active,
-                Status::Dormant => SlotState::Dormant,
-                _ => SlotState::Free,
-            },
-            vector: kind,
-            tokens: u16::try_from(item.tokens).unwrap_or(u16::MAX),
-        };
-        if record.content.get("trigger_conditions").is_some() {
-            self.triggered.insert(slot);
-        }
-        for scope in &item.record.scope {
-            self.by_scope.entry(scope.clone()).or_default().push(slot);
-        }
-        for term in &item.terms {
-            self.by_term.entry(term.clone()).or_default().push(slot);
-        }
-        for scope in &item.record.scope {
+        kind
+    }
+
+    /// Adds `slot`'s int8 row to the approximate indexes of its scopes that have one; the rest
+    /// is scanned exactly.
+    fn list_in_ann(&mut self, slot: u32, scopes: &[String], vector: &[f32]) {
+        for scope in scopes {
             if let Some(ann) = self.ann.get_mut(scope) {
-                // The IVF and its members hold the int8 rows only; the rest is scanned exactly.
-                if let Some(vector) = vector.as_deref().filter(|_| kind == VectorKind::Int8) {
-                    ann.insert(slot, vector);
-                    if let Some(members) = self.ann_members.get_mut(scope) {
-                        members.insert_growing(slot);
-                    }
+                ann.insert(slot, vector);
+                if let Some(members) = self.ann_members.get_mut(scope) {
+                    members.insert_growing(slot);
                 }
             }
         }
-        let switch_to = (self.f32_only > self.int8).then(|| vector.as_ref().map(|v| v.len())).flatten();
-        self.by_id.insert(item.record.id.clone(), slot);
-        match words {
-            Some((words, length)) => self.lexical.upsert_weighted(slot, words, length),
-            None => self.lexical.upsert_record(slot, &item.record),
-        };
-        self.slots[slot as usize] = Some(item);
-        self.live += 1;
-        if let Some(dims) = switch_to {
+    }
+
+    /// When most embeddings are no longer of the int8 rows' length (a new one of `dims` just
+    /// arrived), the rows are rebuilt for that length.
+    fn requantize_if_most_are(&mut self, dims: Option<usize>) {
+        if let Some(dims) = dims.filter(|_| self.f32_only > self.int8) {
             self.requantize(dims);
+        }
+    }
+
+    /// Gives the record in `slot`, indexed without an embedding, its embedding (the backfill):
+    /// its head, words and terms stay as they are.
+    fn set_slot_vector(&mut self, slot: u32, vector: &Arc<[f32]>) {
+        let Some(scopes) = self.slots[slot as usize].as_ref().map(|item| item.head.scope.clone()) else {
+            return;
+        };
+        let kind = self.place_vector(slot, Some(vector));
+        self.meta[slot as usize].vector = kind;
+        if kind == VectorKind::Int8 {
+            self.list_in_ann(slot, &scopes, vector);
+        }
+        self.requantize_if_most_are(Some(vector.len()));
+        for scope in &scopes {
+            self.maybe_rebuild_ann(scope);
         }
     }
 
@@ -385,13 +493,13 @@ impl TenantIndex {
                 }
             }
         };
-        for scope in &item.record.scope {
+        for scope in &item.head.scope {
             unlist(&mut self.by_scope, scope);
         }
         for term in &item.terms {
             unlist(&mut self.by_term, term);
         }
-        for scope in &item.record.scope {
+        for scope in &item.head.scope {
             if let Some(ann) = self.ann.get_mut(scope) {
                 ann.remove(slot);
             }
@@ -488,12 +596,24 @@ pub struct MemoryIndex {
     tenants: RwLock<HashMap<String, Arc<RwLock<TenantIndex>>>>,
     /// (tenant, id) → sequence number of its removal, and when it was noted.
     removed: Mutex<HashMap<(String, String), (i64, Instant)>>,
+    /// The bodies of indexed records' current revisions, as many as fit its bound.
+    bodies: Bodies,
 }
 
 /// How long a removal is remembered once the sync has passed it.
 const REMEMBER_REMOVALS: Duration = Duration::from_secs(60);
 
 impl MemoryIndex {
+    /// An empty index whose body cache holds about `bytes` of records.
+    pub fn with_body_cache(bytes: u64) -> MemoryIndex {
+        MemoryIndex { bodies: Bodies::with_capacity(bytes), ..MemoryIndex::default() }
+    }
+
+    /// The cache of indexed records' bodies (`bodies`).
+    pub fn bodies(&self) -> &Bodies {
+        &self.bodies
+    }
+
     pub fn tenant(&self, tenant: &str) -> Option<Arc<RwLock<TenantIndex>>> {
         self.tenants.read().unwrap_or_else(|p| p.into_inner()).get(tenant).cloned()
     }
@@ -529,21 +649,35 @@ impl MemoryIndex {
     /// removed later. Records that can never be injected nor found (paused, archived, proposed)
     /// are kept out, so the
     /// funnel never spends time on them. Returns whether it applied.
-    pub fn upsert(&self, item: IndexedRecord) -> bool {
-        let (tenant, id, seq) = (item.record.tenant.clone(), item.record.id.clone(), item.record.change_seq);
+    pub fn upsert(&self, mut item: IndexedRecord) -> bool {
+        let (tenant, id, seq) = (item.head.tenant.clone(), item.head.id.clone(), item.head.change_seq);
         if self.removed_at(&tenant, &id).is_some_and(|removed| removed >= seq) {
             return false;
         }
         let index = self.tenant_or_create(&tenant);
         let mut index = index.write().unwrap_or_else(|p| p.into_inner());
-        if index.get(&id).is_some_and(|current| current.record.change_seq > seq) {
-            return false;
-        }
-        if item.record.status.is_indexed() {
-            index.upsert(Arc::new(item));
+        let replaced = match index.get(&id) {
+            Some(current) if current.head.change_seq > seq => return false,
+            Some(current) => Some(current.head.revision),
+            None => None,
+        };
+        let body = item.body.take();
+        if item.head.status.is_indexed() {
+            let revision = item.head.revision;
+            index.upsert(item);
+            drop(index);
+            if let Some(body) = body {
+                self.bodies.insert(body);
+            }
+            if let Some(old) = replaced.filter(|old| *old != revision) {
+                self.bodies.remove(&tenant, &id, old);
+            }
         } else {
             index.remove(&id);
             drop(index);
+            if let Some(old) = replaced {
+                self.bodies.remove(&tenant, &id, old);
+            }
             self.note_removal(&tenant, &id, seq);
         }
         true
@@ -555,9 +689,11 @@ impl MemoryIndex {
         self.note_removal(tenant, id, seq);
         let Some(index) = self.tenant(tenant) else { return false };
         let mut index = index.write().unwrap_or_else(|p| p.into_inner());
-        match index.get(id) {
-            Some(current) if current.record.change_seq <= seq => {
+        match index.get(id).map(|current| (current.head.change_seq, current.head.revision)) {
+            Some((change_seq, revision)) if change_seq <= seq => {
                 index.remove(id);
+                drop(index);
+                self.bodies.remove(tenant, id, revision);
                 true
             }
             _ => false,
@@ -572,19 +708,26 @@ impl MemoryIndex {
         })
     }
 
-    /// Whether the index holds this record at this write or a later one.
-    pub fn has_write(&self, tenant: &str, id: &str, seq: i64) -> bool {
+    /// Whether the index holds this revision of the record.
+    pub fn has_revision(&self, tenant: &str, id: &str, revision: i64) -> bool {
         self.tenant(tenant).is_some_and(|index| {
             index
                 .read()
                 .unwrap_or_else(|p| p.into_inner())
                 .get(id)
-                .is_some_and(|i| i.record.change_seq >= seq)
+                .is_some_and(|i| i.head.revision == revision)
+        })
+    }
+
+    /// Whether the index holds this record at this write or a later one.
+    pub fn has_write(&self, tenant: &str, id: &str, seq: i64) -> bool {
+        self.tenant(tenant).is_some_and(|index| {
+            index.read().unwrap_or_else(|p| p.into_inner()).get(id).is_some_and(|i| i.head.change_seq >= seq)
         })
     }
 
     /// Records (of any tenant) that have no embedding yet.
-    pub fn missing_vectors(&self) -> Vec<Record> {
+    pub fn missing_vectors(&self) -> Vec<RecordHead> {
         let tenants: Vec<_> =
             self.tenants.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
         let mut missing = Vec::new();
@@ -592,7 +735,7 @@ impl MemoryIndex {
             let index = index.read().unwrap_or_else(|p| p.into_inner());
             missing.extend(index.slots.iter().enumerate().filter_map(|(slot, item)| {
                 let item = item.as_ref()?;
-                (!index.has_vector(slot as u32)).then(|| item.record.clone())
+                (!index.has_vector(slot as u32)).then(|| item.head.clone())
             }));
         }
         missing
@@ -610,30 +753,24 @@ impl MemoryIndex {
     pub fn set_vector(&self, tenant: &str, id: &str, revision: i64, vector: Arc<[f32]>) {
         let Some(index) = self.tenant(tenant) else { return };
         let mut index = index.write().unwrap_or_else(|p| p.into_inner());
-        let Some(current) = index
-            .by_id
-            .get(id)
-            .filter(|slot| !index.has_vector(**slot))
-            .and_then(|slot| index.slots[*slot as usize].as_ref())
-            .filter(|i| i.record.revision == revision)
-        else {
-            return;
-        };
-        let updated = IndexedRecord {
-            record: current.record.clone(),
-            vector: Some(vector),
-            tokens: current.tokens,
-            terms: current.terms.clone(),
-            words: None,
-        };
-        index.upsert(Arc::new(updated));
+        let Some(slot) = index.by_id.get(id).copied() else { return };
+        let current = index.slots[slot as usize].as_ref().is_some_and(|i| i.head.revision == revision);
+        if current && !index.has_vector(slot) {
+            index.set_slot_vector(slot, &vector);
+        }
     }
 
     /// Replaces everything (startup): builds each tenant's index in one go.
     pub fn load(&self, items: Vec<IndexedRecord>) {
-        let mut loader = Loader::default();
+        let mut loader = self.loader();
         loader.add(items);
         self.finish_load(loader);
+    }
+
+    /// A loader for a full load into this index: it keeps as many of the records' bodies as
+    /// this index's body cache holds, in load order.
+    pub fn loader(&self) -> Loader {
+        Loader { budget: self.bodies.capacity(), ..Loader::default() }
     }
 
     /// Replaces everything with what `loader` gathered: the approximate indexes are built once,
@@ -646,6 +783,12 @@ impl MemoryIndex {
         let loaded = by_tenant.into_iter().map(|(t, i)| (t, Arc::new(RwLock::new(i)))).collect();
         *self.tenants.write().unwrap_or_else(|p| p.into_inner()) = loaded;
         self.removed.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        // The bodies of the index replaced go with it (a record removed meanwhile must not stay
+        // here); the loaded records' bodies come in as far as they fit.
+        self.bodies.clear();
+        for body in loader.bodies {
+            self.bodies.insert(body);
+        }
     }
 }
 
@@ -654,17 +797,28 @@ impl MemoryIndex {
 #[derive(Default)]
 pub struct Loader {
     by_tenant: HashMap<String, TenantIndex>,
+    /// Bodies for the body cache, up to `budget` bytes (`bodies::weight`) in all.
+    bodies: Vec<Arc<Record>>,
+    budget: u64,
+    weight: u64,
 }
 
 impl Loader {
     pub fn add(&mut self, items: Vec<IndexedRecord>) {
-        for item in items.into_iter().filter(|i| i.record.status.is_indexed()) {
-            match self.by_tenant.get_mut(&item.record.tenant) {
-                Some(index) => index.insert(Arc::new(item)),
+        for mut item in items.into_iter().filter(|i| i.head.status.is_indexed()) {
+            if let Some(body) = item.body.take() {
+                let weight = bodies::weight(&body);
+                if self.weight + weight <= self.budget {
+                    self.weight += weight;
+                    self.bodies.push(body);
+                }
+            }
+            match self.by_tenant.get_mut(&item.head.tenant) {
+                Some(index) => index.insert(item),
                 None => {
                     let mut index = TenantIndex::default();
-                    let tenant = item.record.tenant.clone();
-                    index.insert(Arc::new(item));
+                    let tenant = item.head.tenant.clone();
+                    index.insert(item);
                     self.by_tenant.insert(tenant, index);
                 }
             }

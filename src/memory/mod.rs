@@ -13,7 +13,7 @@ use crate::clock::now_ms;
 use crate::embed::Embedder;
 use crate::error::{Code, ErrorCode};
 use crate::fanout::{Fanout, Topic};
-use crate::index::{IndexedRecord, MemoryIndex};
+use crate::index::{IndexedRecord, MemoryIndex, RecordHead};
 use crate::memory::checks::schemas::SchemaSet;
 use crate::record::collect_text;
 use crate::record::{Envelope, Record, Status};
@@ -22,6 +22,7 @@ use crate::store::{Store, StoreError};
 use checks::envelope::{self, Problem, Rules};
 use checks::problems::Problems;
 use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio_util::task::TaskTracker;
@@ -196,6 +197,13 @@ impl MemoryService {
         Ok(self)
     }
 
+    /// Bounds the cache of record bodies beside the index (`[memory] body_cache_mb`). Before the
+    /// index is loaded or shared: it starts a new, empty one.
+    pub fn with_body_cache(mut self, bytes: u64) -> MemoryService {
+        self.index = Arc::new(MemoryIndex::with_body_cache(bytes));
+        self
+    }
+
     /// Announces every committed write to the other replicas through `fanout`.
     pub fn with_fanout(mut self, fanout: Fanout) -> MemoryService {
         self.fanout = fanout;
@@ -244,6 +252,42 @@ impl MemoryService {
         &self.tasks
     }
 
+    /// The bodies of these indexed records, in the order given: from the index's body cache, and
+    /// what it does not hold from the store (one read per tenant; then cached). `None` for a
+    /// record the store no longer holds as the index does (`RecordHead::admits`): deleted, or
+    /// changed in a way the index has yet to take in. A body is never another revision's than
+    /// the store's current one, nor another tenant's.
+    pub async fn bodies(&self, heads: &[&RecordHead]) -> Result<Vec<Option<Arc<Record>>>, StoreError> {
+        let cache = self.index.bodies();
+        let mut out: Vec<Option<Arc<Record>>> =
+            heads.iter().map(|head| cache.get(&head.tenant, &head.id, head.revision)).collect();
+        let mut missing: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (position, head) in heads.iter().enumerate().filter(|(position, _)| out[*position].is_none()) {
+            missing.entry(head.tenant.as_str()).or_default().push(position);
+        }
+        for (tenant, positions) in missing {
+            let ids: Vec<&str> = positions.iter().map(|p| heads[*p].id.as_str()).collect();
+            let mut found: HashMap<String, Record> =
+                self.store.get_records(tenant, &ids).await?.into_iter().map(|r| (r.id.clone(), r)).collect();
+            for position in positions {
+                let head = heads[position];
+                let Some(record) = found.remove(&head.id).filter(|record| head.admits(record)) else {
+                    continue;
+                };
+                let record = Arc::new(record);
+                if record.revision == head.revision {
+                    cache.insert(Arc::clone(&record));
+                    // Removed from the index while it was read: its body must not stay behind.
+                    if !self.index.has_revision(tenant, &head.id, head.revision) {
+                        cache.remove(tenant, &head.id, head.revision);
+                    }
+                }
+                out[position] = Some(record);
+            }
+        }
+        Ok(out)
+    }
+
     /// Loads every record with its stored embedding into the index, then embeds in the
     /// background the records that have none for the running model.
     pub async fn load_index(&self) -> Result<usize, StoreError> {
@@ -254,7 +298,7 @@ impl MemoryService {
         let model = self.embedder.model_id().to_owned();
         // Page by page in (tenant, id) order, each page's records indexed on both cores while
         // the next page is read: no moment holds every row, and nothing is embedded here.
-        let mut loader = crate::index::Loader::default();
+        let mut loader = self.index.loader();
         let mut after = (String::new(), String::new());
         let mut page = self.store.records_page(&model, (&after.0, &after.1), LOAD_PAGE).await?;
         let mut read = 0usize;
@@ -394,14 +438,17 @@ impl MemoryService {
         // splits them into model runs and lets live queries in between. Two stages: a batch's
         // vectors are stored while the next batch is embedded, so the model does not idle for
         // every commit.
-        let mut embedded: Option<(&[Record], Vec<Vec<f32>>)> = None;
-        for chunk in missing.chunks(BACKFILL_BATCH) {
-            let texts: Vec<String> = chunk.iter().map(passage_text).collect();
+        let mut embedded: Option<(Vec<Arc<Record>>, Vec<Vec<f32>>)> = None;
+        for heads in missing.chunks(BACKFILL_BATCH) {
+            let heads: Vec<&RecordHead> = heads.iter().collect();
+            let chunk: Vec<Arc<Record>> =
+                self.bodies(&heads).await.map_err(|e| e.to_string())?.into_iter().flatten().collect();
+            let texts: Vec<String> = chunk.iter().map(|record| passage_text(record)).collect();
             let embedding = self.embedder.embed_passages(&texts);
             let vectors = match embedded.take() {
                 None => embedding.await,
                 Some((previous, vectors)) => {
-                    let (next, stored) = tokio::join!(embedding, self.store_vectors(previous, vectors));
+                    let (next, stored) = tokio::join!(embedding, self.store_vectors(&previous, vectors));
                     done += stored?;
                     next
                 }
@@ -409,13 +456,13 @@ impl MemoryService {
             embedded = Some((chunk, vectors.map_err(|e| e.to_string())?));
         }
         if let Some((last, vectors)) = embedded {
-            done += self.store_vectors(last, vectors).await?;
+            done += self.store_vectors(&last, vectors).await?;
         }
         Ok(done)
     }
 
     /// Stores a backfill batch's vectors and gives the index them; returns how many.
-    async fn store_vectors(&self, records: &[Record], vectors: Vec<Vec<f32>>) -> Result<usize, String> {
+    async fn store_vectors(&self, records: &[Arc<Record>], vectors: Vec<Vec<f32>>) -> Result<usize, String> {
         let items: Vec<(&str, &str, &[f32])> = records
             .iter()
             .zip(&vectors)
@@ -469,7 +516,7 @@ impl MemoryService {
             return Ok(None);
         }
         let Some(vector) = self.embed_one(envelope_passage_text(envelope)).await else { return Ok(None) };
-        match self.near_twin(tenant, envelope, &vector, None) {
+        match self.near_twin(tenant, envelope, &vector, None).await {
             Some((id, similarity)) => Ok(Some((self.get(tenant, &id).await?, Some(similarity)))),
             None => Ok(None),
         }
@@ -525,7 +572,7 @@ impl MemoryService {
         let vector = self.embed_one(envelope_passage_text(&envelope)).await;
         if let (Some(vector), None, None) = (&vector, &envelope.key, &envelope.id) {
             let author = writer.own_twins_only.then_some(writer.author);
-            if let Some((twin, similarity)) = self.near_twin(tenant, &envelope, vector, author) {
+            if let Some((twin, similarity)) = self.near_twin(tenant, &envelope, vector, author).await {
                 // The write updates its twin like a PATCH of the fields it names: what it leaves
                 // out (validity, priority, aliases, …) stays as the twin had it.
                 let current = self.get(tenant, &twin).await?;
@@ -554,44 +601,60 @@ impl MemoryService {
     }
 
     /// A live record of the same type and scope whose embedding is at least `dedupe_threshold`
-    /// similar to `vector`, if any: the best one.
+    /// similar to `vector`, if any: the best one. Of the most similar `TWIN_CANDIDATES`, whose
+    /// bodies are read for the figures check; a scope of that many near-copies has them merged
+    /// already.
     /// With `author`, only a twin written by that author counts.
-    fn near_twin(
+    async fn near_twin(
         &self,
         tenant: &str,
         envelope: &Envelope,
         vector: &[f32],
         author: Option<Option<&str>>,
     ) -> Option<(String, f32)> {
+        const TWIN_CANDIDATES: usize = 16;
+        let mut candidates: Vec<(RecordHead, f32)> = {
+            let index = self.index.tenant(tenant)?;
+            let index = index.read().unwrap_or_else(|p| p.into_inner());
+            let first_scope = envelope.scope.first()?;
+            let mut candidates = Vec::new();
+            for slot in index.by_scope.get(first_scope).into_iter().flatten() {
+                let Some(item) = index.slots[*slot as usize].as_ref() else { continue };
+                let head = &item.head;
+                if head.record_type != envelope.record_type
+                    || head.scope != envelope.scope
+                    || head.key.is_some()
+                    || author.is_some_and(|author| head.author.as_deref() != author)
+                {
+                    continue;
+                }
+                match index.similarity(*slot, vector) {
+                    Some(similarity) if similarity >= self.dedupe_threshold => {
+                        candidates.push((head.clone(), similarity));
+                    }
+                    _ => {}
+                }
+            }
+            candidates
+        };
+        candidates.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.id.cmp(&b.0.id)));
+        candidates.truncate(TWIN_CANDIDATES);
+        let heads: Vec<&RecordHead> = candidates.iter().map(|(head, _)| head).collect();
+        let bodies = match self.bodies(&heads).await {
+            Ok(bodies) => bodies,
+            Err(err) => {
+                tracing::warn!(error = %err, "could not read near-duplicate candidates; the write is kept as new");
+                return None;
+            }
+        };
+        // Embeddings cannot tell "ORD-1001" from "ORD-1002", "50 EUR" from "500 EUR" or "is"
+        // from "is not": a twin must also state the same figures and the same negations.
         let new_text = envelope_passage_text(envelope);
-        let index = self.index.tenant(tenant)?;
-        let index = index.read().unwrap_or_else(|p| p.into_inner());
-        let first_scope = envelope.scope.first()?;
-        let mut best: Option<(String, f32)> = None;
-        for slot in index.by_scope.get(first_scope).into_iter().flatten() {
-            let Some(item) = index.slots[*slot as usize].as_ref() else { continue };
-            let slot = *slot;
-            let record = &item.record;
-            if record.record_type != envelope.record_type
-                || record.scope != envelope.scope
-                || record.key.is_some()
-                || author.is_some_and(|author| record.author.as_deref() != author)
-            {
-                continue;
-            }
-            let Some(similarity) = index.similarity(slot, vector) else { continue };
-            // Embeddings cannot tell "ORD-1001" from "ORD-1002", "50 EUR" from "500 EUR" or "is"
-            // from "is not": a twin must also state the same figures and the same negations.
-            if similarity < self.dedupe_threshold
-                || !same_figures_and_negations(&new_text, &passage_text(record))
-            {
-                continue;
-            }
-            if best.as_ref().is_none_or(|(_, s)| similarity > *s) {
-                best = Some((record.id.clone(), similarity));
-            }
-        }
-        best
+        candidates.iter().zip(bodies).find_map(|((head, similarity), body)| {
+            let body = body?;
+            same_figures_and_negations(&new_text, &passage_text(&body))
+                .then(|| (head.id.clone(), *similarity))
+        })
     }
 
     pub async fn get(&self, tenant: &str, id: &str) -> Result<Record, MemoryError> {

@@ -313,7 +313,7 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
-    /// `reason` is one of a fixed set (`timeout`, `embedder`, `template`, `placement`).
+    /// `reason` is one of a fixed set (`timeout`, `embedder`, `store`, `template`, `placement`).
     pub fn record_degraded(&self, release: &str, reason: &str) {
         self.degraded
             .get_or_create(&DegradedLabels { release: release.to_owned(), reason: reason.to_owned() })

@@ -186,7 +186,15 @@ async fn process(shared: &Shared, exchange: Exchange, owner: &str) {
             return;
         }
     }
-    let injected = injected_texts(shared, &exchange);
+    // The echo gate needs what was injected: without it an echo would pass, so the exchange waits.
+    let injected = match injected_texts(shared, &exchange).await {
+        Ok(injected) => injected,
+        Err(err) => {
+            retry(shared, &exchange, owner, now + 5_000, &format!("the store is unavailable: {err}"), false)
+                .await;
+            return;
+        }
+    };
     let extracted = match call(shared, &exchange, &injected).await {
         Call::Answer(extracted) => {
             shared.metrics.call("ok");
@@ -343,17 +351,26 @@ async fn decide(
     }
 }
 
-/// The injected records' text, read from this tenant's index (gone ones are left out).
-fn injected_texts(shared: &Shared, exchange: &Exchange) -> Vec<String> {
-    let Some(index) = shared.memories.index().tenant(&exchange.new.tenant) else { return Vec::new() };
-    let index = index.read().unwrap_or_else(|p| p.into_inner());
-    exchange
-        .new
-        .injected_ids
-        .iter()
-        .filter_map(|id| index.get(id))
-        .map(|item| crate::memory::passage_text(&item.record))
-        .collect()
+/// The injected records' text, for the echo gate: those this tenant's index still holds, their
+/// bodies from its cache or the store (gone ones are left out).
+async fn injected_texts(
+    shared: &Shared,
+    exchange: &Exchange,
+) -> Result<Vec<String>, crate::store::StoreError> {
+    let heads: Vec<crate::index::RecordHead> = {
+        let Some(index) = shared.memories.index().tenant(&exchange.new.tenant) else { return Ok(Vec::new()) };
+        let index = index.read().unwrap_or_else(|p| p.into_inner());
+        exchange
+            .new
+            .injected_ids
+            .iter()
+            .filter_map(|id| index.get(id))
+            .map(|item| item.head.clone())
+            .collect()
+    };
+    let heads: Vec<&crate::index::RecordHead> = heads.iter().collect();
+    let bodies = shared.memories.bodies(&heads).await?;
+    Ok(bodies.into_iter().flatten().map(|record| crate::memory::passage_text(&record)).collect())
 }
 
 /// The extraction call, within `timeout_ms`.

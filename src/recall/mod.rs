@@ -256,7 +256,7 @@ impl Recaller {
         // The query's words, for hybrid releases: analyzed before the tenant's lock is taken.
         let lexical = matches!(release.funnel.retrieval, Retrieval::Hybrid { .. })
             .then(|| crate::lexical::LexicalQuery::new(crate::lexical::analyzer(), &query));
-        let (items, stub_items, tokens, trace, visible_tokens, triggerable) = {
+        let (items, stub_items, _, trace, visible_tokens, triggerable) = {
             let index = tenant.read().unwrap_or_else(|p| p.into_inner());
             let semantic = SemanticQuery {
                 hybrid: match (release.funnel.retrieval, lexical.as_ref()) {
@@ -273,12 +273,12 @@ impl Recaller {
             let output = crate::funnel::run(&index, caller, &semantic, &release.funnel, now_ms(), wish.trace);
             // The few records with trigger conditions among what this caller may see now: taken
             // out under the lock, evaluated after it.
-            let triggerable: Vec<Arc<crate::index::IndexedRecord>> = if wish.triggers {
+            let triggerable: Vec<Arc<crate::record::Record>> = if wish.triggers {
                 index
                     .triggered
                     .iter()
                     .filter(|slot| output.current.contains(**slot))
-                    .filter_map(|slot| index.slots[*slot as usize].clone())
+                    .filter_map(|slot| index.slots[*slot as usize].as_ref()?.trigger_body.clone())
                     .collect()
             } else {
                 Vec::new()
@@ -286,10 +286,25 @@ impl Recaller {
             let packed = output.packed;
             (packed.injected, packed.stubs, packed.tokens, output.trace, output.visible_tokens, triggerable)
         };
+        // The index ranked heads; the few injected records' bodies come from its cache or the
+        // store. One that changed meanwhile in a way the funnel would judge again (deleted,
+        // moved, paused) is left out rather than shown as it was.
+        let bodies = {
+            let heads: Vec<&crate::index::RecordHead> =
+                items.iter().chain(&stub_items).map(|c| &c.item.head).collect();
+            self.memories().bodies(&heads).await.map_err(|err| {
+                tracing::warn!(error = %err, "reading the injected records' bodies failed");
+                "store"
+            })?
+        };
+        let mut bodies = bodies.into_iter();
+        let (items, item_bodies) = with_bodies(items, &mut bodies);
+        let (stub_items, stub_bodies) = with_bodies(stub_items, &mut bodies);
+        let tokens: usize = items.iter().map(|c| c.item.tokens).sum();
         // On the newest turn's words only: one threatening message must not fire again on every
         // short reply after it (a follow-up's query also carries the previous words).
         let input = TriggerInput::new(&matched.newest, &wish.values);
-        let fired = self.triggers().evaluate(&input, triggerable.iter().map(|item| &item.record));
+        let fired = self.triggers().evaluate(&input, triggerable.iter().map(|record| &**record));
         let trigger_words = (!fired.is_empty()).then(|| (matched.newest.clone(), matched.turn));
         if items.is_empty() && stub_items.is_empty() && !release.empty_block {
             let mut recalled = Recalled::untouched(body.clone(), MemoryStatus::Ok, None);
@@ -300,10 +315,10 @@ impl Recaller {
             recalled.visible_tokens = visible_tokens;
             return Ok(recalled);
         }
-        let render_items: Vec<RenderItem> = items
+        let render_items: Vec<RenderItem> = item_bodies
             .iter()
-            .map(|c| render_item(&c.item.record, None))
-            .chain(stub_items.iter().map(|c| render_item(&c.item.record, Some(stub_summary(&c.item.record)))))
+            .map(|record| render_item(record, None))
+            .chain(stub_bodies.iter().map(|record| render_item(record, Some(stub_summary(record)))))
             .collect();
         let block = self.templates().render(&release.name, &render_items).map_err(|err| {
             tracing::error!(error = %err, release = %release.name, "template failed");
@@ -322,8 +337,8 @@ impl Recaller {
         Ok(Recalled {
             body: Bytes::from(injected.body),
             status: MemoryStatus::Ok,
-            injected_ids: items.iter().map(|c| c.item.record.id.clone()).collect(),
-            stub_ids: stub_items.iter().map(|c| c.item.record.id.clone()).collect(),
+            injected_ids: items.iter().map(|c| c.item.head.id.clone()).collect(),
+            stub_ids: stub_items.iter().map(|c| c.item.head.id.clone()).collect(),
             tokens,
             block: Some(block),
             placed_in: Some(injected.placed_in),
@@ -335,6 +350,14 @@ impl Recaller {
             visible_tokens,
         })
     }
+}
+
+/// The records of `chosen` whose bodies `bodies` (in the same order) has, with them.
+fn with_bodies(
+    chosen: Vec<crate::funnel::density::Chosen>,
+    bodies: &mut impl Iterator<Item = Option<Arc<crate::record::Record>>>,
+) -> (Vec<crate::funnel::density::Chosen>, Vec<Arc<crate::record::Record>>) {
+    chosen.into_iter().zip(bodies).filter_map(|(c, body)| Some((c, body?))).unzip()
 }
 
 fn render_item(record: &crate::record::Record, stub: Option<String>) -> RenderItem {

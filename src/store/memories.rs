@@ -127,6 +127,28 @@ impl Store {
         fetch_record(&mut conn, tenant, id).await?.ok_or(StoreError::NotFound)
     }
 
+    /// The stored records of `tenant` among `ids`, in no particular order; ids not stored are
+    /// left out. One statement per 500 ids.
+    pub async fn get_records(&self, tenant: &str, ids: &[&str]) -> Result<Vec<Record>, StoreError> {
+        let mut conn = self.pool().acquire().await?;
+        let mut records = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(500) {
+            let placeholders: Vec<String> = (2..chunk.len() + 2).map(|n| format!("${n}")).collect();
+            let sql = format!(
+                "SELECT {COLUMNS} FROM memories WHERE tenant = $1 AND id IN ({})",
+                placeholders.join(", ")
+            );
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(tenant);
+            for id in chunk {
+                query = query.bind(*id);
+            }
+            for row in query.fetch_all(&mut *conn).await? {
+                records.push(record_from_row(&row)?);
+            }
+        }
+        Ok(records)
+    }
+
     /// Creates a record, or supersedes the live one with the same key and scope, or — for an exact
     /// repeat of existing content — returns that record unchanged.
     pub async fn create_record(

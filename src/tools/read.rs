@@ -1,4 +1,5 @@
-//! The read tools: search, get and list, on the funnel's in-memory index (no database read),
+//! The read tools: search, get and list, ranked and filtered on the funnel's in-memory index (the
+//! bodies of the few records answered from its body cache or the store),
 //! under the funnel's scope and temporal rules.
 
 use super::definitions::{GET, LIST, SEARCH};
@@ -9,7 +10,7 @@ use crate::funnel::Retrieval;
 use crate::funnel::semantic::{self, Hybrid, SemanticQuery};
 use crate::funnel::trace::{Detail, Trace};
 use crate::funnel::{scope, temporal};
-use crate::index::IndexedRecord;
+use crate::index::{IndexedRecord, RecordHead};
 use crate::memory::MemoryService;
 use crate::record::{Record, Status};
 use crate::rollout::Release;
@@ -26,7 +27,7 @@ const LIST_MAX: u64 = 50;
 /// Whether the caller may read `record` now: the funnel's scope rule and its temporal one (valid
 /// now, of a schema version the release reads), with dormant records readable too: the tools
 /// find what injection no longer offers, and reading one makes it active again (`wake`).
-pub(super) fn readable(caller: &ToolCaller, release: &Release, record: &Record, now: i64) -> bool {
+pub(super) fn readable(caller: &ToolCaller, release: &Release, record: &RecordHead, now: i64) -> bool {
     caller.caller.can_see(&record.tenant, &record.scope)
         && record.status.is_indexed()
         && record.is_valid_at(now)
@@ -58,6 +59,22 @@ pub(super) fn line(record: &Record, score: Option<f32>, full: bool) -> Value {
     }
     out.insert("content".into(), record.content.clone());
     Value::Object(out)
+}
+
+/// The bodies of `items`, in order, with each item; a record the store no longer holds as the
+/// index does is left out (it changed or went away meanwhile). A store failure is the tool's
+/// error, in words a model can act on.
+async fn with_bodies<T>(
+    tool: &str,
+    memories: &MemoryService,
+    items: Vec<(Arc<IndexedRecord>, T)>,
+) -> Result<Vec<(Arc<Record>, T)>, ToolResult> {
+    let heads: Vec<&RecordHead> = items.iter().map(|(item, _)| &item.head).collect();
+    let bodies = memories.bodies(&heads).await.map_err(|err| {
+        tracing::warn!(error = %err, tool, "reading records' bodies failed");
+        ToolResult::error(format!("{tool}: memory is unavailable right now; try again shortly"))
+    })?;
+    Ok(items.into_iter().zip(bodies).filter_map(|((_, extra), body)| Some((body?, extra))).collect())
 }
 
 fn listing(heading: String, lines: impl IntoIterator<Item = Value>) -> String {
@@ -105,7 +122,7 @@ pub(super) async fn search(
             temporal::findable(&index, &visible, now_ms(), &release.funnel.schema_versions, &mut trace);
         let current = match record_type {
             Some(wanted) => current.filter(|slot| {
-                index.slots[slot as usize].as_ref().is_some_and(|item| item.record.record_type == wanted)
+                index.slots[slot as usize].as_ref().is_some_and(|item| item.head.record_type == wanted)
             }),
             None => current,
         };
@@ -136,13 +153,17 @@ pub(super) async fn search(
     if found.is_empty() {
         return nothing();
     }
-    let ids: Vec<String> = found.iter().map(|(item, _)| item.record.id.clone()).collect();
+    let ids: Vec<String> = found.iter().map(|(item, _)| item.head.id.clone()).collect();
     memories.note_accesses(tenant, &ids);
     wake(memories, caller, found.iter().map(|(item, _)| item)).await;
+    let found = with_bodies(SEARCH, memories, found).await?;
+    if found.is_empty() {
+        return nothing();
+    }
     let heading = format!("{} memory record(s) found, best first.", found.len());
     Ok(ToolResult::ok(listing(
         heading,
-        found.iter().map(|(item, score)| line(&item.record, Some(*score), false)),
+        found.iter().map(|(record, score)| line(record, Some(*score), false)),
     )))
 }
 
@@ -155,7 +176,7 @@ pub(super) fn readable_record(
 ) -> Option<Arc<IndexedRecord>> {
     let index = memories.index().tenant(&caller.caller.tenant)?;
     let index = index.read().unwrap_or_else(|p| p.into_inner());
-    index.get(id).filter(|item| readable(caller, release, &item.record, now_ms())).cloned()
+    index.get(id).filter(|item| readable(caller, release, &item.head, now_ms())).cloned()
 }
 
 /// An id as the answer may repeat it: at most 100 characters, no control characters.
@@ -169,10 +190,8 @@ async fn wake<'a>(
     caller: &ToolCaller,
     items: impl Iterator<Item = &'a Arc<IndexedRecord>>,
 ) {
-    let dormant: Vec<String> = items
-        .filter(|item| item.record.status == Status::Dormant)
-        .map(|item| item.record.id.clone())
-        .collect();
+    let dormant: Vec<String> =
+        items.filter(|item| item.head.status == Status::Dormant).map(|item| item.head.id.clone()).collect();
     if !dormant.is_empty() {
         let actor = caller.author.as_deref().unwrap_or("tool");
         memories.wake(&caller.caller.tenant, &dormant, actor).await;
@@ -191,9 +210,12 @@ pub(super) async fn get(
     let Some(item) = readable_record(memories, caller, release, id) else {
         return Err(ToolResult::error(format!("memory_get: no record {:?} that you can read", shown_id(id))));
     };
-    memories.note_accesses(&caller.caller.tenant, std::slice::from_ref(&item.record.id));
+    memories.note_accesses(&caller.caller.tenant, std::slice::from_ref(&item.head.id));
     wake(memories, caller, std::iter::once(&item)).await;
-    Ok(ToolResult::ok(listing("1 memory record.".into(), [line(&item.record, None, true)])))
+    let Some((record, ())) = with_bodies(GET, memories, vec![(item, ())]).await?.pop() else {
+        return Err(ToolResult::error(format!("memory_get: no record {:?} that you can read", shown_id(id))));
+    };
+    Ok(ToolResult::ok(listing("1 memory record.".into(), [line(&record, None, true)])))
 }
 
 /// `memory_list {type?, mine?, limit?, offset?}`: newest first.
@@ -223,17 +245,19 @@ pub(super) async fn list(
         current
             .iter()
             .filter_map(|slot| index.slots[slot as usize].clone())
-            .filter(|item| record_type.is_none_or(|wanted| item.record.record_type == wanted))
-            .filter(|item| !mine || item.record.author == caller.author)
+            .filter(|item| record_type.is_none_or(|wanted| item.head.record_type == wanted))
+            .filter(|item| !mine || item.head.author == caller.author)
             .collect()
     };
     let total = records.len();
     records.sort_by(|a, b| {
-        b.record.updated_at_ms.cmp(&a.record.updated_at_ms).then_with(|| a.record.id.cmp(&b.record.id))
+        b.head.updated_at_ms.cmp(&a.head.updated_at_ms).then_with(|| a.head.id.cmp(&b.head.id))
     });
-    let shown_items: Vec<&Arc<IndexedRecord>> = records.iter().skip(offset).take(limit).collect();
-    wake(memories, caller, shown_items.iter().copied()).await;
-    let page: Vec<Value> = shown_items.iter().map(|item| line(&item.record, None, false)).collect();
+    let shown_items: Vec<(Arc<IndexedRecord>, ())> =
+        records.iter().skip(offset).take(limit).map(|item| (Arc::clone(item), ())).collect();
+    wake(memories, caller, shown_items.iter().map(|(item, _)| item)).await;
+    let shown_items = with_bodies(LIST, memories, shown_items).await?;
+    let page: Vec<Value> = shown_items.iter().map(|(record, _)| line(record, None, false)).collect();
     if page.is_empty() {
         return Ok(ToolResult::ok(if total == 0 {
             "No memory records.".to_owned()

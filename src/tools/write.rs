@@ -142,7 +142,7 @@ fn changeable(
     let Some(item) = readable_record(memories, caller, release, id) else {
         return Err(ToolResult::error(format!("{tool}: no record {:?} that you can read", shown_id(id))));
     };
-    if !caller.may_change(item.record.author.as_deref()) {
+    if !caller.may_change(item.head.author.as_deref()) {
         return Err(ToolResult::refused(format!(
             "{tool}: {} was written by someone else, and you may change or delete only records you wrote; nothing was changed",
             shown_id(id)
@@ -177,17 +177,11 @@ pub(super) async fn update(
     // Under review, every agent write waits for it: a change too.
     // A dormant record an agent changes is in use again.
     let status = release.tools.agent_writes;
-    if status == Status::Proposed || item.record.status == Status::Dormant {
+    if status == Status::Proposed || item.head.status == Status::Dormant {
         patch.insert("status".into(), json!(status.as_str()));
     }
     let record = memories
-        .update(
-            &caller.caller.tenant,
-            &item.record.id,
-            &Value::Object(patch),
-            Some(item.record.revision),
-            author,
-        )
+        .update(&caller.caller.tenant, &item.head.id, &Value::Object(patch), Some(item.head.revision), author)
         .await
         .map_err(|err| refusal(UPDATE, err))?;
     Ok(ToolResult::ok(format!(
@@ -210,7 +204,7 @@ pub(super) async fn delete(
     let id = input.text("id")?;
     let item = changeable(DELETE, memories, caller, release, id)?;
     let record = memories
-        .delete(&caller.caller.tenant, &item.record.id, author)
+        .delete(&caller.caller.tenant, &item.head.id, author)
         .await
         .map_err(|err| refusal(DELETE, err))?;
     Ok(ToolResult::ok(format!("Deleted {}.", record.id)))

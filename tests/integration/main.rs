@@ -4,6 +4,7 @@
 
 mod support;
 
+mod bodies;
 mod console;
 mod console_store;
 mod e2e_admin;

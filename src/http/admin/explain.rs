@@ -173,7 +173,7 @@ fn summaries(state: &AppState, tenant: &str, recalled: &crate::recall::Recalled)
         .into_iter()
         .filter_map(|id| index.get(id).map(|item| (id, item)))
         .map(|(id, item)| {
-            let r = &item.record;
+            let r = &item.head;
             (
                 id.to_owned(),
                 json!({"type": r.record_type, "key": r.key, "priority": r.priority, "scope": r.scope,

@@ -1,12 +1,23 @@
 //! The body a request injects is the record's current revision, of the caller's own tenant: after
 //! an update the next request carries the new content, and two tenants holding the same id and key
-//! each get their own.
+//! each get their own. The same with no body cache, every injected body read from the store.
 
 use super::*;
 
 #[tokio::test]
 async fn the_current_revision_of_the_callers_own_tenant_is_injected() {
-    let gate = Memgate::start(CONFIG);
+    current_revision_of_own_tenant_injected(CONFIG).await;
+}
+
+#[tokio::test]
+async fn without_a_body_cache_the_current_revision_of_the_callers_own_tenant_is_injected() {
+    current_revision_of_own_tenant_injected(&CONFIG.replace("[memory]\n", "[memory]\nbody_cache_mb = 0\n"))
+        .await;
+}
+
+async fn current_revision_of_own_tenant_injected(config: &str) {
+    assert!(config.contains("[memory]"));
+    let gate = Memgate::start(config);
     let preference = |text: &str| {
         json!({
             "id": "pref-delivery",
