@@ -32,6 +32,7 @@ use memgate::index::terms;
 use memgate::index::{IndexedRecord, MemoryIndex, TenantIndex};
 use memgate::record::{OPEN_END_MS, Record, Status};
 use memgate::vector::dot;
+use memgate::vector::ivf::Probes;
 use memgate::vector::quant::QuantizedQuery;
 use serde_json::{Map, Value, json};
 use std::collections::HashSet;
@@ -64,8 +65,9 @@ struct Args {
     /// Semantic threshold. The synthetic vectors imitate raw e5 cosines, so the raw default (0.80).
     #[arg(long, default_value_t = memgate::config::RAW_SIMILARITY)]
     threshold: f32,
-    /// IVF probes to sweep on the largest size (recall vs latency); empty for none.
-    #[arg(long, default_value = "16,32,48,64,96")]
+    /// IVF probes to sweep on the largest size (recall vs latency): `N` lists or `P%` of the
+    /// lists; empty for none.
+    #[arg(long, default_value = "16,32,48,64,96,6%,8%,10%")]
     probe_sweep: String,
     /// Skip the forced exact scan on sizes that have an IVF index.
     #[arg(long)]
@@ -80,10 +82,10 @@ struct Args {
 fn main() -> Result<(), BoxError> {
     let args = Args::parse();
     let sizes = common::parse_sizes(&args.sizes)?;
-    let sweep: Vec<usize> = if args.probe_sweep.trim().is_empty() {
+    let sweep: Vec<Probes> = if args.probe_sweep.trim().is_empty() {
         Vec::new()
     } else {
-        args.probe_sweep.split(',').map(|p| p.trim().parse()).collect::<Result<_, _>>()?
+        args.probe_sweep.split(',').map(|p| parse_probes(p.trim())).collect::<Result<_, _>>()?
     };
     let machine_before = common::machine();
     let dot_cost = dot_micro(args.seed);
@@ -102,7 +104,7 @@ fn main() -> Result<(), BoxError> {
         "dims": DIMS,
         "threshold": common::f32r(args.threshold),
         "queries": args.queries,
-        "default_probes": DEFAULT_PROBES,
+        "default_probes": DEFAULT_PROBES.to_string(),
         "exact_scan_max": EXACT_SCAN_MAX,
         "dot_product_ns": dot_cost,
         "ann_min_records": memgate::index::ANN_MIN_RECORDS,
@@ -123,7 +125,21 @@ struct Query {
     vector: Vec<f32>,
 }
 
-fn bench_size(args: &Args, size: usize, sweep: &[usize]) -> Result<Value, BoxError> {
+/// `N`: N lists; `P%`: P % of the lists (at least the default's minimum).
+fn parse_probes(p: &str) -> Result<Probes, BoxError> {
+    Ok(match p.strip_suffix('%') {
+        Some(percent) => {
+            let min = match DEFAULT_PROBES {
+                Probes::Share { min, .. } => min,
+                Probes::Lists(_) => 1,
+            };
+            Probes::Share { share: percent.parse::<f32>()? / 100.0, min }
+        }
+        None => Probes::Lists(p.parse()?),
+    })
+}
+
+fn bench_size(args: &Args, size: usize, sweep: &[Probes]) -> Result<Value, BoxError> {
     let mut rng = Rng::new(args.seed ^ size as u64);
     let now = now_ms();
     let world = World::new(&mut rng, size);
@@ -208,7 +224,7 @@ fn bench_size(args: &Args, size: usize, sweep: &[usize]) -> Result<Value, BoxErr
             };
             let recall = recall_at_5(&run, exact);
             sweep_rows.push(json!({
-                "probes": probes,
+                "probes": probes.to_string(),
                 "funnel": run.funnel.json_ms(),
                 "semantic_layer": run.semantic.json_ms(),
                 "recall_at_5": recall,
@@ -358,10 +374,10 @@ fn run_path(
             let rows = index.int8_rows();
             let mut reach = 0usize;
             for ann in index.ann.values() {
-                for slot in ann.probe(&quantized, settings.probes).flatten() {
-                    reach += usize::from(
-                        rows.is_some_and(|r| r.may_reach(*slot as usize, &quantized, settings.threshold)),
-                    );
+                for entry in ann.probe(&quantized, settings.probes).flatten() {
+                    reach += usize::from(rows.is_some_and(|r| {
+                        r.may_reach_at(entry.position as usize, &quantized, settings.threshold)
+                    }));
                 }
             }
             black_box(reach);
@@ -794,12 +810,12 @@ fn print_tables(report: &Value) {
         println!();
         println!("IVF probes at {} records (recall@5 vs exact scan)", size["records"]);
         println!(
-            "{:>7} {:>12} {:>12} {:>16} {:>9}",
+            "{:>30} {:>12} {:>12} {:>16} {:>9}",
             "probes", "funnel p50", "funnel p99", "semantic p50", "recall@5"
         );
         for row in rows {
             println!(
-                "{:>7} {:>12.3} {:>12.3} {:>16.3} {:>9.4}",
+                "{:>30} {:>12.3} {:>12.3} {:>16.3} {:>9.4}",
                 common::text(&row["probes"]),
                 row["funnel"]["p50_ms"].as_f64().unwrap_or(0.0),
                 row["funnel"]["p99_ms"].as_f64().unwrap_or(0.0),

@@ -45,6 +45,7 @@ use memgate::index::{Bodies, IndexedRecord, MemoryIndex, TenantIndex};
 use memgate::inject::{RenderItem, Templates};
 use memgate::memory::passage_text;
 use memgate::record::{OPEN_END_MS, Record, Status};
+use memgate::vector::ivf::Probes;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
@@ -444,7 +445,7 @@ fn ivf_check(
         "funnel": exact_time.json_ms(),
         "evidence_recall_at_5_categories_1_4": evidence_recall(&exact_ids),
     })];
-    for probes in [4, 8, DEFAULT_PROBES] {
+    for probes in [Probes::Lists(4), Probes::Lists(8), DEFAULT_PROBES] {
         let (ids, time) = pass(&FunnelSettings { probes, ..production.clone() })?;
         let (mut wanted, mut found) = (0usize, 0usize);
         for (exact, approx) in exact_ids.iter().zip(&ids) {
@@ -452,7 +453,7 @@ fn ivf_check(
             found += exact.iter().filter(|id| approx.contains(id)).count();
         }
         rows.push(json!({
-            "path": format!("ivf, {probes} probes"),
+            "path": format!("ivf, {probes} probed"),
             "funnel": time.json_ms(),
             "overlap_with_exact_injected": if wanted == 0 { 1.0 } else { found as f64 / wanted as f64 },
             "evidence_recall_at_5_categories_1_4": evidence_recall(&ids),

@@ -9,7 +9,7 @@
 //! centres, noise: like funnel_bench's), so the load embeds nothing: what is timed is reading the
 //! rows and vectors and building the index (`MemoryService::load_index`, the code a replica runs
 //! at startup). Then, on the loaded index, `funnel::run` (production settings: raw threshold
-//! 0.80, 3,000 tokens, 5 items, 3 stubs, 64 probes) for two kinds of request: a subject asking
+//! 0.80, 3,000 tokens, 5 items, 3 stubs, the default probes) for two kinds of request: a subject asking
 //! about its own order (the query names its order id; its profile must be injected), and a
 //! knowledge-base question (a vector near a KB record's).
 //!

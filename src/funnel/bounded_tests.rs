@@ -10,6 +10,7 @@ use super::trace::{Detail, Trace};
 use super::{FunnelOutput, FunnelSettings, Retrieval};
 use crate::index::TenantIndex;
 use crate::record::OPEN_END_MS;
+use crate::vector::ivf::Probes;
 use crate::vector::testing::Rng;
 
 const WORDS: [&str; 12] = [
@@ -51,7 +52,7 @@ fn settings(
         budget_tokens,
         max_items,
         max_stubs,
-        probes: usize::MAX,
+        probes: Probes::ALL,
         retrieval,
         cut: super::cut::Cut::OFF,
     }
@@ -90,7 +91,7 @@ fn compare(
                         Retrieval::Dense => None,
                     };
                     let sq =
-                        SemanticQuery { text, vector: Some(&query), threshold, probes: usize::MAX, hybrid };
+                        SemanticQuery { text, vector: Some(&query), threshold, probes: Probes::ALL, hybrid };
                     let s = settings(threshold, budget, items, stubs, retrieval);
                     let fast = super::run(index, &who, &sq, &s, NOW, Detail::Off);
                     let full = super::run(index, &who, &sq, &s, NOW, Detail::Full);
@@ -180,7 +181,13 @@ fn scanned_for(public: usize, others: usize) -> (usize, usize, Vec<String>) {
     index.upsert(item(record("profile-me", &["user:me"], (0, OPEN_END_MS), "v1"), Some(own.clone()), &[]));
     let me = caller(&["public", "user:me"]);
     let query = vectors.near(&mut rng, &own, 0.01);
-    let sq = SemanticQuery { text: "", vector: Some(&query), threshold: 0.5, probes: 64, hybrid: None };
+    let sq = SemanticQuery {
+        text: "",
+        vector: Some(&query),
+        threshold: 0.5,
+        probes: semantic::DEFAULT_PROBES,
+        hybrid: None,
+    };
     let out = super::run(&index, &me, &sq, &settings(0.5, 3000, 5, 3, Retrieval::Dense), NOW, Detail::Off);
     (out.trace.scanned, out.current.len(), injected(&out).0)
 }

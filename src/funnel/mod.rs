@@ -32,6 +32,8 @@ pub mod trace;
 #[cfg(test)]
 mod bounded_tests;
 #[cfg(test)]
+mod ivf_tests;
+#[cfg(test)]
 pub(crate) mod tests;
 
 use crate::identity::Caller;
@@ -49,7 +51,7 @@ pub struct FunnelSettings {
     pub budget_tokens: usize,
     pub max_items: usize,
     pub max_stubs: usize,
-    pub probes: usize,
+    pub probes: crate::vector::ivf::Probes,
     pub retrieval: Retrieval,
     /// Where the ranking stops, beside the budget and the cap.
     pub cut: cut::Cut,

@@ -34,16 +34,17 @@ use crate::index::{TenantIndex, VectorKind};
 use crate::lexical::LexicalQuery;
 use crate::lexical::fusion::{self, Fusion, Gate};
 use crate::slots::SlotSet;
-use crate::vector::quant::QuantizedQuery;
+use crate::vector::ivf::Probes;
+use crate::vector::quant::{QuantizedQuery, reaches};
 
 /// Up to this many candidates an exact scan is used (well under a millisecond on int8 rows);
 /// above it, the approximate index. Measured in docs/benchmarks-memory.md §1.
 pub const EXACT_SCAN_MAX: usize = 4096;
 
-/// How many lists of the approximate index a query scans: ~10 % of a 100,000-record tenant's
-/// vectors (2√n lists), for a recall@5 against the exact scan of about 0.96 on the benchmark's
-/// vectors (docs/benchmarks-memory.md §1).
-pub const DEFAULT_PROBES: usize = 64;
+/// How many lists of the approximate index a query scans: a share of them, so that a query
+/// reads about that share of a large scope's rows whatever its size (`Probes::Share`).
+/// MEASURED-LATER
+pub const DEFAULT_PROBES: Probes = Probes::Share { share: 0.10, min: 16 };
 
 /// A record that passed, with why.
 #[derive(Debug, Clone, Copy)]
@@ -71,7 +72,7 @@ pub struct SemanticQuery<'a> {
     /// `None` when the query could not be embedded: only exact matches can pass.
     pub vector: Option<&'a [f32]>,
     pub threshold: f32,
-    pub probes: usize,
+    pub probes: Probes,
     /// Hybrid releases: the query's words and how to fuse the two rankings.
     pub hybrid: Option<Hybrid<'a>>,
 }
@@ -240,24 +241,43 @@ pub fn matching_within(
         let rows = index.int8_rows().filter(|rows| rows.dims() == vector.len());
         let mut scanned = 0usize;
         // Scores one candidate: ruled out by its int8 bound against the bar (the threshold, or
-        // the heaps' floors once full), else scored on its row and offered to the heaps.
-        let mut consider = |slot: u32, best: &mut Best, high: &mut Best| {
-            let m = &meta[slot as usize];
-            let high_priority = m.priority >= 4;
-            let floor = if high_priority { best.floor().min(high.floor()) } else { best.floor() };
-            let bar = query.threshold.max(floor);
-            let may_reach = match (m.vector, rows) {
-                (VectorKind::None, _) => false,
-                (VectorKind::Int8, Some(rows)) => {
-                    scanned += 1;
-                    rows.may_reach(slot as usize, &quantized, bar)
-                }
-                _ => true, // only an f32 vector to compare: score it exactly
+        // the heaps' floors once full), else scored on its row and offered to the heaps. `at` is
+        // the row's position when the caller knows it (an IVF entry, whose row is int8): then
+        // the slot's meta is read only for a row whose bound reaches the lower of the two bars,
+        // so a probed list is read as its rows alone, in order.
+        let mut consider = |slot: u32, at: Option<usize>, best: &mut Best, high: &mut Best| {
+            let loose = query.threshold.max(best.floor().min(high.floor()));
+            let at = match at {
+                Some(at) => Some(at),
+                None => match (meta[slot as usize].vector, rows) {
+                    (VectorKind::None, _) => return,
+                    (VectorKind::Int8, Some(rows)) => rows.position(slot as usize),
+                    _ => None, // only an f32 vector to compare: score it exactly
+                },
             };
-            if !may_reach {
+            let upper = match (at, rows) {
+                (Some(at), Some(rows)) => {
+                    scanned += 1;
+                    let upper = rows.upper_bound_at(at, &quantized);
+                    if !reaches(upper, loose) {
+                        return;
+                    }
+                    Some(upper)
+                }
+                _ => None,
+            };
+            let high_priority = meta[slot as usize].priority >= 4;
+            let floor = if high_priority { best.floor().min(high.floor()) } else { best.floor() };
+            if upper.is_some_and(|upper| !reaches(upper, query.threshold.max(floor))) {
                 return;
             }
-            let Some(score) = index.similarity(slot, vector) else { return };
+            let score = match (at, rows) {
+                (Some(at), Some(rows)) => rows.score_at(at, vector),
+                _ => match index.similarity(slot, vector) {
+                    Some(score) => score,
+                    None => return,
+                },
+            };
             if score >= query.threshold {
                 best.offer(slot, score);
                 if high_priority {
@@ -274,7 +294,7 @@ pub fn matching_within(
         if probed.is_empty() {
             scored_all = true;
             for slot in candidates.iter() {
-                consider(slot, &mut best, &mut high);
+                consider(slot, None, &mut best, &mut high);
             }
         } else {
             // A record in two probed scopes is met twice: score it once.
@@ -284,15 +304,20 @@ pub fn matching_within(
                 if let Some(members) = index.ann_members(scope) {
                     rest = rest.and_not(members);
                 }
-                for slot in ann.probe(&quantized, query.probes).flatten().copied() {
+                for entry in ann.probe(&quantized, query.probes).flatten() {
+                    let slot = entry.slot;
                     if candidates.contains(slot) && !seen.contains(slot) {
                         seen.insert(slot);
-                        consider(slot, &mut best, &mut high);
+                        debug_assert!(
+                            rows.is_none_or(|r| r.key_at(entry.position as usize) == Some(slot as usize)),
+                            "the IVF entry of slot {slot} points at another row"
+                        );
+                        consider(slot, rows.map(|_| entry.position as usize), &mut best, &mut high);
                     }
                 }
             }
             for slot in rest.iter() {
-                consider(slot, &mut best, &mut high);
+                consider(slot, None, &mut best, &mut high);
             }
         }
         trace.scanned += scanned;

@@ -10,6 +10,7 @@ use crate::identity::Caller;
 use crate::index::{IndexedRecord, TenantIndex};
 use crate::record::{OPEN_END_MS, Record, Status};
 use crate::vector::dot;
+use crate::vector::ivf::Probes;
 use crate::vector::testing::{Rng, normalized};
 use std::sync::Arc;
 
@@ -134,8 +135,13 @@ fn int8_scan_returns_exactly_the_hits_and_similarities_of_scoring_every_candidat
         let target = &stored[rng.below(stored.len())];
         let query = vectors.near(&mut rng, target, [0.01, 0.03, 0.06][q % 3]);
         for threshold in [0.5, 0.75, 0.8, 0.85, 0.9, 0.95, 0.99] {
-            let semantic =
-                SemanticQuery { text: "", vector: Some(&query), threshold, probes: 1, hybrid: None };
+            let semantic = SemanticQuery {
+                text: "",
+                vector: Some(&query),
+                threshold,
+                probes: Probes::Lists(1),
+                hybrid: None,
+            };
             let hits = semantic::matching(&index, &candidates, &semantic, false, &mut Trace::default());
             let expected = naive_similar(&index, &list, &query, threshold);
             assert_eq!(similar(&hits), expected, "query {q} threshold {threshold}");
@@ -171,8 +177,13 @@ fn ivf_path_probing_every_list_equals_the_full_scan_after_removals_and_reuse() {
         let target = index.vector(list[rng.below(list.len())]);
         let query = vectors.near(&mut rng, target.as_deref().unwrap_or(&vectors.common), 0.02);
         for threshold in [0.7, 0.85, 0.95] {
-            let semantic =
-                SemanticQuery { text: "", vector: Some(&query), threshold, probes: usize::MAX, hybrid: None };
+            let semantic = SemanticQuery {
+                text: "",
+                vector: Some(&query),
+                threshold,
+                probes: Probes::ALL,
+                hybrid: None,
+            };
             let hits = semantic::matching(&index, &candidates, &semantic, false, &mut Trace::default());
             assert_eq!(
                 similar(&hits),
@@ -280,7 +291,7 @@ fn detailed_trace_keeps_counts_and_reasons() {
         budget_tokens: 1000,
         max_items: 10,
         max_stubs: 0,
-        probes: 4,
+        probes: Probes::Lists(4),
         retrieval: super::Retrieval::Dense,
         cut: super::cut::Cut::OFF,
     };
@@ -289,7 +300,7 @@ fn detailed_trace_keeps_counts_and_reasons() {
         text: "where is ORD-1001",
         vector: Some(&query),
         threshold: 0.8,
-        probes: 4,
+        probes: Probes::Lists(4),
         hybrid: None,
     };
     let out = super::run(&index, &caller(&["public", "user:1"]), &semantic, &settings, NOW, Detail::Full);
@@ -390,7 +401,7 @@ fn hybrid_retrieval_passes_strong_word_matches_and_explains_each_rankings_part()
         budget_tokens: 1000,
         max_items: 10,
         max_stubs: 0,
-        probes: 4,
+        probes: Probes::Lists(4),
         retrieval,
         cut: super::cut::Cut::OFF,
     };
@@ -401,8 +412,13 @@ fn hybrid_retrieval_passes_strong_word_matches_and_explains_each_rankings_part()
             }
             super::Retrieval::Dense => None,
         };
-        let query =
-            SemanticQuery { text: query_text, vector: Some(&vector), threshold: 0.5, probes: 4, hybrid };
+        let query = SemanticQuery {
+            text: query_text,
+            vector: Some(&vector),
+            threshold: 0.5,
+            probes: Probes::Lists(4),
+            hybrid,
+        };
         super::run(&index, &caller(&["public"]), &query, &settings(retrieval), NOW, Detail::Full)
     };
     let ids = |out: &super::FunnelOutput| -> Vec<String> {
@@ -520,7 +536,7 @@ fn the_cut_passes_a_clear_answer_alone_and_a_broad_question_several() {
             budget_tokens: 1000,
             max_items: 10,
             max_stubs: 3,
-            probes: 4,
+            probes: Probes::Lists(4),
             retrieval: super::Retrieval::Dense,
             cut,
         };
@@ -528,7 +544,7 @@ fn the_cut_passes_a_clear_answer_alone_and_a_broad_question_several() {
             text: "question",
             vector: Some(&query),
             threshold: 0.25,
-            probes: 4,
+            probes: Probes::Lists(4),
             hybrid: None,
         };
         let out = super::run(&index, &caller(&["public"]), &semantic, &settings, NOW, Detail::Full);

@@ -1,13 +1,17 @@
 //! An approximate nearest-neighbour index for large candidate sets: an inverted file (IVF). The
 //! vectors are clustered by k-means into about 2√n lists; a query scores the list centroids and scans
-//! only the `probes` nearest lists. It supports inserts (a new vector joins its nearest list) and
-//! removals (by slot), and is rebuilt when the set has doubled since the last build, so the lists
-//! stay balanced. Vectors are L2-normalized, so similarity is the dot product.
+//! only the nearest lists (`Probes`: a share of them). It supports inserts (a new vector joins its
+//! nearest list) and removals (by slot), and is rebuilt when the set has doubled since the last
+//! build, so the lists stay balanced. Vectors are L2-normalized, so similarity is the dot product.
 //!
-//! The centroids are f32; the lists hold only slots. The vectors a scan reads are the tenant's one
-//! int8 copy, addressed by slot (`quant::Rows`), which the caller owns: a list of its own copies
-//! cost another 38 MB at 100,000 records. `probe` names the lists a query scans; the caller reads
-//! their slots' rows and decides (`funnel::semantic`).
+//! The centroids are f32; the lists hold slots and where each slot's row is (`Entry`). The
+//! vectors a scan reads are the tenant's one int8 copy (`quant::Rows`), which the caller owns: a
+//! list of its own copies cost another 38 MB at 100,000 records. The caller lays the rows out in
+//! list order after a build (`slots_in_list_order`, `quant::Rows::relayout`, then `relocate`), so
+//! a probed list is one sequential read of the rows rather than a cache miss per row; a vector
+//! inserted since goes to the end of its list and wherever its row was put, until the next build.
+//! `probe` names the lists a query scans; the caller reads their rows and decides
+//! (`funnel::semantic`).
 
 use super::dot;
 use super::quant::{QuantizedQuery, Rows};
@@ -16,14 +20,57 @@ use std::collections::HashMap;
 /// Lists per √n vectors. With even lists (see `build`), recall depends on the share of vectors a
 /// query scans; at a given share, smaller lists found more of the exact top 5 (100,000 records,
 /// 10 % scanned: 0.896 with √n lists, 0.943 with 2√n), but every list adds a centroid to score per
-/// query. 2√n lists at 64 probes scan ~10 % of a 100,000-record tenant (loadtest/bench/funnel_bench.rs).
+/// query (loadtest/bench/funnel_bench.rs).
 const LISTS_PER_SQRT_N: f64 = 2.0;
 
 /// k-means rounds on the sample: 4 left recall at 0.89 (24 of √n lists), 10 gave 0.93.
 const KMEANS_ROUNDS: usize = 10;
 
+/// How many lists a query scans.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Probes {
+    /// This many (all of them if fewer).
+    Lists(usize),
+    /// This share of the lists, rounded up, and at least `min` lists. With about 2√n lists of
+    /// even size, a share of the lists is about that share of the vectors, whatever n, and so is
+    /// the recall; a fixed count scans a shrinking share as the set grows (64 of 423 lists at
+    /// 100,000 vectors read 15 % of them, 64 of 181 at 8,192 read 35 %).
+    Share { share: f32, min: usize },
+}
+
+impl Probes {
+    /// Every list: the exact scan of the index's vectors.
+    pub const ALL: Probes = Probes::Lists(usize::MAX);
+
+    /// How many of `lists` lists to scan (at least one of a non-empty index).
+    pub fn of(self, lists: usize) -> usize {
+        let n = match self {
+            Probes::Lists(n) => n,
+            Probes::Share { share, min } => ((share * lists as f32).ceil() as usize).max(min),
+        };
+        n.clamp(1, lists.max(1)).min(lists)
+    }
+}
+
+impl std::fmt::Display for Probes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Probes::Lists(n) if *n == usize::MAX => write!(f, "every list"),
+            Probes::Lists(n) => write!(f, "{n} lists"),
+            Probes::Share { share, min } => write!(f, "{:.1} % of the lists (at least {min})", share * 100.0),
+        }
+    }
+}
+
+/// A list's member: its slot, and the position of its row in the caller's `Rows`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub slot: u32,
+    pub position: u32,
+}
+
 struct List {
-    slots: Vec<u32>,
+    entries: Vec<Entry>,
 }
 
 pub struct Ivf {
@@ -43,7 +90,8 @@ pub struct Ivf {
 }
 
 impl Ivf {
-    /// Builds from `(slot, vector)` pairs with `2·sqrt(n)` lists and k-means rounds on a sample.
+    /// Builds from the rows of `slots` (a slot without a row is left out) with `2·sqrt(n)` lists
+    /// and k-means rounds on a sample.
     ///
     /// The clustering runs on the vectors minus their mean. Embeddings share a large common
     /// direction (e5's anisotropy: unrelated texts score ~0.7), and k-means on them as they are
@@ -52,15 +100,20 @@ impl Ivf {
     /// the rows `probes` suggests. Centred, the lists come out even. A vector's list and a query's
     /// probe order both use `dot(v − mean, centroid)`, computed as `dot(v, centroid) − bias`.
     ///
-    /// `vector(slot, out)` writes a slot's vector into `out`; it is asked once per slot for the
-    /// mean, once per sampled slot, and once per slot to place it, so no copy of all the vectors
-    /// is ever made.
-    pub fn build(dims: usize, slots: &[u32], vector: impl Fn(u32, &mut [f32])) -> Ivf {
+    /// Each row is read back as f32 once for the mean, once per sampled slot, and once to place
+    /// it, so no copy of all the vectors is ever made.
+    pub fn build(rows: &Rows, slots: &[u32]) -> Ivf {
+        let dims = rows.dims();
+        let slots: Vec<u32> =
+            slots.iter().copied().filter(|s| rows.position(*s as usize).is_some()).collect();
+        let vector = |slot: u32, out: &mut [f32]| {
+            rows.dequantize_into(slot as usize, out);
+        };
         let n = slots.len();
         let nlist = ((LISTS_PER_SQRT_N * (n as f64).sqrt()) as usize).clamp(1, 4096);
         let mut buf = vec![0.0f32; dims];
         let mut sums = vec![0.0f64; dims];
-        for slot in slots {
+        for slot in &slots {
             vector(*slot, &mut buf);
             for (s, x) in sums.iter_mut().zip(buf.iter()) {
                 *s += f64::from(*x);
@@ -77,7 +130,10 @@ impl Ivf {
         let step = (n / nlist).max(1);
         let mut centroids: Vec<f32> = Vec::with_capacity(nlist * dims);
         for i in 0..nlist {
-            let mut seed = centred(slots[(i * step).min(n.saturating_sub(1))]);
+            let mut seed = match slots.get((i * step).min(n.saturating_sub(1))) {
+                Some(slot) => centred(*slot),
+                None => vec![0.0; dims],
+            };
             normalize(&mut seed);
             centroids.extend_from_slice(&seed);
         }
@@ -112,13 +168,15 @@ impl Ivf {
             centroids,
             bias,
             centroid_rows,
-            lists: (0..nlist).map(|_| List { slots: Vec::new() }).collect(),
+            lists: (0..nlist).map(|_| List { entries: Vec::new() }).collect(),
             where_is: HashMap::with_capacity(n),
             built_with: n,
         };
-        for slot in slots {
+        for slot in &slots {
             vector(*slot, &mut buf);
-            ivf.insert(*slot, &buf);
+            if let Some(position) = rows.position(*slot as usize) {
+                ivf.insert(*slot, position as u32, &buf);
+            }
         }
         ivf
     }
@@ -135,46 +193,82 @@ impl Ivf {
         self.where_is.is_empty()
     }
 
-    /// How many vectors each list holds (for benchmarks: how balanced the lists are).
-    pub fn list_lens(&self) -> Vec<usize> {
-        self.lists.iter().map(|l| l.slots.len()).collect()
+    pub fn lists(&self) -> usize {
+        self.lists.len()
     }
 
-    pub fn insert(&mut self, slot: u32, vector: &[f32]) {
+    /// How many vectors each list holds (for benchmarks: how balanced the lists are).
+    pub fn list_lens(&self) -> Vec<usize> {
+        self.lists.iter().map(|l| l.entries.len()).collect()
+    }
+
+    /// Adds `slot`, whose row is at `position` of the caller's rows and whose vector is `vector`.
+    pub fn insert(&mut self, slot: u32, position: u32, vector: &[f32]) {
         if vector.len() != self.dims {
             return;
         }
         self.remove(slot);
         let c = nearest(&self.centroids, &self.bias, self.dims, vector);
         let list = &mut self.lists[c];
-        list.slots.push(slot);
-        self.where_is.insert(slot, (c, list.slots.len() - 1));
+        list.entries.push(Entry { slot, position });
+        self.where_is.insert(slot, (c, list.entries.len() - 1));
     }
 
     /// Removes by swapping the list's last entry into the hole.
     pub fn remove(&mut self, slot: u32) {
         let Some((c, pos)) = self.where_is.remove(&slot) else { return };
         let list = &mut self.lists[c];
-        list.slots.swap_remove(pos);
-        if let Some(moved) = list.slots.get(pos) {
-            self.where_is.insert(*moved, (c, pos));
+        list.entries.swap_remove(pos);
+        if let Some(moved) = list.entries.get(pos) {
+            self.where_is.insert(moved.slot, (c, pos));
         }
     }
 
-    /// The slots of the `probes` lists nearest to `query`, list by list (nearest first is not
+    /// Every slot, list by list, each list in its order: the order to lay the rows out in, so
+    /// that a probed list reads them sequentially.
+    pub fn slots_in_list_order(&self) -> impl Iterator<Item = u32> + '_ {
+        self.lists.iter().flat_map(|l| l.entries.iter().map(|e| e.slot))
+    }
+
+    /// Takes the rows' positions again after the caller moved them (`Rows::relayout`). A slot
+    /// whose row is gone is removed.
+    pub fn relocate(&mut self, rows: &Rows) {
+        let gone: Vec<u32> = self
+            .lists
+            .iter_mut()
+            .flat_map(|l| l.entries.iter_mut())
+            .filter_map(|e| match rows.position(e.slot as usize) {
+                Some(p) => {
+                    e.position = p as u32;
+                    None
+                }
+                None => Some(e.slot),
+            })
+            .collect();
+        for slot in gone {
+            self.remove(slot);
+        }
+    }
+
+    /// The entries of the lists nearest to `query`, list by list (nearest first is not
     /// promised). The caller reads their rows and decides which may pass.
-    pub fn probe(&self, query: &QuantizedQuery<'_>, probes: usize) -> impl Iterator<Item = &[u32]> + '_ {
+    pub fn probe(&self, query: &QuantizedQuery<'_>, probes: Probes) -> impl Iterator<Item = &[Entry]> + '_ {
         let mut order: Vec<(usize, f32)> = if query.dims() != self.dims {
             Vec::new()
         } else {
-            (0..self.lists.len()).map(|c| (c, self.centroid_rows.approx(c, query) - self.bias[c])).collect()
+            (0..self.lists.len())
+                .map(|c| (c, self.centroid_rows.approx(c, query).unwrap_or(f32::MIN) - self.bias[c]))
+                .collect()
         };
-        let probes = probes.clamp(1, order.len().max(1)).min(order.len());
+        let probes = probes.of(order.len());
         if probes > 0 {
             order.select_nth_unstable_by(probes - 1, |a, b| b.1.total_cmp(&a.1));
         }
         order.truncate(probes);
-        order.into_iter().map(move |(c, _)| self.lists[c].slots.as_slice())
+        // In list order: after a relayout the lists lie in that order in the rows, so the scan
+        // moves forward through memory.
+        order.sort_unstable_by_key(|(c, _)| *c);
+        order.into_iter().map(move |(c, _)| self.lists[c].entries.as_slice())
     }
 }
 
@@ -206,14 +300,14 @@ mod tests {
         ivf: &Ivf,
         vectors: &[Vec<f32>],
         query: &[f32],
-        probes: usize,
+        probes: Probes,
         threshold: f32,
         mut keep: impl FnMut(u32) -> bool,
     ) -> Vec<u32> {
         let mut found: Vec<u32> = ivf
             .probe(&QuantizedQuery::new(query), probes)
             .flatten()
-            .copied()
+            .map(|e| e.slot)
             .filter(|slot| keep(*slot))
             .filter(|slot| dot(&vectors[*slot as usize], query) >= threshold)
             .collect();
@@ -221,22 +315,33 @@ mod tests {
         found
     }
 
+    fn rows_of(vectors: &[Vec<f32>]) -> Rows {
+        let mut rows = Rows::new(vectors[0].len());
+        for v in vectors {
+            rows.push(v);
+        }
+        rows
+    }
+
     #[test]
     fn finds_the_exact_top_hits_with_enough_probes_and_handles_removal() {
         let dims = 32;
         let vectors: Vec<Vec<f32>> = (0..2000).map(|i| unit(i, dims)).collect();
         let slots: Vec<u32> = (0..vectors.len() as u32).collect();
-        let mut ivf = Ivf::build(dims, &slots, |s, out| out.copy_from_slice(&vectors[s as usize]));
-        let all = ivf.lists.len();
+        let rows = rows_of(&vectors);
+        let mut ivf = Ivf::build(&rows, &slots);
         let query = &vectors[42];
-        assert_eq!(search_exact(&ivf, &vectors, query, all, 0.99, |_| true), [42]);
-        let few = search_exact(&ivf, &vectors, query, 4, 0.99, |_| true);
+        assert_eq!(search_exact(&ivf, &vectors, query, Probes::ALL, 0.99, |_| true), [42]);
+        let few = search_exact(&ivf, &vectors, query, Probes::Lists(4), 0.99, |_| true);
         assert_eq!(few.len(), 1, "the query's own list is always probed first");
         ivf.remove(42);
-        assert!(search_exact(&ivf, &vectors, query, all, 0.99, |_| true).is_empty());
-        ivf.insert(42, query);
+        assert!(search_exact(&ivf, &vectors, query, Probes::ALL, 0.99, |_| true).is_empty());
+        ivf.insert(42, 42, query);
         assert_eq!(ivf.len(), 2000);
-        assert!(search_exact(&ivf, &vectors, query, 4, 0.99, |slot| slot != 42).is_empty(), "keep() filters");
+        assert!(
+            search_exact(&ivf, &vectors, query, Probes::Lists(4), 0.99, |slot| slot != 42).is_empty(),
+            "keep() filters"
+        );
     }
 
     #[test]
@@ -244,14 +349,14 @@ mod tests {
         let dims = 48;
         let mut vectors: Vec<Vec<f32>> = (0..3000).map(|i| unit(i, dims)).collect();
         let slots: Vec<u32> = (0..vectors.len() as u32).collect();
-        let mut ivf = Ivf::build(dims, &slots, |s, out| out.copy_from_slice(&vectors[s as usize]));
+        let mut ivf = Ivf::build(&rows_of(&vectors), &slots);
         // Removals and re-inserts move rows around inside the lists.
         for slot in (0..3000u32).step_by(7) {
             ivf.remove(slot);
         }
         for slot in (0..3000u32).step_by(14) {
             vectors[slot as usize] = unit(50_000 + u64::from(slot), dims);
-            ivf.insert(slot, &vectors[slot as usize]);
+            ivf.insert(slot, slot, &vectors[slot as usize]);
         }
         let present = |slot: u32| !slot.is_multiple_of(7) || slot.is_multiple_of(14);
         for q in 0..40u64 {
@@ -261,10 +366,38 @@ mod tests {
                     .filter(|s| present(*s) && s % 3 != 0)
                     .filter(|s| dot(&vectors[*s as usize], &query) >= threshold)
                     .collect();
-                let got = search_exact(&ivf, &vectors, &query, ivf.lists.len(), threshold, |s| s % 3 != 0);
+                let got = search_exact(&ivf, &vectors, &query, Probes::ALL, threshold, |s| s % 3 != 0);
                 assert_eq!(got, expected, "query {q} threshold {threshold}");
             }
         }
+    }
+
+    #[test]
+    fn after_a_relayout_each_list_is_one_run_of_consecutive_rows() {
+        let dims = 16;
+        let vectors: Vec<Vec<f32>> = (0..3000).map(|i| unit(i, dims)).collect();
+        let mut rows = rows_of(&vectors);
+        // Every other slot belongs to the indexed set; the others stay where the layout puts them.
+        let slots: Vec<u32> = (0..3000u32).step_by(2).collect();
+        let mut ivf = Ivf::build(&rows, &slots);
+        rows.relayout(ivf.slots_in_list_order().map(|s| s as usize).collect::<Vec<_>>());
+        ivf.relocate(&rows);
+        let mut next = 0u32;
+        for list in &ivf.lists {
+            for e in &list.entries {
+                assert_eq!(e.position, next, "list entries are consecutive rows, list after list");
+                assert_eq!(rows.key_at(e.position as usize), Some(e.slot as usize));
+                next += 1;
+            }
+        }
+        assert_eq!(next as usize, slots.len());
+    }
+
+    #[test]
+    fn a_share_of_the_lists_grows_with_them() {
+        let share = Probes::Share { share: 0.1, min: 8 };
+        assert_eq!([share.of(0), share.of(20), share.of(181), share.of(423)], [0, 8, 19, 43]);
+        assert_eq!([Probes::Lists(64).of(20), Probes::Lists(0).of(20), Probes::ALL.of(423)], [20, 1, 423]);
     }
 
     #[test]

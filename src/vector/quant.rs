@@ -106,84 +106,222 @@ impl<'a> QuantizedQuery<'a> {
     /// Whether the record stored as (`codes`, `row`) may score at least `threshold` exactly;
     /// `false` means it certainly does not. `codes` must have the query's length.
     pub fn may_reach(&self, codes: &[i8], row: &Row, threshold: f32) -> bool {
+        reaches(self.upper_bound(codes, row), threshold)
+    }
+
+    /// The highest exact score the record stored as (`codes`, `row`) can have: its int8 score
+    /// plus the bound on what rounding lost (NaN for a vector that is not finite).
+    pub fn upper_bound(&self, codes: &[i8], row: &Row) -> f32 {
         let approx = self.approx(codes, row);
         let q = &self.row;
         let bound =
             q.residual * row.norm + (q.norm + q.residual) * row.residual + ROUNDING_SLACK * q.norm * row.norm;
-        // Written so that a NaN (a vector that is not finite) keeps the record.
-        (approx + bound).partial_cmp(&threshold) != Some(std::cmp::Ordering::Less)
+        approx + bound
     }
 }
 
-/// Rows of int8 codes of one dimension, contiguous, addressed by position.
+/// Whether an `upper_bound` may reach `threshold`. Written so that a NaN (a vector that is not
+/// finite) keeps the record.
+pub fn reaches(upper_bound: f32, threshold: f32) -> bool {
+    upper_bound.partial_cmp(&threshold) != Some(std::cmp::Ordering::Less)
+}
+
+/// No position: the key has no row.
+const NONE: u32 = u32::MAX;
+
+/// Rows of int8 codes of one dimension, addressed by key (the index's slot) through one
+/// indirection, `position`: a key's row lives at some position of one contiguous array, and
+/// `relayout` can move the rows so that those a scan reads together (an IVF's lists) lie one
+/// after another.
+///
+/// Why an indirection rather than rows in key order: slots are handed out in insertion order (and
+/// reused), so a scope's records are spread over the tenant's slots, and an IVF list's members
+/// are spread over the whole array. At 100,000 records the probed lists' rows were each a cache
+/// miss (~440 ns a row, docs/benchmarks.md "A million customers"). Laid out in list order, a list
+/// is one sequential read the prefetcher follows. The alternative, a list-ordered second copy of
+/// the rows for large scopes, costs 396 B a record; renumbering the slots themselves would move
+/// every structure that holds a slot (scopes, terms, postings, bitsets). The indirection costs
+/// 8 B a row (`position` and its inverse `key_at`) and moves only the rows.
+///
+/// A removed row's position is free until a new row takes it or `relayout` compacts the array;
+/// nothing else moves a row, so a position handed out stays valid until the next `relayout`.
 #[derive(Debug, Clone, Default)]
 pub struct Rows {
     dims: usize,
+    /// By position.
     codes: Vec<i8>,
     rows: Vec<Row>,
+    /// By position: the key whose row it is, `NONE` for a free position.
+    key_at: Vec<u32>,
+    /// By key: its row's position, `NONE` for none.
+    position: Vec<u32>,
+    /// Free positions, reused by `set` before the array grows.
+    free: Vec<u32>,
+    len: usize,
 }
 
 impl Rows {
     pub fn new(dims: usize) -> Rows {
-        Rows { dims, codes: Vec::new(), rows: Vec::new() }
+        Rows { dims, ..Rows::default() }
     }
 
     pub fn dims(&self) -> usize {
         self.dims
     }
 
+    /// How many keys have a row.
     pub fn len(&self) -> usize {
-        self.rows.len()
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
+        self.len == 0
     }
 
-    /// Grows (with empty rows) or shrinks to `len` rows.
-    pub fn resize(&mut self, len: usize) {
-        self.codes.resize(len * self.dims, 0);
-        self.rows.resize(len, Row::default());
-    }
-
-    /// Stores `v` (of length `dims`) at `i`, growing as needed.
-    pub fn set(&mut self, i: usize, v: &[f32]) {
-        if i >= self.len() {
-            self.resize(i + 1);
+    /// Where `key`'s row is, if it has one.
+    pub fn position(&self, key: usize) -> Option<usize> {
+        match self.position.get(key) {
+            Some(&p) if p != NONE => Some(p as usize),
+            _ => None,
         }
-        let dims = self.dims;
-        self.rows[i] = quantize(v, &mut self.codes[i * dims..(i + 1) * dims]);
     }
 
+    /// The key whose row is at `position`, if any.
+    pub fn key_at(&self, position: usize) -> Option<usize> {
+        self.key_at.get(position).filter(|k| **k != NONE).map(|k| *k as usize)
+    }
+
+    /// Stores `v` (of length `dims`) as `key`'s row: in place if it has one, else at a free
+    /// position or at the end.
+    pub fn set(&mut self, key: usize, v: &[f32]) {
+        let position = match self.position(key) {
+            Some(p) => p,
+            None => {
+                let p = match self.free.pop() {
+                    Some(p) => p as usize,
+                    None => {
+                        self.key_at.push(NONE);
+                        self.rows.push(Row::default());
+                        self.codes.resize(self.codes.len() + self.dims, 0);
+                        self.key_at.len() - 1
+                    }
+                };
+                if key >= self.position.len() {
+                    self.position.resize(key + 1, NONE);
+                }
+                self.position[key] = p as u32;
+                self.key_at[p] = key as u32;
+                self.len += 1;
+                p
+            }
+        };
+        let dims = self.dims;
+        self.rows[position] = quantize(v, &mut self.codes[position * dims..(position + 1) * dims]);
+    }
+
+    /// Stores `v` under the next key (`len`: for rows that are never removed).
     pub fn push(&mut self, v: &[f32]) {
-        self.set(self.len(), v);
+        self.set(self.position.len(), v);
     }
 
-    /// Removes row `i` by moving the last row into its place.
-    pub fn swap_remove(&mut self, i: usize) {
-        let dims = self.dims;
-        let last = self.len() - 1;
-        if i != last {
-            self.codes.copy_within(last * dims..(last + 1) * dims, i * dims);
+    /// Removes `key`'s row; its position is free for the next `set`.
+    pub fn remove(&mut self, key: usize) {
+        let Some(p) = self.position(key) else { return };
+        self.position[key] = NONE;
+        self.key_at[p] = NONE;
+        self.codes[p * self.dims..(p + 1) * self.dims].fill(0);
+        self.rows[p] = Row::default();
+        self.free.push(p as u32);
+        self.len -= 1;
+    }
+
+    /// Moves the rows so that the keys of `first` (in that order; a key without a row, or met
+    /// again, is skipped) take positions 0, 1, 2, …, and every other key's row follows in key
+    /// order; free positions are dropped. In place: each row moves once along the cycles of the
+    /// permutation, through one row's buffer, so no second copy of the rows is made, even
+    /// briefly. O(rows · dims).
+    pub fn relayout(&mut self, first: impl IntoIterator<Item = usize>) {
+        let slots = self.key_at.len();
+        let mut order: Vec<u32> = Vec::with_capacity(self.len);
+        let mut placed = vec![false; self.position.len()];
+        for key in first {
+            if self.position(key).is_some() && !placed[key] {
+                placed[key] = true;
+                order.push(key as u32);
+            }
         }
-        self.rows.swap_remove(i);
-        self.codes.truncate(last * dims);
+        for key in 0..self.position.len() {
+            if self.position(key).is_some() && !placed[key] {
+                order.push(key as u32);
+            }
+        }
+        drop(placed);
+        // source[new] = the old position whose row goes to `new`; the free positions fill the
+        // tail, so that `source` is a permutation of 0..slots.
+        let mut source: Vec<u32> = order.iter().map(|k| self.position[*k as usize]).collect();
+        source.extend(self.key_at.iter().enumerate().filter(|(_, k)| **k == NONE).map(|(p, _)| p as u32));
+        debug_assert_eq!(source.len(), slots);
+        let dims = self.dims;
+        let mut done = vec![false; slots];
+        let mut held = vec![0i8; dims];
+        for start in 0..slots {
+            if done[start] || source[start] as usize == start {
+                continue;
+            }
+            held.copy_from_slice(&self.codes[start * dims..(start + 1) * dims]);
+            let held_row = self.rows[start];
+            let mut at = start;
+            loop {
+                done[at] = true;
+                let from = source[at] as usize;
+                if from == start {
+                    self.codes[at * dims..(at + 1) * dims].copy_from_slice(&held);
+                    self.rows[at] = held_row;
+                    break;
+                }
+                self.codes.copy_within(from * dims..(from + 1) * dims, at * dims);
+                self.rows[at] = self.rows[from];
+                at = from;
+            }
+        }
+        let live = order.len();
+        self.codes.truncate(live * dims);
+        self.codes.shrink_to_fit();
+        self.rows.truncate(live);
+        self.rows.shrink_to_fit();
+        for (p, key) in order.iter().enumerate() {
+            self.position[*key as usize] = p as u32;
+        }
+        self.key_at = order;
+        self.free = Vec::new();
     }
 
-    pub fn codes(&self, i: usize) -> &[i8] {
-        &self.codes[i * self.dims..(i + 1) * self.dims]
+    /// The codes at `position`.
+    pub fn codes_at(&self, position: usize) -> &[i8] {
+        &self.codes[position * self.dims..(position + 1) * self.dims]
     }
 
-    pub fn row(&self, i: usize) -> &Row {
-        &self.rows[i]
+    /// `key`'s codes, if it has a row.
+    pub fn codes(&self, key: usize) -> Option<&[i8]> {
+        self.position(key).map(|p| self.codes_at(p))
     }
 
-    /// The similarity of the f32 `query` to row `i`: `scale · Σ qⱼ·codeⱼ`. The only error is the
-    /// row's own rounding, `|q·v − q·v̂| ≤ ‖q‖·residual` (~5·10⁻⁴ typical for 384-dim unit
-    /// vectors), and `may_reach`'s bound covers it, so a row it rules out cannot score its
-    /// threshold here either.
-    pub fn score(&self, i: usize, query: &[f32]) -> f32 {
-        let codes = self.codes(i);
+    /// `key`'s scale and bounds, if it has a row.
+    pub fn row(&self, key: usize) -> Option<&Row> {
+        self.position(key).map(|p| &self.rows[p])
+    }
+
+    /// The similarity of the f32 `query` to `key`'s row (`None` without one):
+    /// `scale · Σ qⱼ·codeⱼ`. The only error is the row's own rounding,
+    /// `|q·v − q·v̂| ≤ ‖q‖·residual` (~5·10⁻⁴ typical for 384-dim unit vectors), and `may_reach`'s
+    /// bound covers it, so a row it rules out cannot score its threshold here either.
+    pub fn score(&self, key: usize, query: &[f32]) -> Option<f32> {
+        self.position(key).map(|p| self.score_at(p, query))
+    }
+
+    /// `score` of the row at `position`.
+    pub fn score_at(&self, position: usize, query: &[f32]) -> f32 {
+        let codes = self.codes_at(position);
         let n = codes.len().min(query.len());
         let (codes, query) = (&codes[..n], &query[..n]);
         let mut sums = [0.0f32; 8];
@@ -196,32 +334,44 @@ impl Rows {
         }
         let tail: f32 =
             c_chunks.remainder().iter().zip(q_chunks.remainder()).map(|(c, q)| f32::from(*c) * q).sum();
-        self.rows[i].scale * (sums.iter().sum::<f32>() + tail)
+        self.rows[position].scale * (sums.iter().sum::<f32>() + tail)
     }
 
-    /// Row `i` as f32 (`scale · codes`) into `out` (of length `dims`).
-    pub fn dequantize_into(&self, i: usize, out: &mut [f32]) {
-        let scale = self.rows[i].scale;
-        for (o, c) in out.iter_mut().zip(self.codes(i)) {
+    /// `key`'s row as f32 (`scale · codes`) into `out` (of length `dims`); `false` without one.
+    pub fn dequantize_into(&self, key: usize, out: &mut [f32]) -> bool {
+        let Some(p) = self.position(key) else { return false };
+        let scale = self.rows[p].scale;
+        for (o, c) in out.iter_mut().zip(self.codes_at(p)) {
             *o = scale * f32::from(*c);
         }
+        true
     }
 
-    /// Row `i` as f32.
-    pub fn dequantize(&self, i: usize) -> Vec<f32> {
+    /// `key`'s row as f32.
+    pub fn dequantize(&self, key: usize) -> Option<Vec<f32>> {
         let mut out = vec![0.0; self.dims];
-        self.dequantize_into(i, &mut out);
-        out
+        self.dequantize_into(key, &mut out).then_some(out)
     }
 
-    /// `QuantizedQuery::approx` for row `i`.
-    pub fn approx(&self, i: usize, query: &QuantizedQuery<'_>) -> f32 {
-        query.approx(self.codes(i), &self.rows[i])
+    /// `QuantizedQuery::approx` for `key`'s row (`None` without one).
+    pub fn approx(&self, key: usize, query: &QuantizedQuery<'_>) -> Option<f32> {
+        self.position(key).map(|p| query.approx(self.codes_at(p), &self.rows[p]))
     }
 
-    /// `QuantizedQuery::may_reach` for row `i`.
-    pub fn may_reach(&self, i: usize, query: &QuantizedQuery<'_>, threshold: f32) -> bool {
-        query.may_reach(self.codes(i), &self.rows[i], threshold)
+    /// `QuantizedQuery::may_reach` for `key`'s row; `false` without one (there is nothing to
+    /// score).
+    pub fn may_reach(&self, key: usize, query: &QuantizedQuery<'_>, threshold: f32) -> bool {
+        self.position(key).is_some_and(|p| self.may_reach_at(p, query, threshold))
+    }
+
+    /// `QuantizedQuery::may_reach` for the row at `position`.
+    pub fn may_reach_at(&self, position: usize, query: &QuantizedQuery<'_>, threshold: f32) -> bool {
+        query.may_reach(self.codes_at(position), &self.rows[position], threshold)
+    }
+
+    /// `QuantizedQuery::upper_bound` for the row at `position`.
+    pub fn upper_bound_at(&self, position: usize, query: &QuantizedQuery<'_>) -> f32 {
+        query.upper_bound(self.codes_at(position), &self.rows[position])
     }
 }
 
@@ -272,20 +422,73 @@ mod tests {
     }
 
     #[test]
-    fn rows_swap_remove_and_degenerate_vectors() {
+    fn rows_remove_reuse_and_degenerate_vectors() {
         let mut rows = Rows::new(4);
         rows.push(&[1.0, 0.0, 0.0, 0.0]);
         rows.push(&[0.0, 1.0, 0.0, 0.0]);
         rows.push(&[0.0, 0.0, 1.0, 0.0]);
-        rows.swap_remove(0);
+        rows.remove(0);
         assert_eq!(rows.len(), 2);
-        assert_eq!(rows.codes(0), [0, 0, 127, 0]);
+        assert_eq!(rows.codes(0), None);
+        assert_eq!(rows.codes(2), Some(&[0, 0, 127, 0][..]));
         let zero = [0.0f32; 4];
         rows.set(5, &zero);
-        assert_eq!(rows.len(), 6);
+        assert_eq!((rows.len(), rows.position(5)), (3, Some(0)), "the free position is reused");
         let query = QuantizedQuery::new(&[0.5, 0.5, 0.5, 0.5]);
         assert!(rows.may_reach(5, &query, 0.0) && !rows.may_reach(5, &query, 0.01));
+        assert!(!rows.may_reach(0, &query, -1.0), "a key without a row has nothing to reach");
         rows.set(1, &[f32::NAN, 0.0, 0.0, 0.0]);
         assert!(rows.may_reach(1, &query, 1e9), "a vector that is not finite is never ruled out");
+    }
+
+    /// Every key's row, as (codes, row), for comparing layouts.
+    fn snapshot(rows: &Rows, keys: usize) -> Vec<Option<(Vec<i8>, Row)>> {
+        (0..keys).map(|k| Some((rows.codes(k)?.to_vec(), *rows.row(k)?))).collect()
+    }
+
+    #[test]
+    fn relayout_moves_rows_into_the_given_order_and_keeps_every_keys_row() {
+        let dims = 24;
+        let mut rows = Rows::new(dims);
+        let vectors: Vec<Vec<f32>> = (0..600).map(|i| unit(i, dims)).collect();
+        for (k, v) in vectors.iter().enumerate() {
+            rows.set(k, v);
+        }
+        // Holes, reused holes and rows past the end, as inserts and removes leave them.
+        for k in (0..600).step_by(5) {
+            rows.remove(k);
+        }
+        for k in (0..600).step_by(10) {
+            rows.set(k, &vectors[k]);
+        }
+        for k in 600..640 {
+            rows.set(k, &unit(k as u64, dims));
+        }
+        let before = snapshot(&rows, 700);
+        let first: Vec<usize> = (0..700).rev().step_by(3).chain([1, 1, 650]).collect();
+        rows.relayout(first.iter().copied());
+        assert_eq!(snapshot(&rows, 700), before, "every key keeps its own row");
+        let mut expected: Vec<usize> = Vec::new();
+        for k in first.iter().copied().chain(0..700) {
+            if before[k].is_some() && !expected.contains(&k) {
+                expected.push(k);
+            }
+        }
+        let laid_out: Vec<usize> = (0..rows.len()).filter_map(|p| rows.key_at(p)).collect();
+        assert_eq!(laid_out, expected, "the given keys first, in order, then the rest by key");
+        assert_eq!(rows.len(), expected.len());
+        for (k, v) in vectors.iter().enumerate().filter(|(k, _)| before[*k].is_some()) {
+            let q = unit(9_999, dims);
+            let mut dequantized = vec![0.0; dims];
+            assert!(rows.dequantize_into(k, &mut dequantized));
+            let f32_dot = dot(&dequantized, &q);
+            let score = rows.score(k, &q).unwrap_or(f32::NAN);
+            assert!((score - f32_dot).abs() < 1e-5, "key {k}: {score} vs {f32_dot}");
+            assert!((score - dot(v, &q)).abs() < 0.05, "key {k} is still its own vector");
+        }
+        // And it keeps working: new rows go to the end, removed ones free their position.
+        rows.remove(expected[0]);
+        rows.set(900, &vectors[3]);
+        assert_eq!(rows.position(900), Some(0));
     }
 }
