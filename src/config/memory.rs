@@ -41,10 +41,14 @@ impl Default for MemoryConfig {
             fail_closed: false,
             templates_dir: None,
             default_release: None,
-            body_cache_bytes: crate::index::bodies::DEFAULT_BYTES,
+            body_cache_bytes: DEFAULT_BODY_CACHE_BYTES,
         }
     }
 }
+
+/// The body cache's default bound: every record of a deployment of tens of thousands of
+/// records, and the hot part of a larger one.
+pub const DEFAULT_BODY_CACHE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// 1 TB: past any machine's memory, so a typo of a few extra digits is refused.
 const MAX_BODY_CACHE_MB: u64 = 1 << 20;

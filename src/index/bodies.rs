@@ -16,9 +16,8 @@ use moka::sync::Cache;
 use serde_json::Value;
 use std::sync::Arc;
 
-/// The default bound: every record of a deployment of tens of thousands of records, and the hot
-/// part of a larger one.
-pub const DEFAULT_BYTES: u64 = 64 * 1024 * 1024;
+/// The default bound (`[memory] body_cache_mb`'s).
+pub const DEFAULT_BYTES: u64 = crate::config::memory::DEFAULT_BODY_CACHE_BYTES;
 
 type Key = (String, String, i64);
 
