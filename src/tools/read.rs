@@ -155,8 +155,10 @@ pub(super) async fn search(
     }
     let ids: Vec<String> = found.iter().map(|(item, _)| item.head.id.clone()).collect();
     memories.note_accesses(tenant, &ids);
+    // Bodies before waking: a woken record's stored status no longer matches its head.
+    let bodies = with_bodies(SEARCH, memories, found.clone()).await?;
     wake(memories, caller, found.iter().map(|(item, _)| item)).await;
-    let found = with_bodies(SEARCH, memories, found).await?;
+    let found = bodies;
     if found.is_empty() {
         return nothing();
     }
@@ -211,8 +213,9 @@ pub(super) async fn get(
         return Err(ToolResult::error(format!("memory_get: no record {:?} that you can read", shown_id(id))));
     };
     memories.note_accesses(&caller.caller.tenant, std::slice::from_ref(&item.head.id));
+    let body = with_bodies(GET, memories, vec![(Arc::clone(&item), ())]).await?.pop();
     wake(memories, caller, std::iter::once(&item)).await;
-    let Some((record, ())) = with_bodies(GET, memories, vec![(item, ())]).await?.pop() else {
+    let Some((record, ())) = body else {
         return Err(ToolResult::error(format!("memory_get: no record {:?} that you can read", shown_id(id))));
     };
     Ok(ToolResult::ok(listing("1 memory record.".into(), [line(&record, None, true)])))
@@ -255,8 +258,9 @@ pub(super) async fn list(
     });
     let shown_items: Vec<(Arc<IndexedRecord>, ())> =
         records.iter().skip(offset).take(limit).map(|item| (Arc::clone(item), ())).collect();
+    let bodies = with_bodies(LIST, memories, shown_items.clone()).await?;
     wake(memories, caller, shown_items.iter().map(|(item, _)| item)).await;
-    let shown_items = with_bodies(LIST, memories, shown_items).await?;
+    let shown_items = bodies;
     let page: Vec<Value> = shown_items.iter().map(|(record, _)| line(record, None, false)).collect();
     if page.is_empty() {
         return Ok(ToolResult::ok(if total == 0 {
