@@ -256,7 +256,7 @@ impl Recaller {
         // The query's words, for hybrid releases: analyzed before the tenant's lock is taken.
         let lexical = matches!(release.funnel.retrieval, Retrieval::Hybrid { .. })
             .then(|| crate::lexical::LexicalQuery::new(crate::lexical::analyzer(), &query));
-        let (items, stub_items, _, trace, visible_tokens, triggerable) = {
+        let (items, stub_items, trace, visible_tokens, triggerable) = {
             let index = tenant.read().unwrap_or_else(|p| p.into_inner());
             let semantic = SemanticQuery {
                 hybrid: match (release.funnel.retrieval, lexical.as_ref()) {
@@ -284,7 +284,7 @@ impl Recaller {
                 Vec::new()
             };
             let packed = output.packed;
-            (packed.injected, packed.stubs, packed.tokens, output.trace, output.visible_tokens, triggerable)
+            (packed.injected, packed.stubs, output.trace, output.visible_tokens, triggerable)
         };
         // The index ranked heads; the few injected records' bodies come from its cache or the
         // store. One that changed meanwhile in a way the funnel would judge again (deleted,

@@ -8,10 +8,7 @@ use crate::support::TestDb;
 use crate::support::on_both_stores;
 use memgate::index::RecordHead;
 use memgate::memory::MemoryService;
-use memgate::memory::checks::schemas::SchemaSet;
-use memgate::store::Store;
 use serde_json::{Value, json};
-use std::sync::Arc;
 
 on_both_stores!(
     a_body_read_past_the_index_is_the_stores_current_revision,
@@ -20,16 +17,7 @@ on_both_stores!(
 );
 
 async fn service(db: &TestDb, body_cache_bytes: u64) -> MemoryService {
-    let store = Store::connect(&db.url).await.unwrap();
-    store.migrate().await.unwrap();
-    let memories = MemoryService::new(
-        store,
-        Arc::new(SchemaSet::load(None).unwrap()),
-        64 * 1024,
-        crate::support::embedder(),
-        0.95,
-    )
-    .with_body_cache(body_cache_bytes);
+    let memories = crate::support::memory_service(&db.url).await.with_body_cache(body_cache_bytes);
     memories.load_index().await.unwrap();
     memories
 }

@@ -9,23 +9,12 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use futures_util::TryStreamExt;
 use memgate::memory::MemoryService;
-use memgate::memory::checks::schemas::SchemaSet;
-use memgate::store::Store;
 use memgate::store::memories::ListFilter;
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 async fn service(db: &TestDb) -> MemoryService {
-    let store = Store::connect(&db.url).await.unwrap();
-    store.migrate().await.unwrap();
-    MemoryService::new(
-        store,
-        Arc::new(SchemaSet::load(None).unwrap()),
-        64 * 1024,
-        crate::support::embedder(),
-        0.95,
-    )
+    crate::support::memory_service(&db.url).await
 }
 
 /// A fresh, empty database of the same kind as `db`.

@@ -7,11 +7,9 @@ use memgate::config::{Config, ConfigFlags};
 use memgate::identity::{Caller, Permissions};
 use memgate::inject::Templates;
 use memgate::memory::MemoryService;
-use memgate::memory::checks::schemas::SchemaSet;
 use memgate::observability::metrics::Metrics;
 use memgate::record::Status;
 use memgate::rollout::Release;
-use memgate::store::Store;
 use memgate::tools::{Level, MemoryTools, ToolCaller, ToolResult};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -26,15 +24,7 @@ struct Bench {
 impl Bench {
     async fn start(release_toml: &str) -> Bench {
         let db = TestDb::sqlite();
-        let store = Store::connect(&db.url).await.unwrap();
-        store.migrate().await.unwrap();
-        let memories = MemoryService::new(
-            store,
-            Arc::new(SchemaSet::load(None).unwrap()),
-            64 * 1024,
-            crate::support::embedder(),
-            0.95,
-        );
+        let memories = crate::support::memory_service(&db.url).await;
         let dir = crate::support::TempDir::new("tools-config");
         let file = dir.path.join("memgate.toml");
         std::fs::write(&file, release_toml).unwrap();

@@ -288,6 +288,20 @@ pub fn embedder() -> memgate::embed::Embedder {
     memgate::embed::Embedder::load(&config).expect("the embedding model; run scripts/fetch-assets")
 }
 
+/// A `MemoryService` on the migrated store at `url`, with the built-in schemas, 64 KiB records,
+/// the real model and a 0.95 near-duplicate threshold.
+pub async fn memory_service(url: &str) -> memgate::memory::MemoryService {
+    let store = memgate::store::Store::connect(url).await.unwrap();
+    store.migrate().await.unwrap();
+    memgate::memory::MemoryService::new(
+        store,
+        std::sync::Arc::new(memgate::memory::checks::schemas::SchemaSet::load(None).unwrap()),
+        64 * 1024,
+        embedder(),
+        0.95,
+    )
+}
+
 /// Runs each listed body on SQLite and on PostgreSQL: `on_both_stores!(a_test, another)` over
 /// `async fn a_test(db: TestDb)`, one `sqlite::a_test` and one `postgres::a_test` each.
 macro_rules! on_both_stores {
