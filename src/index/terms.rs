@@ -1,7 +1,8 @@
 //! Exact terms: the words that make a record pass the semantic layer without a score. A record's
 //! terms are its `key`, its aliases and the identifiers in its content (emails, order and SKU
-//! numbers, ids like `u-789`); a query's are its identifiers and its short phrases, so a query that
-//! names `ORD-2024-0615`, `alice@example.com` or the alias `下周发货` finds the record exactly.
+//! numbers, ids like `u-789`, numbers written `#4000123`); a query's are its identifiers and its
+//! short phrases, so a query that names `ORD-2024-0615`, `alice@example.com`, order `#4000123` or
+//! the alias `下周发货` finds the record exactly.
 
 /// Normalizes a term for lookup: lower case, inner white space collapsed to one space.
 pub fn normalize(term: &str) -> String {
@@ -41,11 +42,26 @@ pub fn is_identifier(word: &str) -> bool {
     chars >= 4 && digits > 0 && (letters > 0 || separators > 0) && digits < chars
 }
 
+/// Digits fewer than this after a `#` are a count or a year (`#1`, `#2024`), not a number that
+/// names one thing.
+const NUMBERED_MIN_DIGITS: usize = 5;
+
+/// Numbers written as references, `order #4000123` or `ticket #10442`, as their digits: the `#`
+/// marks a plain number as the name of one order or ticket, and customers quote it with or
+/// without the `#` (`words` trims it from a query's phrases).
+fn numbered(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !is_word_char(c)).filter_map(|raw| {
+        let digits = raw.trim_end_matches(|c: char| !c.is_ascii_digit()).strip_prefix('#')?;
+        (digits.len() >= NUMBERED_MIN_DIGITS && digits.bytes().all(|b| b.is_ascii_digit())).then_some(digits)
+    })
+}
+
 /// Identifiers found in any string of a JSON value.
 pub fn identifiers_in(value: &serde_json::Value, out: &mut Vec<String>) {
     match value {
         serde_json::Value::String(s) => {
             out.extend(words(s).into_iter().filter(|w| is_identifier(w)).map(normalize));
+            out.extend(numbered(s).map(str::to_owned));
         }
         serde_json::Value::Array(items) => items.iter().for_each(|v| identifiers_in(v, out)),
         serde_json::Value::Object(map) => map.values().for_each(|v| identifiers_in(v, out)),
@@ -111,6 +127,19 @@ mod tests {
         );
         assert!(out.contains(&"ord-2024-0615".to_owned()), "{out:?}");
         assert!(out.contains(&"bob@example.com".to_owned()), "{out:?}");
+    }
+
+    #[test]
+    fn numbers_written_with_a_hash_are_identifiers_and_a_query_names_them_with_or_without_it() {
+        let mut out = Vec::new();
+        identifiers_in(
+            &json!({"notes": "Last order #4000123: the red kettle. Ticket #10442, step #3, since #2024."}),
+            &mut out,
+        );
+        assert_eq!(out, ["4000123", "10442"]);
+        for query in ["Hi, it's about my order #4000123, the red kettle.", "order 4000123?"] {
+            assert!(query_phrases(query).contains(&"4000123".to_owned()), "{query}");
+        }
     }
 
     #[test]
