@@ -82,25 +82,115 @@ impl Bodies {
     }
 }
 
-/// About how many bytes of heap `record` holds: its strings, and its JSON trees at a node's
-/// size (32 B, `serde_json::Value`) plus their text. An estimate for the bound, not an account.
+/// About how many bytes of memory `record` holds in the cache, as the allocator hands them out:
+/// its strings, its JSON trees and the cache entry around it. An estimate for the bound, not an
+/// account; measured against a heap profile (valgrind massif, docs/benchmarks.md) a small
+/// knowledge-base record holds ~1 KB, most of it the one B-tree node its content object takes
+/// however few fields it has: counting each node as 32 bytes made a 64 MB bound hold ~160 MB.
 pub fn weight(record: &Record) -> u64 {
-    const NODE: u64 = 32;
-    fn tree(value: &Value) -> u64 {
-        NODE + match value {
-            Value::String(s) => s.len() as u64,
-            Value::Array(items) => items.iter().map(tree).sum(),
-            Value::Object(map) => map.iter().map(|(k, v)| NODE + k.len() as u64 + tree(v)).sum(),
-            _ => 0,
+    let strings = [&record.tenant, &record.id, &record.record_type, &record.schema_version]
+        .into_iter()
+        .chain(&record.key)
+        .chain(&record.author)
+        .map(|s| allocation(s.len()))
+        .sum::<u64>()
+        + list(&record.scope)
+        + list(&record.aliases);
+    let metadata = if record.metadata.is_empty() { 0 } else { object(record.metadata.iter()) };
+    // The entry: the record behind its `Arc`, the key's own copies of tenant and id, and moka's
+    // bookkeeping (its node in the access order and the frequency sketch), about 100 bytes.
+    let entry = std::mem::size_of::<Record>() as u64
+        + 16
+        + allocation(record.tenant.len())
+        + allocation(record.id.len())
+        + 100;
+    entry + strings + tree(&record.content) + metadata
+}
+
+/// What the allocator hands out for `len` bytes: a 16-byte-aligned chunk with its header, at
+/// least 32 bytes (glibc); nothing for an empty string or vector.
+fn allocation(len: usize) -> u64 {
+    if len == 0 { 0 } else { (len as u64 + 8).next_multiple_of(16).max(32) }
+}
+
+/// A `Vec<String>`'s buffer and its strings.
+fn list(items: &[String]) -> u64 {
+    allocation(items.len() * std::mem::size_of::<String>())
+        + items.iter().map(|s| allocation(s.len())).sum::<u64>()
+}
+
+/// Heap under a JSON value (the value itself sits in its parent).
+fn tree(value: &Value) -> u64 {
+    match value {
+        Value::String(s) => allocation(s.len()),
+        Value::Array(items) => {
+            allocation(items.len() * std::mem::size_of::<Value>()) + items.iter().map(tree).sum::<u64>()
+        }
+        Value::Object(map) => object(map.iter()),
+        _ => 0,
+    }
+}
+
+/// A `serde_json::Map` (a `BTreeMap<String, Value>`): one leaf node holds up to 11 entries and
+/// takes the same ~632 bytes with one; past that, nodes are between half and wholly full.
+fn object<'a>(entries: impl ExactSizeIterator<Item = (&'a String, &'a Value)>) -> u64 {
+    const NODE: u64 = 11 * (std::mem::size_of::<String>() + std::mem::size_of::<Value>()) as u64 + 16;
+    let len = entries.len();
+    let nodes = if len <= 11 { 1 } else { len.div_ceil(8) } as u64;
+    let inner: u64 = entries.map(|(k, v)| allocation(k.len()) + tree(v)).sum();
+    allocation(NODE as usize) * nodes + inner
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Status;
+    use serde_json::json;
+
+    fn record(id: &str, content: Value) -> Record {
+        Record {
+            tenant: "t".into(),
+            id: id.into(),
+            record_type: "fact".into(),
+            schema_version: "v1".into(),
+            scope: vec!["public".into()],
+            valid_from_ms: 0,
+            valid_until_ms: crate::record::OPEN_END_MS,
+            priority: 3,
+            key: None,
+            aliases: vec![],
+            content,
+            metadata: Default::default(),
+            revision: 1,
+            status: Status::Active,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            last_accessed_at_ms: None,
+            access_count: 0,
+            change_seq: 0,
+            author: None,
         }
     }
-    let strings = [&record.tenant, &record.id, &record.record_type, &record.schema_version]
-        .iter()
-        .map(|s| s.len() as u64)
-        .sum::<u64>()
-        + record.key.as_ref().map_or(0, |k| k.len() as u64)
-        + record.author.as_ref().map_or(0, |a| a.len() as u64)
-        + record.scope.iter().chain(&record.aliases).map(|s| NODE + s.len() as u64).sum::<u64>();
-    let metadata: u64 = record.metadata.iter().map(|(k, v)| NODE + k.len() as u64 + tree(v)).sum();
-    std::mem::size_of::<Record>() as u64 + strings + tree(&record.content) + metadata
+
+    #[test]
+    fn a_small_records_weight_counts_the_node_its_content_object_takes() {
+        let small = weight(&record("kb-1", json!({"statement": "Refunds take 5 days."})));
+        // The B-tree leaf alone is 11 entries of 56 bytes, whatever the object holds.
+        assert!(small >= 616 + std::mem::size_of::<Record>() as u64, "{small}");
+        let twelve: serde_json::Map<String, Value> = (0..12).map(|i| (format!("f{i}"), json!(i))).collect();
+        assert!(weight(&record("kb-2", Value::Object(twelve))) > small + 616);
+    }
+
+    #[test]
+    fn the_cache_holds_about_its_bound_in_records() {
+        let one = weight(&record("kb-0000", json!({"statement": "Refunds take 5 days."})));
+        let bodies = Bodies::with_capacity(10 * one);
+        for i in 0..100 {
+            bodies.insert(Arc::new(record(
+                &format!("kb-{i:04}"),
+                json!({"statement": "Refunds take 5 days."}),
+            )));
+        }
+        assert!(bodies.len() <= 10, "{}", bodies.len());
+    }
 }
