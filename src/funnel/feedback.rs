@@ -90,31 +90,9 @@ pub fn expand_words(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{OPEN_END_MS, Status};
 
     fn item(id: &str, text: &str) -> Record {
-        Record {
-            tenant: "t".into(),
-            id: id.into(),
-            record_type: "fact".into(),
-            schema_version: "v1".into(),
-            scope: vec!["public".into()],
-            valid_from_ms: 0,
-            valid_until_ms: OPEN_END_MS,
-            priority: 3,
-            key: None,
-            aliases: Vec::new(),
-            content: serde_json::json!({"statement": text}),
-            metadata: serde_json::Map::new(),
-            revision: 1,
-            status: Status::Active,
-            created_at_ms: 0,
-            updated_at_ms: 0,
-            last_accessed_at_ms: None,
-            access_count: 0,
-            change_seq: 0,
-            author: None,
-        }
+        Record::test_fact(id, serde_json::json!({"statement": text}))
     }
 
     #[test]

@@ -115,8 +115,7 @@ fn allocation(len: usize) -> u64 {
 
 /// A `Vec<String>`'s buffer and its strings.
 fn list(items: &[String]) -> u64 {
-    allocation(items.len() * std::mem::size_of::<String>())
-        + items.iter().map(|s| allocation(s.len())).sum::<u64>()
+    allocation(std::mem::size_of_val(items)) + items.iter().map(|s| allocation(s.len())).sum::<u64>()
 }
 
 /// Heap under a JSON value (the value itself sits in its parent).
@@ -124,7 +123,7 @@ fn tree(value: &Value) -> u64 {
     match value {
         Value::String(s) => allocation(s.len()),
         Value::Array(items) => {
-            allocation(items.len() * std::mem::size_of::<Value>()) + items.iter().map(tree).sum::<u64>()
+            allocation(std::mem::size_of_val(items.as_slice())) + items.iter().map(tree).sum::<u64>()
         }
         Value::Object(map) => object(map.iter()),
         _ => 0,
@@ -144,32 +143,10 @@ fn object<'a>(entries: impl ExactSizeIterator<Item = (&'a String, &'a Value)>) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::Status;
     use serde_json::json;
 
     fn record(id: &str, content: Value) -> Record {
-        Record {
-            tenant: "t".into(),
-            id: id.into(),
-            record_type: "fact".into(),
-            schema_version: "v1".into(),
-            scope: vec!["public".into()],
-            valid_from_ms: 0,
-            valid_until_ms: crate::record::OPEN_END_MS,
-            priority: 3,
-            key: None,
-            aliases: vec![],
-            content,
-            metadata: Default::default(),
-            revision: 1,
-            status: Status::Active,
-            created_at_ms: 0,
-            updated_at_ms: 0,
-            last_accessed_at_ms: None,
-            access_count: 0,
-            change_seq: 0,
-            author: None,
-        }
+        Record::test_fact(id, content)
     }
 
     #[test]

@@ -199,6 +199,36 @@ pub struct Access {
 }
 
 #[cfg(test)]
+impl Record {
+    /// A record for unit tests: an active, public `fact` of tenant `t`, revision 1, valid from the
+    /// epoch on, with `content`.
+    pub fn test_fact(id: &str, content: Value) -> Record {
+        Record {
+            tenant: "t".into(),
+            id: id.into(),
+            record_type: "fact".into(),
+            schema_version: "v1".into(),
+            scope: vec!["public".into()],
+            valid_from_ms: 0,
+            valid_until_ms: OPEN_END_MS,
+            priority: 3,
+            key: None,
+            aliases: Vec::new(),
+            content,
+            metadata: Map::new(),
+            revision: 1,
+            status: Status::Active,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            last_accessed_at_ms: None,
+            access_count: 0,
+            change_seq: 0,
+            author: None,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::clock::{format_ms, parse_rfc3339_ms};
