@@ -291,26 +291,11 @@ mod tests {
 
     fn record(id: &str, status: Status, content: Value, valid: (i64, i64), accesses: i64) -> Record {
         Record {
-            tenant: "t".into(),
-            id: id.into(),
-            record_type: "fact".into(),
-            schema_version: "v1".into(),
-            scope: vec!["public".into()],
             valid_from_ms: valid.0,
             valid_until_ms: valid.1,
-            priority: 3,
-            key: None,
-            aliases: vec![],
-            content,
-            metadata: serde_json::Map::new(),
-            revision: 1,
             status,
-            created_at_ms: 0,
-            updated_at_ms: 0,
-            last_accessed_at_ms: None,
             access_count: accesses,
-            change_seq: 0,
-            author: None,
+            ..Record::test_fact(id, content)
         }
     }
 

@@ -496,26 +496,9 @@ mod tests {
     #[test]
     fn aliases_and_key_are_matched_by_words_and_weigh_more_than_content() {
         let fact = |id: &str, key: Option<&str>, aliases: &[&str], statement: &str| crate::record::Record {
-            tenant: "t".into(),
-            id: id.into(),
-            record_type: "fact".into(),
-            schema_version: "v1".into(),
-            scope: vec!["public".into()],
-            valid_from_ms: 0,
-            valid_until_ms: crate::record::OPEN_END_MS,
-            priority: 3,
             key: key.map(str::to_owned),
             aliases: aliases.iter().map(|a| (*a).to_owned()).collect(),
-            content: serde_json::json!({"statement": statement}),
-            metadata: serde_json::Map::new(),
-            revision: 1,
-            status: crate::record::Status::Active,
-            created_at_ms: 0,
-            updated_at_ms: 0,
-            last_accessed_at_ms: None,
-            access_count: 0,
-            change_seq: 0,
-            author: None,
+            ..crate::record::Record::test_fact(id, serde_json::json!({"statement": statement}))
         };
         let named = fact(
             "named",

@@ -3,7 +3,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;
-use crate::record::Status;
 use crate::store::outbox::OutboxState;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -22,26 +21,10 @@ pub(super) fn seed_sop() -> Value {
 
 fn record(id: &str, content: Value) -> Record {
     Record {
-        tenant: "t".into(),
-        id: id.into(),
         record_type: "internal_sop".into(),
-        schema_version: "v1".into(),
         scope: vec!["team:support".into()],
-        valid_from_ms: 0,
-        valid_until_ms: crate::record::OPEN_END_MS,
         priority: 4,
-        key: None,
-        aliases: vec![],
-        content,
-        metadata: Default::default(),
-        revision: 1,
-        status: Status::Active,
-        created_at_ms: 0,
-        updated_at_ms: 0,
-        last_accessed_at_ms: None,
-        access_count: 0,
-        change_seq: 0,
-        author: None,
+        ..Record::test_fact(id, content)
     }
 }
 
