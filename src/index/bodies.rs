@@ -96,7 +96,7 @@ pub fn weight(record: &Record) -> u64 {
         .sum::<u64>()
         + list(&record.scope)
         + list(&record.aliases);
-    let metadata = if record.metadata.is_empty() { 0 } else { object(record.metadata.iter()) };
+    let metadata = object(record.metadata.iter());
     // The entry: the record behind its `Arc`, the key's own copies of tenant and id, and moka's
     // bookkeeping (its node in the access order and the frequency sketch), about 100 bytes.
     let entry = std::mem::size_of::<Record>() as u64
@@ -130,12 +130,16 @@ fn tree(value: &Value) -> u64 {
     }
 }
 
-/// A `serde_json::Map` (a `BTreeMap<String, Value>`): one leaf node holds up to 11 entries and
-/// takes the same ~632 bytes with one; past that, nodes are between half and wholly full.
+/// A `serde_json::Map` (a `BTreeMap<String, Value>`): empty, it allocates nothing; one leaf node
+/// holds up to 11 entries and takes the same ~632 bytes with one; past that, nodes are between
+/// half and wholly full.
 fn object<'a>(entries: impl ExactSizeIterator<Item = (&'a String, &'a Value)>) -> u64 {
     const NODE: u64 = 11 * (std::mem::size_of::<String>() + std::mem::size_of::<Value>()) as u64 + 16;
-    let len = entries.len();
-    let nodes = if len <= 11 { 1 } else { len.div_ceil(8) } as u64;
+    let nodes = match entries.len() {
+        0 => 0,
+        1..=11 => 1,
+        len => len.div_ceil(8),
+    } as u64;
     let inner: u64 = entries.map(|(k, v)| allocation(k.len()) + tree(v)).sum();
     allocation(NODE as usize) * nodes + inner
 }
@@ -145,25 +149,21 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn record(id: &str, content: Value) -> Record {
-        Record::test_fact(id, content)
-    }
-
     #[test]
     fn a_small_records_weight_counts_the_node_its_content_object_takes() {
-        let small = weight(&record("kb-1", json!({"statement": "Refunds take 5 days."})));
+        let small = weight(&Record::test_fact("kb-1", json!({"statement": "Refunds take 5 days."})));
         // The B-tree leaf alone is 11 entries of 56 bytes, whatever the object holds.
         assert!(small >= 616 + std::mem::size_of::<Record>() as u64, "{small}");
         let twelve: serde_json::Map<String, Value> = (0..12).map(|i| (format!("f{i}"), json!(i))).collect();
-        assert!(weight(&record("kb-2", Value::Object(twelve))) > small + 616);
+        assert!(weight(&Record::test_fact("kb-2", Value::Object(twelve))) > small + 616);
     }
 
     #[test]
     fn the_cache_holds_about_its_bound_in_records() {
-        let one = weight(&record("kb-0000", json!({"statement": "Refunds take 5 days."})));
+        let one = weight(&Record::test_fact("kb-0000", json!({"statement": "Refunds take 5 days."})));
         let bodies = Bodies::with_capacity(10 * one);
         for i in 0..100 {
-            bodies.insert(Arc::new(record(
+            bodies.insert(Arc::new(Record::test_fact(
                 &format!("kb-{i:04}"),
                 json!({"statement": "Refunds take 5 days."}),
             )));
