@@ -1,23 +1,42 @@
 //! `SlotSet`: a set of slots of one tenant's index as a bitset, one bit per slot. The layers hand
 //! their survivors to the next layer in this form: building one from the scope lists costs one
-//! bit write per slot, counting it one popcount per 64 slots, and a membership test is one bit
+//! bit write per slot, counting it one popcount per 64 slots (of those in use), and a membership test is one bit
 //! test — where a sorted `Vec<u32>` needed a sort and a `Vec<bool>` of every slot per layer.
+//!
+//! A tenant of a million customers has a million slots, and a subject's request sees a few
+//! thousand of them: its own profile, the public records, its teams'. Each set keeps a second,
+//! small level (`summary`, one bit per word that may be non-zero), so counting, filtering and
+//! walking a set cost what it holds, not the tenant's size.
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct SlotSet {
     words: Vec<u64>,
+    /// Bit `w` is set when `words[w]` may be non-zero (a removal leaves it set). Every pass reads
+    /// the words through it.
+    summary: Vec<u64>,
 }
+
+impl PartialEq for SlotSet {
+    fn eq(&self, other: &SlotSet) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for SlotSet {}
 
 impl SlotSet {
     /// An empty set able to hold slots `0..slots`.
     pub fn new(slots: usize) -> SlotSet {
-        SlotSet { words: vec![0; slots.div_ceil(64)] }
+        let words = slots.div_ceil(64);
+        SlotSet { words: vec![0; words], summary: vec![0; words.div_ceil(64)] }
     }
 
     pub fn insert(&mut self, slot: u32) {
         let slot = slot as usize;
-        if let Some(word) = self.words.get_mut(slot / 64) {
+        let w = slot / 64;
+        if let Some(word) = self.words.get_mut(w) {
             *word |= 1 << (slot % 64);
+            self.summary[w / 64] |= 1 << (w % 64);
         }
     }
 
@@ -31,6 +50,7 @@ impl SlotSet {
         let word = slot as usize / 64;
         if word >= self.words.len() {
             self.words.resize(word + 1, 0);
+            self.summary.resize((word + 1).div_ceil(64), 0);
         }
         self.insert(slot);
     }
@@ -42,42 +62,48 @@ impl SlotSet {
         }
     }
 
+    /// The positions of the words that may be non-zero, ascending.
+    fn marked(&self) -> impl Iterator<Item = usize> + '_ {
+        self.summary.iter().enumerate().flat_map(|(s, bits)| Bits(*bits).map(move |b| s * 64 + b as usize))
+    }
+
+    /// An empty set of this one's capacity, filled with `word(w, words[w])` for each marked word.
+    fn map_words(&self, mut word: impl FnMut(usize, u64) -> u64) -> SlotSet {
+        let mut out = SlotSet { words: vec![0; self.words.len()], summary: vec![0; self.summary.len()] };
+        for w in self.marked() {
+            let kept = word(w, self.words[w]);
+            if kept != 0 {
+                out.words[w] = kept;
+                out.summary[w / 64] |= 1 << (w % 64);
+            }
+        }
+        out
+    }
+
     /// The slots of this set that are not in `other`, word by word.
     pub fn and_not(&self, other: &SlotSet) -> SlotSet {
-        let words = self
-            .words
-            .iter()
-            .enumerate()
-            .map(|(w, word)| word & !other.words.get(w).copied().unwrap_or(0))
-            .collect();
-        SlotSet { words }
+        self.map_words(|w, word| word & !other.words.get(w).copied().unwrap_or(0))
     }
 
     /// How many slots are in the set.
     pub fn len(&self) -> usize {
-        self.words.iter().map(|w| w.count_ones() as usize).sum()
+        self.marked().map(|w| self.words[w].count_ones() as usize).sum()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.words.iter().all(|w| *w == 0)
+        self.marked().all(|w| self.words[w] == 0)
     }
 
     /// The slots in ascending order.
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
-        self.words.iter().enumerate().flat_map(|(w, word)| Bits(*word).map(move |b| (w * 64) as u32 + b))
+        self.marked().flat_map(|w| Bits(self.words[w]).map(move |b| (w * 64) as u32 + b))
     }
 
     /// A new set of the slots of this one for which `keep` holds, asked in ascending order.
     pub fn filter(&self, mut keep: impl FnMut(u32) -> bool) -> SlotSet {
-        let words = self
-            .words
-            .iter()
-            .enumerate()
-            .map(|(w, word)| {
-                Bits(*word).fold(0u64, |out, b| if keep((w * 64) as u32 + b) { out | 1 << b } else { out })
-            })
-            .collect();
-        SlotSet { words }
+        self.map_words(|w, word| {
+            Bits(word).fold(0u64, |out, b| if keep((w * 64) as u32 + b) { out | 1 << b } else { out })
+        })
     }
 }
 
@@ -87,14 +113,18 @@ impl IntoIterator for SlotSet {
     type IntoIter = IntoIter;
 
     fn into_iter(self) -> IntoIter {
-        IntoIter { words: self.words.into_iter().enumerate(), current: (0, Bits(0)) }
+        IntoIter { set: self, next_summary: 0, summary: (0, Bits(0)), word: (0, Bits(0)) }
     }
 }
 
 pub struct IntoIter {
-    words: std::iter::Enumerate<std::vec::IntoIter<u64>>,
-    /// The word being read: its index and its bits not yet returned.
-    current: (usize, Bits),
+    set: SlotSet,
+    /// The next summary word to read.
+    next_summary: usize,
+    /// The summary word being read and the marks in it not yet visited.
+    summary: (usize, Bits),
+    /// The word being read and its bits not yet returned.
+    word: (usize, Bits),
 }
 
 impl Iterator for IntoIter {
@@ -102,11 +132,20 @@ impl Iterator for IntoIter {
 
     fn next(&mut self) -> Option<u32> {
         loop {
-            if let Some(bit) = self.current.1.next() {
-                return Some((self.current.0 * 64) as u32 + bit);
+            if let Some(bit) = self.word.1.next() {
+                return Some((self.word.0 * 64) as u32 + bit);
             }
-            let (w, word) = self.words.next()?;
-            self.current = (w, Bits(word));
+            match self.summary.1.next() {
+                Some(mark) => {
+                    let w = self.summary.0 * 64 + mark as usize;
+                    self.word = (w, Bits(self.set.words[w]));
+                }
+                None => {
+                    let s = self.next_summary;
+                    self.summary = (s, Bits(*self.set.summary.get(s)?));
+                    self.next_summary += 1;
+                }
+            }
         }
     }
 }
@@ -152,5 +191,36 @@ mod tests {
         other.insert_growing(700);
         other.remove(700);
         assert_eq!(set.and_not(&other).iter().collect::<Vec<_>>(), [0, 5, 64, 199]);
+        set.remove(63);
+        set.remove(64);
+        assert_eq!(set.iter().collect::<Vec<_>>(), [0, 5, 128, 199]);
+        assert_eq!((set.len(), set.filter(|s| s > 100).len()), (4, 2));
+        let mut removed = SlotSet::new(200);
+        removed.insert(3);
+        removed.remove(3);
+        assert!(removed.is_empty() && removed == SlotSet::new(200));
+    }
+
+    #[test]
+    fn a_few_slots_among_millions_are_found_at_both_ends() {
+        let mut set = SlotSet::new(3_000_000);
+        let slots = [0, 63, 4095, 4096, 262_143, 262_144, 1_500_001, 2_999_999];
+        for slot in slots {
+            set.insert(slot);
+        }
+        assert_eq!(set.iter().collect::<Vec<_>>(), slots);
+        assert_eq!(set.clone().into_iter().collect::<Vec<_>>(), slots);
+        assert_eq!(set.len(), slots.len());
+        let mut others = SlotSet::new(3_000_000);
+        others.insert(4096);
+        others.insert(2_999_999);
+        assert_eq!(
+            set.and_not(&others).iter().collect::<Vec<_>>(),
+            [0, 63, 4095, 262_143, 262_144, 1_500_001]
+        );
+        assert_eq!(
+            set.filter(|s| s % 2 == 1).iter().collect::<Vec<_>>(),
+            [63, 4095, 262_143, 1_500_001, 2_999_999]
+        );
     }
 }

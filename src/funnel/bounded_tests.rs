@@ -32,7 +32,7 @@ fn tenant(rng: &mut Rng, vectors: &Vectors, n: usize) -> TenantIndex {
         let mut it = crate::index::IndexedRecord::new(r, Some(std::sync::Arc::from(vectors.record(rng))));
         it.tokens = 20 + rng.below(300);
         if let Some(key) = key {
-            it.terms.push(key);
+            it.terms.push(key.into());
         }
         index.upsert(it);
     }

@@ -17,7 +17,7 @@ use crate::slots::SlotSet;
 pub fn visible(index: &TenantIndex, caller: &Caller, detail: Detail, trace: &mut Trace) -> SlotSet {
     let mut visible = SlotSet::new(index.slots.len());
     for scope in &caller.scopes {
-        for slot in index.by_scope.get(scope).into_iter().flatten() {
+        for slot in index.by_scope.get(scope.as_str()).into_iter().flatten() {
             visible.insert(*slot);
         }
     }

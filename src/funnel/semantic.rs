@@ -225,7 +225,7 @@ pub fn matching_within(
     let mut hits: Vec<Hit> = Vec::new();
 
     for phrase in query_phrases(query.text) {
-        for slot in index.by_term.get(&phrase).into_iter().flatten() {
+        for slot in index.by_term.get(phrase.as_str()).into_iter().flatten() {
             if candidates.contains(*slot) {
                 hits.push(Hit::exact(*slot));
             }

@@ -73,7 +73,7 @@ pub(super) fn item(record: Record, vector: Option<Vec<f32>>, terms: &[&str]) -> 
         trigger_body: None,
         vector: vector.map(Arc::from),
         tokens: 20,
-        terms: terms.iter().map(|t| (*t).to_owned()).collect(),
+        terms: terms.iter().map(|t| std::sync::Arc::from(*t)).collect(),
     }
 }
 
@@ -250,7 +250,7 @@ fn scope_and_temporal_bitsets_equal_a_naive_filter_after_removals_and_slot_reuse
                         r.is_some_and(|r| {
                             r.valid_from_ms <= now
                                 && now < r.valid_until_ms
-                                && read.contains(&r.schema_version)
+                                && read.iter().any(|v| **v == *r.schema_version)
                         })
                     })
                     .collect();

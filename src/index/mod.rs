@@ -37,6 +37,8 @@
 
 pub mod bodies;
 pub mod terms;
+#[cfg(test)]
+mod tests;
 
 pub use bodies::Bodies;
 
@@ -46,22 +48,31 @@ use crate::slots::SlotSet;
 use crate::vector::dot;
 use crate::vector::ivf::Ivf;
 use crate::vector::quant::Rows;
-use std::collections::{BTreeMap, HashMap};
+use smallvec::SmallVec;
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 /// Below this many vectors a scope has no approximate index: an exact scan is as fast.
 pub const ANN_MIN_RECORDS: usize = 8192;
 
+/// The slots under one scope or one exact term. Most hold one slot (a customer's `user:` scope,
+/// its key, its order number): up to four are kept inline, without an allocation of their own.
+pub type SlotList = SmallVec<[u32; 4]>;
+
 /// What the index keeps of a record: what the four layers, the tools' filters, the sync and a
 /// trace read. Not its content, aliases or metadata: those are the body (`bodies`), read for the
 /// few records a request uses.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordHead {
-    pub tenant: String,
+    /// The tenant, type and schema version are the same few names for a tenant's million records:
+    /// each is allocated once per tenant (`TenantIndex::insert` shares them) and not per record.
+    pub tenant: Arc<str>,
     pub id: String,
-    pub record_type: String,
-    pub schema_version: String,
+    pub record_type: Arc<str>,
+    pub schema_version: Arc<str>,
     pub scope: Vec<String>,
     pub valid_from_ms: i64,
     pub valid_until_ms: i64,
@@ -78,10 +89,10 @@ pub struct RecordHead {
 impl RecordHead {
     pub fn of(record: &Record) -> RecordHead {
         RecordHead {
-            tenant: record.tenant.clone(),
+            tenant: Arc::from(record.tenant.as_str()),
             id: record.id.clone(),
-            record_type: record.record_type.clone(),
-            schema_version: record.schema_version.clone(),
+            record_type: Arc::from(record.record_type.as_str()),
+            schema_version: Arc::from(record.schema_version.as_str()),
             scope: record.scope.clone(),
             valid_from_ms: record.valid_from_ms,
             valid_until_ms: record.valid_until_ms,
@@ -104,15 +115,15 @@ impl RecordHead {
     /// funnel decided by (scope, status, validity, type, schema, priority) unchanged. A later
     /// revision that moved the record elsewhere is not shown: the index is about to catch up.
     pub fn admits(&self, record: &Record) -> bool {
-        record.tenant == self.tenant
+        record.tenant == *self.tenant
             && record.id == self.id
             && record.revision >= self.revision
             && record.scope == self.scope
             && record.status == self.status
             && record.valid_from_ms == self.valid_from_ms
             && record.valid_until_ms == self.valid_until_ms
-            && record.record_type == self.record_type
-            && record.schema_version == self.schema_version
+            && record.record_type == *self.record_type
+            && record.schema_version == *self.schema_version
             && record.priority == self.priority
     }
 }
@@ -134,8 +145,9 @@ pub struct IndexedRecord {
     pub vector: Option<Arc<[f32]>>,
     /// Approximate tokens of the record's injected line.
     pub tokens: usize,
-    /// Normalized exact terms: key, aliases and identifiers in the content.
-    pub terms: Vec<String>,
+    /// Normalized exact terms: key, aliases and identifiers in the content; once indexed, the same
+    /// allocations as the keys of `TenantIndex::by_term`.
+    pub terms: Vec<Arc<str>>,
     /// The record's words as the lexical index takes them (`lexical::record_terms`: analyzed,
     /// its names weighted, with its BM25 length), made here so the analysis runs outside the
     /// tenant's lock (and on every core at startup); consumed by the index like `vector`.
@@ -154,6 +166,7 @@ impl IndexedRecord {
         terms.sort();
         terms.dedup();
         terms.retain(|t| !t.is_empty());
+        let terms = terms.into_iter().map(Arc::from).collect();
         let line =
             serde_json::json!({"id": record.id, "type": record.record_type, "content": record.content})
                 .to_string();
@@ -221,9 +234,16 @@ pub struct TenantIndex {
     /// Slot arena; `None` marks a free slot.
     pub slots: Vec<Option<Arc<IndexedRecord>>>,
     free: Vec<u32>,
-    by_id: HashMap<String, u32>,
-    pub by_scope: HashMap<String, Vec<u32>>,
-    pub by_term: HashMap<String, Vec<u32>>,
+    /// Record id → slot. The table holds the slots alone and hashes (with `ids`) the id their
+    /// heads hold: a million ids are not kept twice.
+    by_id: hashbrown::HashTable<u32>,
+    ids: RandomState,
+    pub by_scope: HashMap<Box<str>, SlotList>,
+    pub by_term: HashMap<Arc<str>, SlotList>,
+    /// The tenant, type and schema names the heads share (`RecordHead::tenant`); a name no head
+    /// holds any more is dropped on removal, or by the sweep at `names_sweep_at` entries.
+    names: HashSet<Arc<str>>,
+    names_sweep_at: usize,
     /// Per scope of at least `ANN_MIN_RECORDS` records, its approximate index over the int8 rows.
     pub ann: BTreeMap<String, Ivf>,
     /// Per scope of `ann`, its records as a bitset: what a scan of the caller's other scopes
@@ -259,7 +279,7 @@ impl TenantIndex {
     }
 
     pub fn get(&self, id: &str) -> Option<&Arc<IndexedRecord>> {
-        self.by_id.get(id).and_then(|slot| self.slots[*slot as usize].as_ref())
+        self.slot_of(id).and_then(|slot| self.slots[slot as usize].as_ref())
     }
 
     /// Per slot (same length as `slots`): validity, status, schema and embedding form.
@@ -296,7 +316,34 @@ impl TenantIndex {
 
     /// The slot holding record `id`.
     pub fn slot_of(&self, id: &str) -> Option<u32> {
-        self.by_id.get(id).copied()
+        let slots = &self.slots;
+        let holds = |slot: &u32| slots[*slot as usize].as_ref().is_some_and(|item| item.head.id == id);
+        self.by_id.find(self.ids.hash_one(id), holds).copied()
+    }
+
+    /// The shared allocation of `name` in this tenant (`names`).
+    fn intern(&mut self, name: &Arc<str>) -> Arc<str> {
+        if let Some(shared) = self.names.get(&**name) {
+            return Arc::clone(shared);
+        }
+        if self.names.len() >= self.names_sweep_at {
+            // Names whose last head went while another copy of it was out (a cloned head).
+            self.names.retain(|name| Arc::strong_count(name) > 1);
+            self.names_sweep_at = (2 * self.names.len()).max(64);
+        }
+        self.names.insert(Arc::clone(name));
+        Arc::clone(name)
+    }
+
+    /// Drops the names of `head`, about to go, that no other head holds.
+    fn release_names(&mut self, head: &RecordHead) {
+        let names = [&head.tenant, &head.record_type, &head.schema_version];
+        for name in names {
+            let held_here = names.iter().filter(|other| Arc::ptr_eq(other, name)).count();
+            if Arc::strong_count(name) == held_here + 1 {
+                self.names.remove(&**name);
+            }
+        }
     }
 
     /// Whether the record in `slot` has an embedding.
@@ -346,6 +393,15 @@ impl TenantIndex {
         // postings), and no body: the slot holds the head, its terms and token count.
         let (vector, words) = (item.vector.take(), item.words.take());
         item.body = None;
+        item.head.tenant = self.intern(&item.head.tenant);
+        item.head.record_type = self.intern(&item.head.record_type);
+        item.head.schema_version = self.intern(&item.head.schema_version);
+        for term in &mut item.terms {
+            if let Some((shared, _)) = self.by_term.get_key_value(&**term) {
+                *term = Arc::clone(shared);
+            }
+        }
+        item.terms.shrink_to_fit();
         let item = Arc::new(item);
         let slot = match self.free.pop() {
             Some(slot) => slot,
@@ -375,19 +431,28 @@ impl TenantIndex {
             self.triggered.insert(slot);
         }
         for scope in &item.head.scope {
-            self.by_scope.entry(scope.clone()).or_default().push(slot);
+            match self.by_scope.get_mut(scope.as_str()) {
+                Some(list) => list.push(slot),
+                None => {
+                    self.by_scope.insert(scope.as_str().into(), smallvec::smallvec![slot]);
+                }
+            }
         }
         for term in &item.terms {
-            self.by_term.entry(term.clone()).or_default().push(slot);
+            self.by_term.entry(Arc::clone(term)).or_default().push(slot);
         }
         if let Some(vector) = vector.as_deref().filter(|_| kind == VectorKind::Int8) {
             self.list_in_ann(slot, &item.head.scope, vector);
         }
-        self.by_id.insert(item.head.id.clone(), slot);
+        let hash = self.ids.hash_one(item.head.id.as_str());
         if let Some((words, length)) = words {
             self.lexical.upsert_weighted(slot, words, length);
         }
         self.slots[slot as usize] = Some(item);
+        let (ids, slots) = (&self.ids, &self.slots);
+        let rehash =
+            |slot: &u32| slots[*slot as usize].as_ref().map_or(0, |item| ids.hash_one(item.head.id.as_str()));
+        self.by_id.insert_unique(hash, slot, rehash);
         self.live += 1;
         self.requantize_if_most_are(vector.as_ref().map(|v| v.len()));
     }
@@ -481,29 +546,25 @@ impl TenantIndex {
         (self.int8_rows, self.int8, self.f32_only, self.odd) = (Some(rows), int8, f32_only, odd);
         self.ann.clear();
         self.ann_members.clear();
-        let scopes: Vec<String> = self.by_scope.keys().cloned().collect();
+        let scopes: Vec<String> = self.by_scope.keys().map(|scope| scope.to_string()).collect();
         for scope in scopes {
             self.maybe_rebuild_ann(&scope);
         }
     }
 
     pub fn remove(&mut self, id: &str) {
-        let Some(slot) = self.by_id.remove(id) else { return };
+        let Some(slot) = self.slot_of(id) else { return };
+        if let Ok(entry) = self.by_id.find_entry(self.ids.hash_one(id), |s| *s == slot) {
+            entry.remove();
+        }
         let Some(item) = self.slots[slot as usize].take() else { return };
-        let unlist = |map: &mut HashMap<String, Vec<u32>>, key: &str| {
-            if let Some(list) = map.get_mut(key) {
-                list.retain(|s| *s != slot);
-                if list.is_empty() {
-                    map.remove(key);
-                }
-            }
-        };
         for scope in &item.head.scope {
-            unlist(&mut self.by_scope, scope);
+            unlist(&mut self.by_scope, scope, slot);
         }
         for term in &item.terms {
-            unlist(&mut self.by_term, term);
+            unlist(&mut self.by_term, term, slot);
         }
+        self.release_names(&item.head);
         for scope in &item.head.scope {
             if let Some(ann) = self.ann.get_mut(scope) {
                 ann.remove(slot);
@@ -533,7 +594,7 @@ impl TenantIndex {
     /// Builds a scope's approximate index once it is large enough, and rebuilds it when the
     /// number of its vectors has doubled since, so its lists stay balanced.
     fn maybe_rebuild_ann(&mut self, scope: &str) {
-        let size = self.by_scope.get(scope).map_or(0, Vec::len);
+        let size = self.by_scope.get(scope).map_or(0, |slots| slots.len());
         let due = match self.ann.get(scope) {
             None => size >= ANN_MIN_RECORDS,
             Some(ann) => ann.len() >= 2 * ann.built_with.max(1),
@@ -549,7 +610,7 @@ impl TenantIndex {
             .by_scope
             .iter()
             .filter(|(_, slots)| slots.len() >= ANN_MIN_RECORDS)
-            .map(|(scope, _)| scope.clone())
+            .map(|(scope, _)| scope.to_string())
             .collect();
         self.ann.retain(|scope, _| scopes.contains(scope));
         self.ann_members.retain(|scope, _| scopes.contains(scope));
@@ -613,6 +674,16 @@ impl TenantIndex {
         }
         self.ann.insert(scope.to_owned(), ivf);
         self.ann_members.insert(scope.to_owned(), members);
+    }
+}
+
+/// Takes `slot` out of `key`'s list, and the list out of `map` once empty.
+fn unlist<K: Borrow<str> + Hash + Eq>(map: &mut HashMap<K, SlotList>, key: &str, slot: u32) {
+    if let Some(list) = map.get_mut(key) {
+        list.retain(|s| *s != slot);
+        if list.is_empty() {
+            map.remove(key);
+        }
     }
 }
 
@@ -735,7 +806,9 @@ impl MemoryIndex {
     pub fn has_visible(&self, tenant: &str, scopes: &std::collections::BTreeSet<String>) -> bool {
         self.tenant(tenant).is_some_and(|index| {
             let index = index.read().unwrap_or_else(|p| p.into_inner());
-            scopes.iter().any(|scope| index.by_scope.get(scope).is_some_and(|slots| !slots.is_empty()))
+            scopes
+                .iter()
+                .any(|scope| index.by_scope.get(scope.as_str()).is_some_and(|slots| !slots.is_empty()))
         })
     }
 
@@ -776,7 +849,7 @@ impl MemoryIndex {
     pub fn vector_of(&self, tenant: &str, id: &str) -> Option<Arc<[f32]>> {
         let index = self.tenant(tenant)?;
         let index = index.read().unwrap_or_else(|p| p.into_inner());
-        let slot = *index.by_id.get(id)?;
+        let slot = index.slot_of(id)?;
         index.vector(slot)
     }
 
@@ -784,7 +857,7 @@ impl MemoryIndex {
     pub fn set_vector(&self, tenant: &str, id: &str, revision: i64, vector: Arc<[f32]>) {
         let Some(index) = self.tenant(tenant) else { return };
         let mut index = index.write().unwrap_or_else(|p| p.into_inner());
-        let Some(slot) = index.by_id.get(id).copied() else { return };
+        let Some(slot) = index.slot_of(id) else { return };
         let current = index.slots[slot as usize].as_ref().is_some_and(|i| i.head.revision == revision);
         if current && !index.has_vector(slot) {
             index.set_slot_vector(slot, &vector);
@@ -820,8 +893,23 @@ impl MemoryIndex {
         for body in loader.bodies {
             self.bodies.insert(body);
         }
+        release_free_memory();
     }
 }
+
+/// Hands the allocator's free pages back to the system. A full load frees about as much as it
+/// keeps (each page's parsed rows and their bodies), in pieces between what it keeps; glibc holds
+/// those pages for reuse, and a replica that had loaded 1.11M records stayed ~1.4× its live heap.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn release_free_memory() {
+    // SAFETY: malloc_trim takes no pointer; it only releases pages no allocation uses.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn release_free_memory() {}
 
 /// Tenants' indexes being built from the store, page by page, outside the live index (startup
 /// and a replica's full reload): `MemoryIndex::finish_load` swaps them in at once.
@@ -844,11 +932,11 @@ impl Loader {
                     self.bodies.push(body);
                 }
             }
-            match self.by_tenant.get_mut(&item.head.tenant) {
+            match self.by_tenant.get_mut(&*item.head.tenant) {
                 Some(index) => index.insert(item),
                 None => {
                     let mut index = TenantIndex::default();
-                    let tenant = item.head.tenant.clone();
+                    let tenant = item.head.tenant.to_string();
                     index.insert(item);
                     self.by_tenant.insert(tenant, index);
                 }

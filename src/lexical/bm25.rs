@@ -19,8 +19,13 @@
 
 use super::analyzer::Analyzer;
 use crate::slots::SlotSet;
+use smallvec::SmallVec;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+
+/// One term's postings. Most terms of a million customer profiles (a name, an order number, an
+/// email) are in one record: up to four postings are kept inline, without an allocation.
+type Postings = SmallVec<[u32; 4]>;
 
 /// The largest slot a posting can hold (24 bits; the low 8 hold the term frequency).
 pub const MAX_SLOT: u32 = (1 << 24) - 1;
@@ -80,11 +85,14 @@ pub struct LexicalHit {
 pub struct LexicalIndex {
     analyzer: Analyzer,
     params: Bm25Params,
-    dictionary: HashMap<Box<str>, u32>,
+    /// Term → id. The table holds the ids alone and hashes (with `hasher`) the term `words`
+    /// holds for each: a term is kept once.
+    dictionary: hashbrown::HashTable<u32>,
+    hasher: RandomState,
     /// Term id → the term (empty for a free id).
     words: Vec<Box<str>>,
     /// Term id → postings, `slot << 8 | tf`, unordered.
-    postings: Vec<Vec<u32>>,
+    postings: Vec<Postings>,
     /// Term ids whose postings emptied, for reuse.
     free_ids: Vec<u32>,
     /// Slot → its distinct term ids; `None` for a slot without a record.
@@ -146,7 +154,13 @@ impl LexicalIndex {
 
     /// How many records hold `term` (an analyzed term).
     pub fn document_frequency(&self, term: &str) -> usize {
-        self.dictionary.get(term).map_or(0, |id| self.postings[*id as usize].len())
+        self.term(term).map_or(0, |id| self.postings[id as usize].len())
+    }
+
+    /// The id of `term`, if a record holds it.
+    fn term(&self, term: &str) -> Option<u32> {
+        let words = &self.words;
+        self.dictionary.find(self.hasher.hash_one(term), |id| *words[*id as usize] == *term).copied()
     }
 
     pub fn contains(&self, slot: u32) -> bool {
@@ -205,8 +219,8 @@ impl LexicalIndex {
     }
 
     fn term_id(&mut self, term: &str) -> u32 {
-        if let Some(id) = self.dictionary.get(term) {
-            return *id;
+        if let Some(id) = self.term(term) {
+            return id;
         }
         let id = match self.free_ids.pop() {
             Some(id) => {
@@ -215,11 +229,12 @@ impl LexicalIndex {
             }
             None => {
                 self.words.push(term.into());
-                self.postings.push(Vec::new());
+                self.postings.push(Postings::new());
                 (self.words.len() - 1) as u32
             }
         };
-        self.dictionary.insert(term.into(), id);
+        let (hasher, words) = (&self.hasher, &self.words);
+        self.dictionary.insert_unique(hasher.hash_one(term), id, |id| hasher.hash_one(&*words[*id as usize]));
         id
     }
 
@@ -232,9 +247,13 @@ impl LexicalIndex {
                 list.swap_remove(at);
             }
             if list.is_empty() {
-                *list = Vec::new();
+                *list = Postings::new();
                 let word = std::mem::take(&mut self.words[*id as usize]);
-                self.dictionary.remove(&word);
+                if let Ok(entry) =
+                    self.dictionary.find_entry(self.hasher.hash_one(&*word), |other| other == id)
+                {
+                    entry.remove();
+                }
                 self.free_ids.push(*id);
             }
         }
@@ -265,12 +284,12 @@ impl LexicalIndex {
         let idf = |df: usize| (1.0 + (n - df as f32 + 0.5) / (df as f32 + 0.5)).ln();
         // Each term with its postings (none for a term no record holds); when there are too many,
         // the rarest of those some record holds.
-        let mut terms: Vec<(usize, Option<&Vec<u32>>)> = query
+        let mut terms: Vec<(usize, Option<&Postings>)> = query
             .terms
             .iter()
             .map(|t| {
-                let list = self.dictionary.get(t.as_str()).map(|id| &self.postings[*id as usize]);
-                (list.map_or(0, Vec::len), list)
+                let list = self.term(t).map(|id| &self.postings[id as usize]);
+                (list.map_or(0, |list| list.len()), list)
             })
             .collect();
         if terms.len() > MAX_QUERY_TERMS {
@@ -334,12 +353,11 @@ impl LexicalIndex {
     /// Bytes held by the index's own structures (capacities, not what the allocator rounds to).
     pub fn heap_bytes(&self) -> usize {
         let words: usize = self.words.iter().map(|w| w.len() + size_of::<Box<str>>()).sum();
-        // The dictionary holds its own copy of each term, plus a u32 and a control byte per
-        // bucket.
-        let dictionary = self.dictionary.capacity() * (size_of::<Box<str>>() + 4 + 1)
-            + self.dictionary.keys().map(|k| k.len()).sum::<usize>();
+        // The dictionary holds a u32 and a control byte per bucket; its terms are `words`.
+        let dictionary = self.dictionary.capacity() * (4 + 1);
         let postings: usize =
-            self.postings.iter().map(|p| p.capacity() * 4).sum::<usize>() + self.postings.capacity() * 24;
+            self.postings.iter().filter(|p| p.spilled()).map(|p| p.capacity() * 4).sum::<usize>()
+                + self.postings.capacity() * size_of::<Postings>();
         let docs: usize = self.docs.iter().flatten().map(|d| d.len() * 4).sum::<usize>()
             + self.docs.capacity() * size_of::<Option<Box<[u32]>>>();
         words + dictionary + postings + docs + self.lengths.capacity() * 4 + self.free_ids.capacity() * 4
@@ -426,7 +444,7 @@ mod tests {
         assert!(index.search(&query("shipped"), &all(&index), 10).is_empty());
         assert_eq!(index.len(), 2);
         // Terms no record holds any more leave the dictionary; their ids are reused.
-        assert!(!index.dictionary.contains_key("pari") && !index.dictionary.contains_key("berlin"));
+        assert!(index.term("pari").is_none() && index.term("berlin").is_none());
         let terms = index.terms();
         index.upsert(7, "Paris Texas");
         assert_eq!(index.terms(), terms + 2);

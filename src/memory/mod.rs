@@ -263,7 +263,7 @@ impl MemoryService {
             heads.iter().map(|head| cache.get(&head.tenant, &head.id, head.revision)).collect();
         let mut missing: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for (position, head) in heads.iter().enumerate().filter(|(position, _)| out[*position].is_none()) {
-            missing.entry(head.tenant.as_str()).or_default().push(position);
+            missing.entry(&*head.tenant).or_default().push(position);
         }
         for (tenant, positions) in missing {
             let ids: Vec<&str> = positions.iter().map(|p| heads[*p].id.as_str()).collect();
@@ -618,10 +618,10 @@ impl MemoryService {
             let index = index.read().unwrap_or_else(|p| p.into_inner());
             let first_scope = envelope.scope.first()?;
             let mut candidates = Vec::new();
-            for slot in index.by_scope.get(first_scope).into_iter().flatten() {
+            for slot in index.by_scope.get(first_scope.as_str()).into_iter().flatten() {
                 let Some(item) = index.slots[*slot as usize].as_ref() else { continue };
                 let head = &item.head;
-                if head.record_type != envelope.record_type
+                if *head.record_type != *envelope.record_type
                     || head.scope != envelope.scope
                     || head.key.is_some()
                     || author.is_some_and(|author| head.author.as_deref() != author)

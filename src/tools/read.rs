@@ -31,7 +31,7 @@ pub(super) fn readable(caller: &ToolCaller, release: &Release, record: &RecordHe
     caller.caller.can_see(&record.tenant, &record.scope)
         && record.status.is_indexed()
         && record.is_valid_at(now)
-        && release.funnel.schema_versions.contains(&record.schema_version)
+        && release.funnel.schema_versions.iter().any(|v| **v == *record.schema_version)
 }
 
 /// One record as a result line: what a model needs to use and cite it.
@@ -122,7 +122,7 @@ pub(super) async fn search(
             temporal::findable(&index, &visible, now_ms(), &release.funnel.schema_versions, &mut trace);
         let current = match record_type {
             Some(wanted) => current.filter(|slot| {
-                index.slots[slot as usize].as_ref().is_some_and(|item| item.head.record_type == wanted)
+                index.slots[slot as usize].as_ref().is_some_and(|item| *item.head.record_type == *wanted)
             }),
             None => current,
         };
@@ -248,7 +248,7 @@ pub(super) async fn list(
         current
             .iter()
             .filter_map(|slot| index.slots[slot as usize].clone())
-            .filter(|item| record_type.is_none_or(|wanted| item.head.record_type == wanted))
+            .filter(|item| record_type.is_none_or(|wanted| *item.head.record_type == *wanted))
             .filter(|item| !mine || item.head.author == caller.author)
             .collect()
     };

@@ -135,7 +135,7 @@ async fn two_tenants_with_the_same_id_each_read_their_own_body(db: TestDb) {
             );
             // A head of one tenant never reads the other's body, whatever else matches.
             let mut forged = head(memories, &acme, "pref-delivery");
-            forged.tenant = format!("initech-{cache}");
+            forged.tenant = format!("initech-{cache}").into();
             assert_eq!(memories.bodies(&[&forged]).await.unwrap(), vec![None]);
         }
     }

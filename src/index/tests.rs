@@ -1,0 +1,135 @@
+//! The tenant index's lookups against a model: whatever sequence of writes and removals, each
+//! id finds its record's slot, each scope and exact term lists exactly the live records that have
+//! it, and the shared names are exactly those the live records hold.
+
+use super::{IndexedRecord, TenantIndex};
+use crate::record::Record;
+use proptest::prelude::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Write { id: u8, scope: u8, key: Option<u8>, record_type: u8 },
+    Remove { id: u8 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0u8..24, 0u8..4, proptest::option::of(0u8..6), 0u8..3)
+            .prop_map(|(id, scope, key, record_type)| Op::Write { id, scope, key, record_type }),
+        1 => (0u8..24).prop_map(|id| Op::Remove { id }),
+    ]
+}
+
+/// What the model keeps of a written record: its scope, key and type.
+type Model = BTreeMap<String, (String, Option<String>, String)>;
+
+fn record(id: &str, scope: &str, key: Option<&str>, record_type: &str) -> Record {
+    let mut record = Record::test_fact(id, serde_json::json!({"statement": format!("record {id}")}));
+    record.scope = vec![scope.to_owned()];
+    record.key = key.map(str::to_owned);
+    record.record_type = record_type.to_owned();
+    record
+}
+
+fn check(index: &TenantIndex, model: &Model) {
+    assert_eq!(index.len(), model.len());
+    for (id, (scope, key, record_type)) in model {
+        let slot = index.slot_of(id).unwrap_or_else(|| panic!("{id} is not found"));
+        let item = index.slots[slot as usize].as_ref().unwrap_or_else(|| panic!("{id}'s slot is empty"));
+        assert_eq!(item.head.id, *id);
+        assert_eq!(item.head.scope, [scope.clone()]);
+        assert_eq!(item.head.key, *key);
+        assert_eq!(&*item.head.record_type, record_type);
+    }
+    for id in (0u8..24).map(|i| format!("r{i}")).filter(|id| !model.contains_key(id)) {
+        assert!(index.get(&id).is_none(), "{id} was removed but is still found");
+    }
+    let listed = |slots: Option<&super::SlotList>| -> BTreeSet<String> {
+        slots
+            .into_iter()
+            .flatten()
+            .map(|slot| index.slots[*slot as usize].as_ref().map(|i| i.head.id.clone()).unwrap_or_default())
+            .collect()
+    };
+    for scope in (0u8..4).map(|s| format!("user:{s}")) {
+        let expected: BTreeSet<String> =
+            model.iter().filter(|(_, (s, _, _))| *s == scope).map(|(id, _)| id.clone()).collect();
+        assert_eq!(listed(index.by_scope.get(scope.as_str())), expected, "scope {scope}");
+        assert_eq!(index.by_scope.contains_key(scope.as_str()), !expected.is_empty());
+    }
+    for key in (0u8..6).map(|k| format!("key-{k}")) {
+        let expected: BTreeSet<String> = model
+            .iter()
+            .filter(|(_, (_, k, _))| k.as_deref() == Some(&key))
+            .map(|(id, _)| id.clone())
+            .collect();
+        assert_eq!(listed(index.by_term.get(key.as_str())), expected, "term {key}");
+    }
+    let mut held: BTreeSet<String> = model.values().map(|(_, _, t)| t.clone()).collect();
+    if !model.is_empty() {
+        held.extend(["t".to_owned(), "v1".to_owned()]);
+    }
+    let names: BTreeSet<String> = index.names.iter().map(|n| n.to_string()).collect();
+    assert_eq!(names, held, "the shared names are those of the live records");
+}
+
+proptest! {
+    #[test]
+    fn lookups_follow_every_write_and_removal(ops in proptest::collection::vec(op(), 1..80)) {
+        let mut index = TenantIndex::default();
+        let mut model = Model::new();
+        for op in ops {
+            match op {
+                Op::Write { id, scope, key, record_type } => {
+                    let (id, scope) = (format!("r{id}"), format!("user:{scope}"));
+                    let key = key.map(|k| format!("key-{k}"));
+                    let record_type = format!("type-{record_type}");
+                    let item = IndexedRecord::new(record(&id, &scope, key.as_deref(), &record_type), None);
+                    index.upsert(item);
+                    model.insert(id, (scope, key, record_type));
+                }
+                Op::Remove { id } => {
+                    let id = format!("r{id}");
+                    index.remove(&id);
+                    model.remove(&id);
+                }
+            }
+            check(&index, &model);
+        }
+    }
+}
+
+#[test]
+fn records_share_one_allocation_of_each_name_and_term() {
+    let mut index = TenantIndex::default();
+    for (id, scope) in [("a", "user:1"), ("b", "user:2")] {
+        index.upsert(IndexedRecord::new(record(id, scope, Some("ORD-1"), "customer_profile"), None));
+    }
+    let head = |id: &str| index.get(id).map(|item| Arc::clone(item)).unwrap_or_else(|| panic!("{id}"));
+    let (a, b) = (head("a"), head("b"));
+    assert!(Arc::ptr_eq(&a.head.tenant, &b.head.tenant));
+    assert!(Arc::ptr_eq(&a.head.record_type, &b.head.record_type));
+    assert!(Arc::ptr_eq(&a.head.schema_version, &b.head.schema_version));
+    let shared = index.by_term.get_key_value("ord-1").map(|(term, _)| Arc::clone(term));
+    let shared = shared.unwrap_or_else(|| panic!("ord-1 is not a term: {:?}", a.terms));
+    assert!(a.terms.iter().chain(&b.terms).filter(|t| ***t == *"ord-1").all(|t| Arc::ptr_eq(t, &shared)));
+}
+
+#[test]
+fn names_left_behind_by_cloned_heads_are_swept() {
+    let mut index = TenantIndex::default();
+    let mut kept = Vec::new();
+    for i in 0..1000 {
+        let id = format!("r{i}");
+        index.upsert(IndexedRecord::new(record(&id, "public", None, &format!("type-{i}")), None));
+        // A head cloned out (a tool's answer in flight) while its record goes.
+        kept.push(index.get(&id).map(|item| item.head.clone()));
+        index.remove(&id);
+        if kept.len() > 10 {
+            kept.remove(0);
+        }
+    }
+    assert!(index.names.len() < 200, "{} names kept for 0 live records", index.names.len());
+}
