@@ -68,10 +68,12 @@ pub(super) fn record(id: &str, scope: &[&str], valid: (i64, i64), schema: &str) 
 pub(super) fn item(record: Record, vector: Option<Vec<f32>>, terms: &[&str]) -> IndexedRecord {
     IndexedRecord {
         head: crate::index::RecordHead::of(&record),
-        words: Some(crate::lexical::record_terms(crate::lexical::analyzer(), &record)),
-        body: None,
+        arriving: Some(Box::new(crate::index::Arriving {
+            body: None,
+            vector: vector.map(Arc::from),
+            words: Some(crate::lexical::record_terms(crate::lexical::analyzer(), &record)),
+        })),
         trigger_body: None,
-        vector: vector.map(Arc::from),
         tokens: 20,
         terms: terms.iter().map(|t| std::sync::Arc::from(*t)).collect(),
     }

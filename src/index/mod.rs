@@ -20,7 +20,7 @@
 //! reasons of a detailed trace.
 //!
 //! One copy of each embedding: the int8 row. A record's f32 vector arrives with it
-//! (`IndexedRecord::vector`) and is quantized on insert, then dropped; the scans and the exact
+//! (`Arriving::vector`) and is quantized on insert, then dropped; the scans and the exact
 //! score both read the row (`quant::Rows::score`: the f32 query against the row, off the f32 dot
 //! product by ~5·10⁻⁴ for 384-dim unit vectors, measured in docs/benchmarks.md). Only an embedding
 //! of another length than the rows' (a model change in progress) is kept in f32, in `odd`.
@@ -131,27 +131,33 @@ impl RecordHead {
 /// One record as the funnel sees it.
 pub struct IndexedRecord {
     pub head: RecordHead,
-    /// The whole record, on its way into the index: the index keeps `head` and hands this to
-    /// its body cache (`bodies`), so a record just written is rendered without a store read.
-    /// `None` once indexed.
-    pub body: Option<Arc<Record>>,
     /// The whole record, kept by the index, when it carries `trigger_conditions`: those are
     /// evaluated against every request that can see the record, with no store read on the way;
     /// they are few.
     pub trigger_body: Option<Arc<Record>>,
-    /// L2-normalized embedding of content and aliases; `None` until embedded. Consumed by the
-    /// index: a record held by a `TenantIndex` has `None` here, its embedding is the index's int8
-    /// row (`TenantIndex::has_vector`, `similarity`, `vector`).
-    pub vector: Option<Arc<[f32]>>,
     /// Approximate tokens of the record's injected line.
     pub tokens: usize,
     /// Normalized exact terms: key, aliases and identifiers in the content; once indexed, the same
     /// allocations as the keys of `TenantIndex::by_term`.
     pub terms: Vec<Arc<str>>,
+    /// What the record brings into the index, which the index consumes: `None` once indexed.
+    /// Behind one pointer, so that the million records an index holds do not each keep its room.
+    pub arriving: Option<Box<Arriving>>,
+}
+
+/// What a record brings on its way into the index (`IndexedRecord::arriving`).
+#[derive(Default)]
+pub struct Arriving {
+    /// The whole record: the index keeps `head` and hands this to its body cache (`bodies`), so
+    /// a record just written is rendered without a store read.
+    pub body: Option<Arc<Record>>,
+    /// L2-normalized embedding of content and aliases; `None` until embedded. The index keeps it
+    /// as its int8 row (`TenantIndex::has_vector`, `similarity`, `vector`).
+    pub vector: Option<Arc<[f32]>>,
     /// The record's words as the lexical index takes them (`lexical::record_terms`: analyzed,
     /// its names weighted, with its BM25 length), made here so the analysis runs outside the
-    /// tenant's lock (and on every core at startup); consumed by the index like `vector`.
-    /// `None`: the record has no words to add (the index keeps what it had).
+    /// tenant's lock (and on every core at startup). `None`: the record has no words to add (the
+    /// index keeps what it had).
     pub words: Option<(Vec<String>, u32)>,
 }
 
@@ -175,7 +181,13 @@ impl IndexedRecord {
         let head = RecordHead::of(&record);
         let body = Arc::new(record);
         let trigger_body = body.content.get("trigger_conditions").is_some().then(|| Arc::clone(&body));
-        IndexedRecord { head, body: Some(body), trigger_body, vector, tokens, terms, words }
+        let arriving = Some(Box::new(Arriving { body: Some(body), vector, words }));
+        IndexedRecord { head, trigger_body, tokens, terms, arriving }
+    }
+
+    /// The record's body, if it brought one and has not been indexed.
+    pub fn take_body(&mut self) -> Option<Arc<Record>> {
+        self.arriving.as_mut().and_then(|arriving| arriving.body.take())
     }
 }
 
@@ -391,8 +403,7 @@ impl TenantIndex {
         self.remove(&item.head.id);
         // The index keeps one copy of the embedding (the int8 row) and of the words (the lexical
         // postings), and no body: the slot holds the head, its terms and token count.
-        let (vector, words) = (item.vector.take(), item.words.take());
-        item.body = None;
+        let Arriving { vector, words, .. } = item.arriving.take().map(|a| *a).unwrap_or_default();
         item.head.tenant = self.intern(&item.head.tenant);
         item.head.record_type = self.intern(&item.head.record_type);
         item.head.schema_version = self.intern(&item.head.schema_version);
@@ -763,7 +774,7 @@ impl MemoryIndex {
             Some(current) => Some(current.head.revision),
             None => None,
         };
-        let body = item.body.take();
+        let body = item.take_body();
         if item.head.status.is_indexed() {
             let revision = item.head.revision;
             index.upsert(item);
@@ -925,7 +936,7 @@ pub struct Loader {
 impl Loader {
     pub fn add(&mut self, items: Vec<IndexedRecord>) {
         for mut item in items.into_iter().filter(|i| i.head.status.is_indexed()) {
-            if let Some(body) = item.body.take() {
+            if let Some(body) = item.take_body() {
                 let weight = bodies::weight(&body);
                 if self.weight + weight <= self.budget {
                     self.weight += weight;
