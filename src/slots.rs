@@ -35,8 +35,12 @@ impl SlotSet {
         let slot = slot as usize;
         let w = slot / 64;
         if let Some(word) = self.words.get_mut(w) {
+            // Only a word's first slot marks it: a run of slots into the same word (a scope's list)
+            // writes the summary once.
+            if *word == 0 {
+                self.summary[w / 64] |= 1 << (w % 64);
+            }
             *word |= 1 << (slot % 64);
-            self.summary[w / 64] |= 1 << (w % 64);
         }
     }
 
@@ -62,20 +66,20 @@ impl SlotSet {
         }
     }
 
-    /// The positions of the words that may be non-zero, ascending.
-    fn marked(&self) -> impl Iterator<Item = usize> + '_ {
-        self.summary.iter().enumerate().flat_map(|(s, bits)| Bits(*bits).map(move |b| s * 64 + b as usize))
-    }
-
     /// An empty set of this one's capacity, filled with `word(w, words[w])` for each marked word.
     fn map_words(&self, mut word: impl FnMut(usize, u64) -> u64) -> SlotSet {
         let mut out = SlotSet { words: vec![0; self.words.len()], summary: vec![0; self.summary.len()] };
-        for w in self.marked() {
-            let kept = word(w, self.words[w]);
-            if kept != 0 {
-                out.words[w] = kept;
-                out.summary[w / 64] |= 1 << (w % 64);
+        for (s, marks) in self.summary.iter().enumerate() {
+            let mut kept_marks = 0u64;
+            for mark in Bits(*marks) {
+                let w = s * 64 + mark as usize;
+                let kept = word(w, self.words[w]);
+                if kept != 0 {
+                    out.words[w] = kept;
+                    kept_marks |= 1 << mark;
+                }
             }
+            out.summary[s] = kept_marks;
         }
         out
     }
@@ -87,23 +91,82 @@ impl SlotSet {
 
     /// How many slots are in the set.
     pub fn len(&self) -> usize {
-        self.marked().map(|w| self.words[w].count_ones() as usize).sum()
+        let mut len = 0;
+        for (s, marks) in self.summary.iter().enumerate() {
+            for mark in Bits(*marks) {
+                len += self.words[s * 64 + mark as usize].count_ones() as usize;
+            }
+        }
+        len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.marked().all(|w| self.words[w] == 0)
+        self.iter().next().is_none()
     }
 
     /// The slots in ascending order.
-    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
-        self.marked().flat_map(|w| Bits(self.words[w]).map(move |b| (w * 64) as u32 + b))
+    pub fn iter(&self) -> Iter<'_> {
+        Iter { set: self, at: Cursor::default() }
     }
 
     /// A new set of the slots of this one for which `keep` holds, asked in ascending order.
     pub fn filter(&self, mut keep: impl FnMut(u32) -> bool) -> SlotSet {
         self.map_words(|w, word| {
-            Bits(word).fold(0u64, |out, b| if keep((w * 64) as u32 + b) { out | 1 << b } else { out })
+            let mut out = 0u64;
+            for b in Bits(word) {
+                if keep((w * 64) as u32 + b) {
+                    out |= 1 << b;
+                }
+            }
+            out
         })
+    }
+}
+
+/// Where a walk over a set's slots has got to.
+#[derive(Default)]
+struct Cursor {
+    /// The next summary word to read.
+    next_summary: usize,
+    /// The summary word being read, and its marks not yet visited.
+    summary: (usize, u64),
+    /// The word being read, and its bits not yet returned.
+    word: (usize, u64),
+}
+
+impl Cursor {
+    fn next(&mut self, set: &SlotSet) -> Option<u32> {
+        loop {
+            if self.word.1 != 0 {
+                let bit = self.word.1.trailing_zeros();
+                self.word.1 &= self.word.1 - 1;
+                return Some((self.word.0 * 64) as u32 + bit);
+            }
+            if self.summary.1 != 0 {
+                let mark = self.summary.1.trailing_zeros() as usize;
+                self.summary.1 &= self.summary.1 - 1;
+                let w = self.summary.0 * 64 + mark;
+                self.word = (w, set.words[w]);
+                continue;
+            }
+            let s = self.next_summary;
+            self.summary = (s, *set.summary.get(s)?);
+            self.next_summary += 1;
+        }
+    }
+}
+
+/// The slots of a set in ascending order (`SlotSet::iter`).
+pub struct Iter<'a> {
+    set: &'a SlotSet,
+    at: Cursor,
+}
+
+impl Iterator for Iter<'_> {
+    type Item = u32;
+
+    fn next(&mut self) -> Option<u32> {
+        self.at.next(self.set)
     }
 }
 
@@ -113,40 +176,20 @@ impl IntoIterator for SlotSet {
     type IntoIter = IntoIter;
 
     fn into_iter(self) -> IntoIter {
-        IntoIter { set: self, next_summary: 0, summary: (0, Bits(0)), word: (0, Bits(0)) }
+        IntoIter { set: self, at: Cursor::default() }
     }
 }
 
 pub struct IntoIter {
     set: SlotSet,
-    /// The next summary word to read.
-    next_summary: usize,
-    /// The summary word being read and the marks in it not yet visited.
-    summary: (usize, Bits),
-    /// The word being read and its bits not yet returned.
-    word: (usize, Bits),
+    at: Cursor,
 }
 
 impl Iterator for IntoIter {
     type Item = u32;
 
     fn next(&mut self) -> Option<u32> {
-        loop {
-            if let Some(bit) = self.word.1.next() {
-                return Some((self.word.0 * 64) as u32 + bit);
-            }
-            match self.summary.1.next() {
-                Some(mark) => {
-                    let w = self.summary.0 * 64 + mark as usize;
-                    self.word = (w, Bits(self.set.words[w]));
-                }
-                None => {
-                    let s = self.next_summary;
-                    self.summary = (s, Bits(*self.set.summary.get(s)?));
-                    self.next_summary += 1;
-                }
-            }
-        }
+        self.at.next(&self.set)
     }
 }
 
