@@ -133,3 +133,21 @@ fn names_left_behind_by_cloned_heads_are_swept() {
     }
     assert!(index.names.len() < 200, "{} names kept for 0 live records", index.names.len());
 }
+
+#[test]
+fn the_token_line_is_the_one_a_json_object_of_the_record_makes() {
+    let contents = [
+        serde_json::json!({"statement": "Refunds take 5 days", "zeta": [1, 2.5, null], "alpha": {"b": true, "a": "x"}}),
+        serde_json::json!({"name": "Клиент «Ромашка»", "note": "下周发货 \"quoted\" \n tab\t", "emoji": "🚚"}),
+        serde_json::json!("a bare string"),
+        serde_json::json!({}),
+    ];
+    for (i, content) in contents.into_iter().enumerate() {
+        let mut record = record(&format!("r-{i}\u{e9}"), "public", None, "customer_profile");
+        record.content = content;
+        let expected =
+            serde_json::json!({"id": record.id, "type": record.record_type, "content": record.content})
+                .to_string();
+        assert_eq!(super::token_line(&record), expected);
+    }
+}
