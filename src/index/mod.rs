@@ -420,13 +420,6 @@ impl TenantIndex {
         item.head.tenant = self.intern(&item.head.tenant);
         item.head.record_type = self.intern(&item.head.record_type);
         item.head.schema_version = self.intern(&item.head.schema_version);
-        for term in &mut item.terms {
-            if let Some((shared, _)) = self.by_term.get_key_value(&**term) {
-                *term = Arc::clone(shared);
-            }
-        }
-        item.terms.shrink_to_fit();
-        let item = Arc::new(item);
         let slot = match self.free.pop() {
             Some(slot) => slot,
             None => {
@@ -435,6 +428,20 @@ impl TenantIndex {
                 (self.slots.len() - 1) as u32
             }
         };
+        // Listed under each exact term; a term the tenant already has is the table's allocation.
+        for term in &mut item.terms {
+            match self.by_term.entry(Arc::clone(term)) {
+                std::collections::hash_map::Entry::Occupied(listed) => {
+                    *term = Arc::clone(listed.key());
+                    listed.into_mut().push(slot);
+                }
+                std::collections::hash_map::Entry::Vacant(new) => {
+                    new.insert(smallvec::smallvec![slot]);
+                }
+            }
+        }
+        item.terms.shrink_to_fit();
+        let item = Arc::new(item);
         let record = &item.head;
         let kind = self.place_vector(slot, vector.as_ref());
         let schema = self.schema_id(&record.schema_version);
@@ -461,9 +468,6 @@ impl TenantIndex {
                     self.by_scope.insert(scope.as_str().into(), smallvec::smallvec![slot]);
                 }
             }
-        }
-        for term in &item.terms {
-            self.by_term.entry(Arc::clone(term)).or_default().push(slot);
         }
         if let Some(vector) = vector.as_deref().filter(|_| kind == VectorKind::Int8) {
             self.list_in_ann(slot, &item.head.scope, vector);
@@ -577,10 +581,10 @@ impl TenantIndex {
     }
 
     pub fn remove(&mut self, id: &str) {
-        let Some(slot) = self.slot_of(id) else { return };
-        if let Ok(entry) = self.by_id.find_entry(self.ids.hash_one(id), |s| *s == slot) {
-            entry.remove();
-        }
+        let slots = &self.slots;
+        let holds = |slot: &u32| slots[*slot as usize].as_ref().is_some_and(|item| item.head.id == id);
+        let Ok(entry) = self.by_id.find_entry(self.ids.hash_one(id), holds) else { return };
+        let (slot, _) = entry.remove();
         let Some(item) = self.slots[slot as usize].take() else { return };
         for scope in &item.head.scope {
             unlist(&mut self.by_scope, scope, slot);
