@@ -985,32 +985,8 @@ impl Loader {
 /// A stored record with its stored embedding, as the startup load reads them.
 pub type StoredRecord = (Record, Option<Arc<[f32]>>);
 
-/// Builds `IndexedRecord`s on up to `threads` threads (their token counts and terms are most of a
-/// startup load's CPU), in the order given.
-pub fn index_records(records: Vec<StoredRecord>, threads: usize) -> Vec<IndexedRecord> {
-    let threads = threads.clamp(1, 16);
-    let chunk = records.len().div_ceil(threads).max(1);
-    let mut parts: Vec<Vec<StoredRecord>> = Vec::new();
-    let mut records = records.into_iter();
-    loop {
-        let part: Vec<_> = records.by_ref().take(chunk).collect();
-        if part.is_empty() {
-            break;
-        }
-        parts.push(part);
-    }
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = parts
-            .into_iter()
-            .map(|part| {
-                scope.spawn(move || {
-                    part.into_iter().map(|(r, v)| IndexedRecord::new(r, v)).collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-            .collect()
-    })
+/// Builds `IndexedRecord`s on every core (their token counts and terms are most of a startup
+/// load's and an import's CPU), in the order given. Blocking.
+pub fn index_records(records: Vec<StoredRecord>) -> Vec<IndexedRecord> {
+    crate::cpu::map_on_cores(records, |(record, vector)| IndexedRecord::new(record, vector))
 }

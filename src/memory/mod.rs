@@ -122,6 +122,22 @@ pub struct Writer<'a> {
 /// Records embedded and stored per backfill batch.
 const BACKFILL_BATCH: usize = 256;
 
+/// The checks every write passes: the envelope, its type's schema, secrets, and the trigger
+/// conditions and actions (a regex too large or an action without a service is refused here,
+/// not found to never fire later). Needs no service, so an import checks lines on every core.
+fn check_envelope(input: &Value, rules: &Rules<'_>) -> Result<Envelope, Vec<Problem>> {
+    let envelope = envelope::check(input, rules)?;
+    let problems = crate::triggers::check_conditions(&envelope.content);
+    if !problems.is_empty() {
+        return Err(problems
+            .into_iter()
+            .map(|p| Problem { path: p.path, kind: p.kind, message: p.message })
+            .collect::<Problems>()
+            .into_vec());
+    }
+    Ok(envelope)
+}
+
 #[derive(Default)]
 struct BackfillFlags {
     running: std::sync::atomic::AtomicBool,
@@ -309,9 +325,8 @@ impl MemoryService {
             }
             let full = page.len() as i64 == LOAD_PAGE;
             let records: Vec<_> = page.into_iter().map(|(r, v)| (r, v.map(Arc::from))).collect();
-            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
             let indexing = tokio::task::spawn_blocking(move || {
-                let items = crate::index::index_records(records, threads);
+                let items = crate::index::index_records(records);
                 loader.add(items);
                 loader
             });
@@ -479,20 +494,7 @@ impl MemoryService {
 
     fn check(&self, input: &Value, now: i64) -> Result<Envelope, MemoryError> {
         let rules = Rules { schemas: &self.schemas, max_content_bytes: self.max_content_bytes, now_ms: now };
-        let envelope = envelope::check(input, &rules).map_err(MemoryError::Invalid)?;
-        // Trigger conditions and actions are checked at write time too: a regex too large or an
-        // action without a service is refused here, not found to never fire later.
-        let problems = crate::triggers::check_conditions(&envelope.content);
-        if !problems.is_empty() {
-            return Err(MemoryError::Invalid(
-                problems
-                    .into_iter()
-                    .map(|p| Problem { path: p.path, kind: p.kind, message: p.message })
-                    .collect::<Problems>()
-                    .into_vec(),
-            ));
-        }
-        Ok(envelope)
+        check_envelope(input, &rules).map_err(MemoryError::Invalid)
     }
 
     /// The checks every write passes (envelope, schema, secrets, triggers), without writing:

@@ -10,10 +10,10 @@
 //! of a million broken lines gets an answer of bounded size, and every valid line is still
 //! classified and, on apply, imported as before.
 
-use super::checks::envelope::Problem;
+use super::checks::envelope::{Problem, Rules};
 use super::{MemoryError, MemoryService};
 use crate::clock::{format_ms, now_ms};
-use crate::index::IndexedRecord;
+use crate::index::{StoredRecord, index_records};
 use crate::record::Envelope;
 use crate::store::Store;
 use crate::store::imports::NewImport;
@@ -213,27 +213,8 @@ impl MemoryService {
         actor: &str,
     ) -> Result<ImportReport, MemoryError> {
         let now = now_ms();
-        let max_line = max_line_bytes(self.max_content_bytes);
         let running = RunningModel { id: self.embedder.model_id(), dimensions: self.embedder.dimensions() };
-        // Every line checked first; the store is then asked about all the valid ones at once.
-        let mut checked: Vec<(usize, Checked)> = Vec::new();
-        for (index, text) in body.lines().enumerate() {
-            if text.trim().is_empty() {
-                continue;
-            }
-            let outcome = match parse_line(text, max_line) {
-                Err(problem) => Err(vec![problem]),
-                Ok(mut value) => match take_embedding(&mut value, &running) {
-                    Err(problem) => Err(vec![problem]),
-                    Ok(carried) => match self.check(&value, now) {
-                        Err(MemoryError::Invalid(problems)) => Err(problems),
-                        Err(other) => return Err(other),
-                        Ok(envelope) => Ok((envelope, carried)),
-                    },
-                },
-            };
-            checked.push((index + 1, outcome));
-        }
+        let checked = self.check_lines(body, now).await;
         let valid: Vec<&Envelope> =
             checked.iter().filter_map(|(_, c)| c.as_ref().ok().map(|(e, _)| e)).collect();
         let mut matches =
@@ -299,17 +280,41 @@ impl MemoryService {
             .await
             .map_err(|err| MemoryError::from_store(err, &import_id))?;
         // Findable by exact terms at once; by similarity at once with a carried vector, else once
-        // the background embedding is done.
-        let mut unembedded = false;
-        for (record, line) in added.into_iter().zip(to_add) {
-            unembedded |= line.vector.is_none();
-            self.index.upsert(IndexedRecord::new(record, line.vector));
+        // the background embedding is done. Token counts and terms are taken on every core, off
+        // the async workers.
+        let stored: Vec<StoredRecord> =
+            added.into_iter().zip(to_add).map(|(record, line)| (record, line.vector)).collect();
+        let unembedded = stored.iter().any(|(_, vector)| vector.is_none());
+        for item in crate::cpu::run(body.len(), move || index_records(stored)).await {
+            self.index.upsert(item);
         }
         self.announce();
         if unembedded {
             self.spawn_backfill();
         }
         Ok(report.report(dry_run, Some(import_id), embeddings))
+    }
+
+    /// Every non-blank line of `body` read and checked, with its 1-based number, in body order:
+    /// on every core and off the async workers once the body is large (a 64 MiB import is
+    /// seconds of parsing that would otherwise stall every connection its worker serves).
+    async fn check_lines(&self, body: &str, now: i64) -> Vec<(usize, Checked)> {
+        let body: Arc<str> = Arc::from(body);
+        let schemas = Arc::clone(&self.schemas);
+        let max_content_bytes = self.max_content_bytes;
+        let model = self.embedder.model_id().to_owned();
+        let dimensions = self.embedder.dimensions();
+        crate::cpu::run(body.len(), move || {
+            let running = RunningModel { id: &model, dimensions };
+            let rules = Rules { schemas: &schemas, max_content_bytes, now_ms: now };
+            let max_line = max_line_bytes(max_content_bytes);
+            let lines: Vec<(usize, &str)> =
+                body.lines().enumerate().filter(|(_, text)| !text.trim().is_empty()).collect();
+            crate::cpu::map_on_cores(lines, |(index, text)| {
+                (index + 1, check_line(text, max_line, &running, &rules))
+            })
+        })
+        .await
     }
 
     /// Removes exactly the records that import added; returns their ids.
@@ -430,6 +435,14 @@ pub fn export_pages_with(
 
 fn invalid(path: &str, kind: &str, message: String) -> LineOutcome {
     LineOutcome::Invalid { problems: vec![Problem::new(path, kind, message)] }
+}
+
+/// One import line read: parsed, its carried embedding taken out, its envelope checked.
+fn check_line(text: &str, max_line: usize, running: &RunningModel<'_>, rules: &Rules<'_>) -> Checked {
+    let mut value = parse_line(text, max_line).map_err(|problem| vec![problem])?;
+    let carried = take_embedding(&mut value, running).map_err(|problem| vec![problem])?;
+    let envelope = super::check_envelope(&value, rules)?;
+    Ok((envelope, carried))
 }
 
 /// The model this replica embeds with: a carried vector of it is stored as is.

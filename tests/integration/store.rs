@@ -48,6 +48,7 @@ on_both_stores!(
     changes_come_in_the_stores_own_order_whatever_the_clocks_say,
     pruned_tombstones_send_a_replica_that_fell_behind_to_reload,
     an_export_reads_the_store_a_page_at_a_time_as_it_is_taken,
+    a_large_import_is_read_on_every_core_and_reported_and_indexed_in_line_order,
     dormancy_candidates_are_idle_unpinned_active_records_of_one_type,
 );
 
@@ -359,6 +360,58 @@ async fn import_preview_apply_undo_and_export_round_trip(db: TestDb) {
     let after = fresh.list("t", &ListFilter::default(), None, 100).await.unwrap();
     let envelopes = |rs: &[memgate::record::Record]| rs.iter().map(|r| r.envelope_json()).collect::<Vec<_>>();
     assert_eq!(envelopes(&before), envelopes(&after));
+}
+
+/// A body large enough to be read on every core (the lines split between threads) is reported
+/// exactly as one read line by line: each line's own number and outcome, blank lines counted,
+/// invalid lines wherever a split falls; applied, every record is in the index with its terms.
+async fn a_large_import_is_read_on_every_core_and_reported_and_indexed_in_line_order(db: TestDb) {
+    let memories = service(&db).await;
+    let count = 3_000;
+    let broken = [1, 2, 1_499, 1_500, 1_501, count];
+    let mut lines: Vec<String> = (1..=count)
+        .map(|n| {
+            fact(&format!("big-{n:05}"), &["public"], &format!("line {n} says ORD-{n:06} shipped"))
+                .to_string()
+        })
+        .collect();
+    let valid_body = lines.join("\n");
+    for n in broken {
+        lines[n - 1] = if n % 2 == 0 { "{not json".to_owned() } else { json!({"type": "fact"}).to_string() };
+    }
+    // A blank line after line 10 moves every later line's number by one.
+    lines.insert(10, "   ".to_owned());
+    let body = lines.join("\n");
+    assert!(body.len() > memgate::cpu::INLINE_BYTES, "the body must be large enough to be split");
+
+    let preview = memories.import("t", &body, true, "x").await.unwrap();
+    assert_eq!((preview.counts.new, preview.counts.invalid), (count - broken.len(), broken.len()));
+    let numbered: Vec<(usize, bool)> = preview
+        .lines
+        .iter()
+        .map(|line| {
+            (line.line, matches!(line.outcome, memgate::memory::transfer::LineOutcome::Invalid { .. }))
+        })
+        .collect();
+    let expected: Vec<(usize, bool)> =
+        (1..=count).map(|n| (if n > 10 { n + 1 } else { n }, broken.contains(&n))).collect();
+    assert_eq!(numbered, expected);
+    for line in &preview.lines {
+        if let memgate::memory::transfer::LineOutcome::New { id } = &line.outcome {
+            let n = if line.line > 11 { line.line - 1 } else { line.line };
+            assert_eq!(id, &format!("big-{n:05}"), "line {} reports its own record", line.line);
+        }
+    }
+
+    let applied = memories.import("t", &valid_body, false, "x").await.unwrap();
+    assert_eq!(applied.counts.new, count);
+    let index = memories.index().tenant("t").expect("the tenant is indexed");
+    let index = index.read().unwrap();
+    assert_eq!(index.len(), count);
+    for n in [1, 1_500, count] {
+        let item = index.get(&format!("big-{n:05}")).expect("every imported record is indexed");
+        assert!(item.terms.iter().any(|t| &**t == format!("ord-{n:06}")), "{:?}", item.terms);
+    }
 }
 
 /// A property over random operations: whatever one tenant does, another never sees or changes it.
