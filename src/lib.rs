@@ -17,13 +17,14 @@
 //! | services | `recall`, `rollout`, `console`, `tools`, `observer` | the memory step of a request; releases and the canary; the console's history and data; the memory tools agents call; learning from finished exchanges |
 //! | domain | `memory`, `identity`, `triggers`, `upstream`, `funnel`, `inject`, `query`, `lexical`, `index`, `embed`, `body`, `fanout`, `observability`, `slots`, `vector` | records and their checks, callers, trigger actions, the upstream client (which also knows `http`), the four layers, the block and its placement, the person's words, the indexes, the model, body checks, replicas' fan-out, metrics |
 //! | store | `store` | SQLite and PostgreSQL, the only place that knows SQL (sqlx) |
-//! | base | `record`, `config`, `error`, `clock`, `hash`, `assets`, `client_addr`, `allowed_hosts`, `cpu`, `tasks` | plain values and rules everything above shares: the record, the settled configuration, error codes, time, digests, the bundled files, client addresses, hosts, CPU slots, task starts |
+//! | base | `record`, `config`, `error`, `clock`, `hash`, `assets`, `client_addr`, `allowed_hosts`, `cpu`, `tasks`, `allocator` | plain values and rules everything above shares: the record, the settled configuration, error codes, time, digests, the bundled files, client addresses, hosts, CPU slots, task starts, the allocator |
 //!
 //! Words, one meaning each: a **record** is one stored item (`record::Record`: a fact, a profile,
 //! an SOP), and the store's calls say so (`create_record`, `list_records`); **memory** is what a
 //! caller has, every record it may see, and the service that keeps them (`memory::MemoryService`).
 //! The wire keeps its published names: `/admin/v1/memories`, `<MEMORY_CONTEXT>`, the tables.
 
+pub mod allocator;
 pub mod allowed_hosts;
 pub mod assets;
 pub mod body;

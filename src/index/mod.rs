@@ -921,23 +921,9 @@ impl MemoryIndex {
         for body in loader.bodies {
             self.bodies.insert(body);
         }
-        release_free_memory();
+        crate::allocator::release_free_memory();
     }
 }
-
-/// Hands the allocator's free pages back to the system. A full load frees about as much as it
-/// keeps (each page's parsed rows and their bodies), in pieces between what it keeps; glibc holds
-/// those pages for reuse, and a replica that had loaded 1.11M records stayed ~1.4× its live heap.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn release_free_memory() {
-    // SAFETY: malloc_trim takes no pointer; it only releases pages no allocation uses.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn release_free_memory() {}
 
 /// Tenants' indexes being built from the store, page by page, outside the live index (startup
 /// and a replica's full reload): `MemoryIndex::finish_load` swaps them in at once.
