@@ -29,7 +29,7 @@ names and numbers; its vector is normalize(pool[t] + 0.1 · pool[h(k) mod P]) wi
 record id: within 0.996-0.997 cosine of its template's real embedding (measured on the pool), never two alike. Records
 k < P carry their own real embedding unchanged. The generated JSON Lines (with vectors) are
 cached in loadtest/.cache/crm-<sizes>/ and imported through POST /admin/v1/import,
-`--chunk` (5,000) lines a request, one request at a time.
+`--chunk` (5,000) lines a request, `--import-requests` (2) requests in flight at once.
 
 Queries use the real model (warm: each distinct question is asked once before the measured run):
 - subject: a customer (`X-Memory-Subject: u-k`, via loadgen --line-header) asking about their own
@@ -46,6 +46,7 @@ PostgreSQL database of an earlier one with the same sizes (`memgate_crm_<sizes>`
 
 import argparse
 import base64
+import concurrent.futures
 import hashlib
 import json
 import math
@@ -461,27 +462,33 @@ class Run:
         return path
 
     def import_all(self, proc, paths):
+        """POST every file, `--import-requests` at a time (each its own import and transaction)."""
         t0 = time.monotonic()
         stored = re_embedded = 0
-        for i, path in enumerate(paths):
+
+        def send(path):
             with open(path, "rb") as f:
                 body = f.read()
             status, answer = self.admin(proc, "POST", "/import", body=body)
             if status != 201:
                 raise P.StartError(f"import of {path}: {status} {json.dumps(answer)[:800]}")
-            counts = answer.get("embeddings") or {}
-            stored += counts.get("stored", 0)
-            re_embedded += counts.get("re_embedded", 0)
-            if i % 20 == 19 or i == len(paths) - 1:
-                done = (i + 1) * self.a.chunk
-                el = time.monotonic() - t0
-                say(f"  imported {min(done, self.results['sizes']['records'])} in {el:.0f} s "
-                    f"({done / el:.0f}/s), RSS {proc.rss_mb():.0f} MB")
+            return answer.get("embeddings") or {}
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=self.a.import_requests) as pool:
+            for i, counts in enumerate(pool.map(send, paths)):
+                stored += counts.get("stored", 0)
+                re_embedded += counts.get("re_embedded", 0)
+                if i % 20 == 19 or i == len(paths) - 1:
+                    done = (i + 1) * self.a.chunk
+                    el = time.monotonic() - t0
+                    say(f"  imported {min(done, self.results['sizes']['records'])} in {el:.0f} s "
+                        f"({done / el:.0f}/s), RSS {proc.rss_mb():.0f} MB")
         took = time.monotonic() - t0
         records = self.results["sizes"]["records"]
         self.results["import"] = {"records": records, "seconds": round(took, 1),
                                   "records_per_s": round(records / took, 1), "vectors_stored": stored,
                                   "re_embedded": re_embedded, "chunk": self.a.chunk,
+                                  "requests_at_once": self.a.import_requests,
                                   "rss_after_mb": round(proc.rss_mb(), 1), "rss_peak_mb": round(P.hwm_kb(proc.pid) / 1024, 1)}
         say(f"import: {records} records with vectors in {took:.0f} s ({records / took:.0f}/s)")
 
@@ -672,6 +679,8 @@ def main():
     parser.add_argument("--team", type=int, default=10_000)
     parser.add_argument("--pool", type=int, default=20_000)
     parser.add_argument("--chunk", type=int, default=5000, help="JSON Lines per import request")
+    parser.add_argument("--import-requests", type=int, default=2,
+                        help="import requests in flight at once (each is its own import)")
     parser.add_argument("--questions", type=int, default=300, help="distinct questions of each kind")
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument("--duration", type=int, default=15)
