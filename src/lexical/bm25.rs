@@ -95,8 +95,10 @@ pub struct LexicalIndex {
     postings: Vec<Postings>,
     /// Term ids whose postings emptied, for reuse.
     free_ids: Vec<u32>,
-    /// Slot → its distinct term ids; `None` for a slot without a record.
-    docs: Vec<Option<Box<[u32]>>>,
+    /// Slot → its distinct term ids, each with where its posting is in that term's list (so a
+    /// removal takes it out without scanning a list every record of a common word is in);
+    /// `None` for a slot without a record.
+    docs: Vec<Option<Box<[(u32, u32)]>>>,
     /// Slot → its length in terms (repeats counted).
     lengths: Vec<u32>,
     live: usize,
@@ -202,8 +204,9 @@ impl LexicalIndex {
         while i < terms.len() {
             let run = terms[i..].iter().take_while(|t| **t == terms[i]).count();
             let id = self.term_id(&terms[i]);
-            self.postings[id as usize].push(slot << 8 | run.min(255) as u32);
-            ids.push(id);
+            let list = &mut self.postings[id as usize];
+            ids.push((id, list.len() as u32));
+            list.push(slot << 8 | run.min(255) as u32);
             i += run;
         }
         let s = slot as usize;
@@ -241,10 +244,18 @@ impl LexicalIndex {
     /// Takes the record at `slot` out; nothing if the slot holds none.
     pub fn remove(&mut self, slot: u32) {
         let Some(ids) = self.docs.get_mut(slot as usize).and_then(Option::take) else { return };
-        for id in ids.iter() {
+        for (id, at) in ids.iter() {
             let list = &mut self.postings[*id as usize];
-            if let Some(at) = list.iter().position(|p| p >> 8 == slot) {
+            let at = *at as usize;
+            if list.get(at).is_some_and(|p| p >> 8 == slot) {
                 list.swap_remove(at);
+                // The list's last posting moved into the hole: its record's entry follows it.
+                if let Some(moved) = list.get(at) {
+                    let theirs = self.docs.get_mut((moved >> 8) as usize).and_then(Option::as_mut);
+                    if let Some(entry) = theirs.and_then(|t| t.iter_mut().find(|(term, _)| term == id)) {
+                        entry.1 = at as u32;
+                    }
+                }
             }
             if list.is_empty() {
                 *list = Postings::new();
@@ -358,8 +369,8 @@ impl LexicalIndex {
         let postings: usize =
             self.postings.iter().filter(|p| p.spilled()).map(|p| p.capacity() * 4).sum::<usize>()
                 + self.postings.capacity() * size_of::<Postings>();
-        let docs: usize = self.docs.iter().flatten().map(|d| d.len() * 4).sum::<usize>()
-            + self.docs.capacity() * size_of::<Option<Box<[u32]>>>();
+        let docs: usize = self.docs.iter().flatten().map(|d| d.len() * 8).sum::<usize>()
+            + self.docs.capacity() * size_of::<Option<Box<[(u32, u32)]>>>();
         words + dictionary + postings + docs + self.lengths.capacity() * 4 + self.free_ids.capacity() * 4
     }
 }
@@ -388,6 +399,60 @@ mod tests {
 
     fn query(text: &str) -> LexicalQuery {
         LexicalQuery::new(&Analyzer::default(), text)
+    }
+
+    /// Every posting a record's entry points at is that record's, after any mix of writes,
+    /// replacements and removals; and searching gives what an index built afresh from the live
+    /// records gives.
+    #[test]
+    fn postings_stay_where_their_records_say_through_writes_and_removals() {
+        let words = ["order", "refund", "shipped", "monday", "express", "return", "delay", "parcel"];
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let mut index = LexicalIndex::default();
+        let mut live: std::collections::BTreeMap<u32, String> = std::collections::BTreeMap::new();
+        for _ in 0..3_000 {
+            let slot = next(200) as u32;
+            if next(3) == 0 {
+                index.remove(slot);
+                live.remove(&slot);
+            } else {
+                let text: Vec<&str> = (0..1 + next(5)).map(|_| words[next(8) as usize]).collect();
+                let text = format!("{} customer{slot}", text.join(" "));
+                assert!(index.upsert(slot, &text));
+                live.insert(slot, text);
+            }
+            for (slot, doc) in index.docs.iter().enumerate() {
+                for (id, at) in doc.iter().flat_map(|d| d.iter()) {
+                    assert_eq!(index.postings[*id as usize][*at as usize] >> 8, slot as u32);
+                }
+            }
+            let held: usize = index.postings.iter().map(|p| p.len()).sum();
+            assert_eq!(held, index.docs.iter().flatten().map(|d| d.len()).sum::<usize>());
+        }
+        let mut fresh = LexicalIndex::default();
+        for (slot, text) in &live {
+            fresh.upsert(*slot, text);
+        }
+        let both = all(&index);
+        for q in ["order refund", "parcel delay express", "customer17 monday"] {
+            let mut got: Vec<(u32, f32)> =
+                index.search(&query(q), &both, 50).iter().map(|h| (h.slot, h.score)).collect();
+            let mut want: Vec<(u32, f32)> =
+                fresh.search(&query(q), &both, 50).iter().map(|h| (h.slot, h.score)).collect();
+            got.sort_by(|a, b| a.0.cmp(&b.0));
+            want.sort_by(|a, b| a.0.cmp(&b.0));
+            assert_eq!(got.len(), want.len(), "{q}");
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g.0, w.0, "{q}");
+                assert!((g.1 - w.1).abs() < 1e-4, "{q}: {g:?} {w:?}");
+            }
+        }
     }
 
     #[test]
