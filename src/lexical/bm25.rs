@@ -2,11 +2,14 @@
 //!
 //! An inverted index in plain vectors: a term dictionary (`term → id`), per term a posting list
 //! of `slot << 8 | term frequency` (4 bytes a posting; frequencies saturate at 255, where BM25
-//! has long stopped growing), per slot its term ids (to take a record out again) and its length.
-//! A record is replaced by taking its postings out and putting the new ones in; a posting list is
-//! unordered, so taking one out is a find and a `swap_remove`. Nothing is ever rebuilt or merged:
-//! a write costs what analyzing its text costs (a few µs for a short record) plus, per distinct
-//! term, a push (add) or a scan of that term's list (remove).
+//! has long stopped growing), per slot its term ids with where each of its postings is (to take
+//! a record out again) and its length. A record is replaced by taking its postings out and
+//! putting the new ones in; a posting list is unordered, so taking one out is a `swap_remove` at
+//! the position the record kept, and the posting moved into the hole has its record's position
+//! updated. Nothing is ever rebuilt or merged: a write costs what analyzing its text costs (a few
+//! µs for a short record) plus, per distinct term, a push (add) or a swap (remove), whatever the
+//! length of the term's list: a common word's list holds every record of the tenant, and a
+//! search of it per removal made removing many records cost the square of the tenant.
 //!
 //! A search scores only the postings of the query's terms, and only those of candidate slots
 //! (one bit test each), into a per-thread accumulator that is reset through the list of slots it
