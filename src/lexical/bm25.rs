@@ -410,13 +410,8 @@ mod tests {
     #[test]
     fn postings_stay_where_their_records_say_through_writes_and_removals() {
         let words = ["order", "refund", "shipped", "monday", "express", "return", "delay", "parcel"];
-        let mut rng = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move |n: u64| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng % n
-        };
+        let mut rng = crate::vector::testing::Rng(0x2545_f491_4f6c_dd1d);
+        let mut next = move |n: u64| rng.below(n as usize) as u64;
         let mut index = LexicalIndex::default();
         let mut live: std::collections::BTreeMap<u32, String> = std::collections::BTreeMap::new();
         for _ in 0..3_000 {
