@@ -30,6 +30,9 @@ use std::hash::{BuildHasher, RandomState};
 /// email) are in one record: up to four postings are kept inline, without an allocation.
 type Postings = SmallVec<[u32; 4]>;
 
+/// A record's distinct term ids, each with its posting's position in that term's list.
+type DocTerms = Box<[(u32, u32)]>;
+
 /// The largest slot a posting can hold (24 bits; the low 8 hold the term frequency).
 pub const MAX_SLOT: u32 = (1 << 24) - 1;
 
@@ -101,7 +104,7 @@ pub struct LexicalIndex {
     /// Slot → its distinct term ids, each with where its posting is in that term's list (so a
     /// removal takes it out without scanning a list every record of a common word is in);
     /// `None` for a slot without a record.
-    docs: Vec<Option<Box<[(u32, u32)]>>>,
+    docs: Vec<Option<DocTerms>>,
     /// Slot → its length in terms (repeats counted).
     lengths: Vec<u32>,
     live: usize,
@@ -373,7 +376,7 @@ impl LexicalIndex {
             self.postings.iter().filter(|p| p.spilled()).map(|p| p.capacity() * 4).sum::<usize>()
                 + self.postings.capacity() * size_of::<Postings>();
         let docs: usize = self.docs.iter().flatten().map(|d| d.len() * 8).sum::<usize>()
-            + self.docs.capacity() * size_of::<Option<Box<[(u32, u32)]>>>();
+            + self.docs.capacity() * size_of::<Option<DocTerms>>();
         words + dictionary + postings + docs + self.lengths.capacity() * 4 + self.free_ids.capacity() * 4
     }
 }
