@@ -424,7 +424,16 @@ pub fn load_locomo(
                 continue;
             }
             let at = base_ms + records.len() as i64 * 60_000;
-            records.push(record_fact(&tenant, id, json!({"statement": format!("{speaker}: {text}")}), at));
+            let mut record = record_fact(&tenant, id, json!({"statement": format!("{speaker}: {text}")}), at);
+            // Each session is a thread, its turns in order (`D3:7`: session 3, turn 7), as an
+            // import of a conversation would say: what lets a turn lift its neighbours.
+            if let Some((session, turn)) = id.rsplit_once(':')
+                && let Ok(turn) = turn.parse::<u32>()
+            {
+                record.metadata.insert("thread".into(), json!(session));
+                record.metadata.insert("position".into(), json!(turn));
+            }
+            records.push(record);
         }
         for qa in sample["qa"].as_array().into_iter().flatten() {
             let Some(text) = qa["question"].as_str() else { continue };

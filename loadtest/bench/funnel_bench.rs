@@ -175,6 +175,9 @@ fn bench_size(args: &Args, size: usize, sweep: &[Probes]) -> Result<Value, BoxEr
         // The dense path alone: this bench measures the vector scans (hybrid_eval the words).
         retrieval: memgate::funnel::Retrieval::Dense,
         cut: memgate::funnel::cut::Cut::OFF,
+        standout: None,
+        subject_boost: 0.0,
+        neighbour_weight: 0.0,
     };
 
     let (has_ann, lists_note, list_lens) = {
@@ -464,6 +467,7 @@ fn semantic_query<'a>(q: &'a Query, settings: &FunnelSettings) -> SemanticQuery<
         threshold: settings.threshold,
         probes: settings.probes,
         hybrid: None,
+        lift: memgate::funnel::semantic::Lift::NONE,
     }
 }
 

@@ -259,6 +259,9 @@ async fn run(args: Args) -> Result<(), BoxError> {
         // The dense ranking (hybrid_eval measures the fused one).
         retrieval: memgate::funnel::Retrieval::Dense,
         cut: memgate::funnel::cut::Cut::OFF,
+        standout: None,
+        subject_boost: 0.0,
+        neighbour_weight: 0.0,
     };
     let production = settings(threshold, 5, 3000);
     let production10 = settings(threshold, 10, 3000);
@@ -478,6 +481,7 @@ fn run_funnel(
         threshold: settings.threshold,
         probes: settings.probes,
         hybrid: None,
+        lift: memgate::funnel::semantic::Lift::NONE,
     };
     let out = funnel::run(index, caller, &query, settings, now, Detail::Off);
     let body = |h: &memgate::index::RecordHead| {

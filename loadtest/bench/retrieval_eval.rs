@@ -47,7 +47,6 @@ use memgate::lexical::{LexicalQuery, analyzer};
 use memgate::memory::passage_text;
 use memgate::record::Record;
 use serde_json::{Value, json};
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -101,9 +100,6 @@ struct Variant {
     name: String,
     settings: FunnelSettings,
     feedback: Option<Feedback>,
-    /// Neighbours of the best hits in the same conversation, added after them (LoCoMo only: the
-    /// turns' order is known there).
-    neighbours: usize,
 }
 
 struct Question<'a> {
@@ -161,9 +157,6 @@ impl Bench {
             let v = expanded_vector.as_deref().unwrap_or(vector);
             records = run_funnel(&idx, caller, text, v, &expanded_words, settings);
         }
-        if variant.neighbours > 0 {
-            records = with_neighbours(&idx, records, variant.neighbours, settings.budget_tokens);
-        }
         let mut items: Vec<RenderItem> = records.iter().map(|r| render_item(&self.body(r))).collect();
         let mut block_tokens = self.block_tokens(&items)?;
         if let Some(limit) = block_limit {
@@ -219,46 +212,10 @@ fn run_funnel(
         threshold: settings.threshold,
         probes: settings.probes,
         hybrid,
+        lift: memgate::funnel::semantic::Lift::NONE,
     };
     let out = funnel::run(idx, caller, &query, settings, now_ms(), Detail::Off);
     out.packed.injected.into_iter().map(|c| c.item).collect()
-}
-
-/// LoCoMo turns `D<session>:<turn>`: after each of the first hits, its `n` neighbours on either
-/// side in the same session, if not already in, as long as the record budget holds.
-fn with_neighbours(
-    idx: &TenantIndex,
-    records: Vec<Arc<IndexedRecord>>,
-    n: usize,
-    budget: usize,
-) -> Vec<Arc<IndexedRecord>> {
-    let mut seen: HashSet<String> = records.iter().map(|r| r.head.id.clone()).collect();
-    let mut tokens: usize = records.iter().map(|r| r.tokens).sum();
-    let mut out = records.clone();
-    for record in records.iter().take(3) {
-        let Some((session, turn)) = record.head.id.rsplit_once(':') else { continue };
-        let Ok(turn) = turn.parse::<i64>() else { continue };
-        for d in 1..=n as i64 {
-            for t in [turn - d, turn + d] {
-                let id = format!("{session}:{t}");
-                if seen.contains(&id) {
-                    continue;
-                }
-                if let Some(item) = idx.get(&id) {
-                    if tokens + item.tokens > budget {
-                        continue;
-                    }
-                    tokens += item.tokens;
-                    seen.insert(id);
-                    // Right after its hit: the block is cut from the end.
-                    let at =
-                        out.iter().position(|r| r.head.id == record.head.id).map_or(out.len(), |p| p + 1);
-                    out.insert(at, item.clone());
-                }
-            }
-        }
-    }
-    out
 }
 
 fn render_item(record: &Record) -> RenderItem {
@@ -466,9 +423,18 @@ async fn run(args: Args) -> Result<(), BoxError> {
         name: format!("{release_name} as shipped"),
         settings: release.funnel.clone(),
         feedback: None,
-        neighbours: 0,
     };
-    let ablations = ablations(&shipped);
+    let mut ablations = ablations(&shipped);
+    // The release it follows, for reference.
+    for (name, other) in &releases {
+        if name != &release_name && (name == "v3" || name == "v1") {
+            ablations.push(Variant {
+                name: format!("{name} as shipped"),
+                settings: other.funnel.clone(),
+                feedback: None,
+            });
+        }
+    }
 
     // Held-out figures: the release at each block size, and each ranking signal beside it.
     let mut held_out = Vec::new();
@@ -509,6 +475,9 @@ async fn run(args: Args) -> Result<(), BoxError> {
             "budget_tokens": release.funnel.budget_tokens,
             "max_items": release.funnel.max_items,
             "cut": format!("{:?}", release.funnel.cut),
+            "standout": release.funnel.standout,
+            "subject_boost": release.funnel.subject_boost,
+            "neighbour_weight": release.funnel.neighbour_weight,
             "block_overhead_tokens": bench.overhead()?,
         },
         "model_id": embedder.model_id(),
@@ -539,7 +508,14 @@ fn ablations(shipped: &Variant) -> Vec<Variant> {
         v
     };
     vec![
-        with("without the cut", &|v| v.settings.cut = Cut::OFF),
+        with("without the standout rule", &|v| v.settings.standout = None),
+        with("without the subject boost", &|v| v.settings.subject_boost = 0.0),
+        with("without neighbours", &|v| v.settings.neighbour_weight = 0.0),
+        with("lexical weight 1.0", &|v| {
+            if let Retrieval::Hybrid { min_lexical, .. } = v.settings.retrieval {
+                v.settings.retrieval = Retrieval::Hybrid { lexical_weight: 1.0, min_lexical };
+            }
+        }),
         with("dense ranking only", &|v| v.settings.retrieval = Retrieval::Dense),
         with("+ feedback: vector (3 docs, 0.5)", &|v| {
             v.feedback = Some(Feedback { docs: 3, vector_weight: 0.5, terms: 0 })
@@ -547,8 +523,6 @@ fn ablations(shipped: &Variant) -> Vec<Variant> {
         with("+ feedback: words (3 docs, 5 terms)", &|v| {
             v.feedback = Some(Feedback { docs: 3, vector_weight: 0.0, terms: 5 })
         }),
-        with("+ feedback: both", &|v| v.feedback = Some(Feedback { docs: 3, vector_weight: 0.5, terms: 5 })),
-        with("+ neighbours (±1 of the best 3)", &|v| v.neighbours = 1),
     ]
 }
 
@@ -560,46 +534,63 @@ fn sweep(
     shipped: &Variant,
 ) -> Result<Value, BoxError> {
     let mut rows = Vec::new();
-    let mut cuts: Vec<(String, Cut)> = vec![("off".into(), Cut::OFF)];
-    for r in [0.5, 0.6, 0.7] {
-        cuts.push((format!("relative {r}"), Cut { relative: Some(r), ..Cut::OFF }));
+    let mut combos: Vec<Variant> = Vec::new();
+    for standout in [None, Some(0.8), Some(0.9), Some(1.0), Some(1.1), Some(1.2), Some(1.5)] {
+        for boost in [0.0, 0.05, 0.1, 0.15] {
+            let mut v = shipped.clone();
+            v.settings.standout = standout;
+            v.settings.subject_boost = boost;
+            v.name = format!("standout {standout:?} boost {boost}");
+            combos.push(v);
+        }
     }
-    for d in [0.05, 0.08, 0.1, 0.12, 0.15, 0.2] {
-        cuts.push((format!("drop {d}"), Cut { drop: Some(d), ..Cut::OFF }));
-    }
-    for (r, d) in [(0.5, 0.1), (0.4, 0.12)] {
-        cuts.push((format!("rel {r} drop {d}"), Cut { relative: Some(r), drop: Some(d), gap: None }));
-    }
-    let mut combos: Vec<(f32, f32, &(String, Cut))> = Vec::new();
-    for threshold in [0.10f32, 0.19] {
-        combos.extend(cuts.iter().map(|c| (threshold, 1.0, c)));
-    }
-    for weight in [0.5f32, 1.5] {
-        combos.extend(cuts.iter().filter(|(n, _)| n == "drop 0.1").map(|c| (0.10, weight, c)));
-    }
-    for (threshold, weight, (name, cut)) in combos {
+    for threshold in [0.05f32, 0.15, 0.19] {
         let mut v = shipped.clone();
         v.settings.threshold = threshold;
-        v.settings.cut = *cut;
+        v.name = format!("floor {threshold}");
+        combos.push(v);
+    }
+    for weight in [0.25f32, 0.75, 1.0] {
+        let mut v = shipped.clone();
+        v.settings.neighbour_weight = weight;
+        v.name = format!("neighbour weight {weight}");
+        combos.push(v);
+    }
+    for lexical in [0.5f32, 1.0, 2.0] {
+        let mut v = shipped.clone();
         if let Retrieval::Hybrid { min_lexical, .. } = v.settings.retrieval {
-            v.settings.retrieval = Retrieval::Hybrid { lexical_weight: weight, min_lexical };
+            v.settings.retrieval = Retrieval::Hybrid { lexical_weight: lexical, min_lexical };
         }
-        let s = support(bench, support_questions, &v)?;
-        let t = locomo(bench, questions, &TUNE, &v, Some(1000))?;
-        let t500 = locomo(bench, questions, &TUNE, &v, Some(500))?;
-        rows.push(json!({"threshold": threshold, "lexical_weight": weight, "cut": name,
-                    "tune_recall_500": t500.recall, "tune_recall_1000": t.recall, "tune_records_1000": t.records,
-                    "support_recall": s.recall(), "support_precision": s.precision(),
+        v.name = format!("lexical weight {lexical}");
+        combos.push(v);
+    }
+    for relative in [0.5f32, 0.6] {
+        let mut v = shipped.clone();
+        v.settings.cut = Cut { relative: Some(relative), ..Cut::OFF };
+        v.name = format!("+ relative cut {relative}");
+        combos.push(v);
+    }
+    for v in &combos {
+        let s = support(bench, support_questions, v)?;
+        let t = locomo(bench, questions, &TUNE, v, Some(1000))?;
+        let t500 = locomo(bench, questions, &TUNE, v, Some(500))?;
+        rows.push(json!({"variant": v.name, "tune_recall_500": t500.recall, "tune_recall_1000": t.recall,
+                    "tune_records_1000": t.records, "support_recall": s.recall(), "support_precision": s.precision(),
                     "support_injected": s.injected, "violations": s.violations}));
         eprintln!("sweep {}", rows.last().map(Value::to_string).unwrap_or_default());
     }
     // The budget curve of the shipped settings on the tuning conversations.
     let mut curve = Vec::new();
-    for block in [300, 500, 750, 1000, 1250, 1500, 2000, 3000] {
+    for block in (3..=20).map(|h| h * 100) {
         let f = locomo(bench, questions, &TUNE, shipped, Some(block))?;
         curve.push(json!({"block": block, "recall": f.recall, "records": f.records, "block_tokens_mean": f.block_tokens}));
     }
-    Ok(json!({"grid": rows, "budget_curve_tune": curve}))
+    // Where another 100 tokens stop adding a point of recall: the default block's size.
+    let knee = curve
+        .windows(2)
+        .find(|w| w[1]["recall"].as_f64().unwrap_or(0.0) - w[0]["recall"].as_f64().unwrap_or(0.0) < 0.01)
+        .map(|w| w[0]["block"].clone());
+    Ok(json!({"grid": rows, "budget_curve_tune": curve, "knee_block": knee}))
 }
 
 /// A new question's query step: embedding (one ONNX thread, no cache), word analysis, funnel.
@@ -780,15 +771,13 @@ fn print_report(r: &Value) {
         println!();
         println!("calibration (tuning conversations, support set):");
         println!(
-            "{:>9} {:>6} {:<14} {:>9} {:>10} {:>8} {:>9} {:>9} {:>5}",
-            "threshold", "w", "cut", "tune@500", "tune@1000", "rec", "sup R", "sup P", "viol"
+            "{:<34} {:>9} {:>10} {:>8} {:>9} {:>9} {:>5}",
+            "variant", "tune@500", "tune@1000", "rec", "sup R", "sup P", "viol"
         );
         for row in grid {
             println!(
-                "{:>9.2} {:>6.1} {:<14} {:>9.3} {:>10.3} {:>8.1} {:>9.3} {:>9.3} {:>5}",
-                f(&row["threshold"]),
-                f(&row["lexical_weight"]),
-                common::text(&row["cut"]),
+                "{:<34} {:>9.3} {:>10.3} {:>8.1} {:>9.3} {:>9.3} {:>5}",
+                common::text(&row["variant"]),
                 f(&row["tune_recall_500"]),
                 f(&row["tune_recall_1000"]),
                 f(&row["tune_records_1000"]),
@@ -798,6 +787,10 @@ fn print_report(r: &Value) {
             );
         }
         println!("budget curve (tuning conversations): {}", r["sweep"]["budget_curve_tune"]);
+        println!(
+            "block past which 100 more tokens add under a point of recall: {}",
+            r["sweep"]["knee_block"]
+        );
     }
     println!();
     println!("query step of a new question: {}", r["query_step"]);

@@ -237,6 +237,9 @@ async fn bench(
         probes: DEFAULT_PROBES,
         retrieval: Retrieval::Dense,
         cut: memgate::funnel::cut::Cut::OFF,
+        standout: None,
+        subject_boost: 0.0,
+        neighbour_weight: 0.0,
     };
     let mut rng = Rng::new(5);
     let now = memgate::clock::now_ms();
@@ -272,6 +275,7 @@ async fn bench(
                 threshold: settings.threshold,
                 probes: settings.probes,
                 hybrid: None,
+                lift: memgate::funnel::semantic::Lift::NONE,
             };
             let t = Instant::now();
             let out = funnel::run(&index, &caller, &sq, &settings, now, Detail::Off);

@@ -31,6 +31,13 @@ pub struct RawRelease {
     pub cut_gap: Option<f32>,
     /// Stop at a record scoring this much below the one before it (0: no step cut).
     pub cut_drop: Option<f32>,
+    /// Let records pass on meaning only this many standard deviations above the mean similarity
+    /// of what the caller may see (0: the threshold alone).
+    pub cut_standout: Option<f32>,
+    /// Added to the similarity of the caller's own subject's records (0: none).
+    pub subject_boost: Option<f32>,
+    /// How much a record's neighbours in its conversation or document lift it (0: off).
+    pub neighbour_weight: Option<f32>,
     /// How the person's words are found (`query`); absent keys keep the defaults.
     pub query: Option<RawQuery>,
     /// memgate's memory tools for this release's callers: `off`, `read` or `write` (the default;
@@ -76,6 +83,12 @@ pub struct ReleaseConfig {
     pub cut_gap: Option<f32>,
     /// 0 to 10; 0 turns the step cut off.
     pub cut_drop: Option<f32>,
+    /// 0 to 10; 0 turns the standout rule off.
+    pub cut_standout: Option<f32>,
+    /// 0 to 1.
+    pub subject_boost: Option<f32>,
+    /// 0 to 2; 0 turns neighbours off.
+    pub neighbour_weight: Option<f32>,
     pub query: Option<QueryConfig>,
     pub memory_tools: Option<ToolsSetting>,
     pub agent_writes: Option<AgentWritesSetting>,
@@ -170,6 +183,18 @@ impl RawRelease {
                 return Err(invalid(&key(field), "use a score difference between 0 (off) and 10"));
             }
         }
+        if self.cut_standout.is_some_and(|v| !(0.0..=10.0).contains(&v)) {
+            return Err(invalid(
+                &key("cut_standout"),
+                "use a number of standard deviations between 0 (off) and 10",
+            ));
+        }
+        if self.subject_boost.is_some_and(|v| !(0.0..=1.0).contains(&v)) {
+            return Err(invalid(&key("subject_boost"), "use a similarity between 0 (none) and 1"));
+        }
+        if self.neighbour_weight.is_some_and(|v| !(0.0..=2.0).contains(&v)) {
+            return Err(invalid(&key("neighbour_weight"), "use a weight between 0 (off) and 2"));
+        }
         let placement = match self.placement.as_deref() {
             None => None,
             Some("auto") => Some(PlacementSetting::Auto),
@@ -231,6 +256,9 @@ impl RawRelease {
             cut_relative: self.cut_relative,
             cut_gap: self.cut_gap,
             cut_drop: self.cut_drop,
+            cut_standout: self.cut_standout,
+            subject_boost: self.subject_boost,
+            neighbour_weight: self.neighbour_weight,
             query: self.query.map(|q| QueryConfig {
                 harness_tags: q.harness_tags,
                 unwrap_tags: q.unwrap_tags,
@@ -263,6 +291,9 @@ impl ReleaseConfig {
             cut_relative: top.cut_relative.or(self.cut_relative),
             cut_gap: top.cut_gap.or(self.cut_gap),
             cut_drop: top.cut_drop.or(self.cut_drop),
+            cut_standout: top.cut_standout.or(self.cut_standout),
+            subject_boost: top.subject_boost.or(self.subject_boost),
+            neighbour_weight: top.neighbour_weight.or(self.neighbour_weight),
             query: top.query.or(self.query),
             memory_tools: top.memory_tools.or(self.memory_tools),
             agent_writes: top.agent_writes.or(self.agent_writes),

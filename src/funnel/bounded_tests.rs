@@ -55,6 +55,9 @@ fn settings(
         probes: Probes::ALL,
         retrieval,
         cut: super::cut::Cut::OFF,
+        standout: None,
+        subject_boost: 0.0,
+        neighbour_weight: 0.0,
     }
 }
 
@@ -90,8 +93,14 @@ fn compare(
                         }
                         Retrieval::Dense => None,
                     };
-                    let sq =
-                        SemanticQuery { text, vector: Some(&query), threshold, probes: Probes::ALL, hybrid };
+                    let sq = SemanticQuery {
+                        text,
+                        vector: Some(&query),
+                        threshold,
+                        probes: Probes::ALL,
+                        hybrid,
+                        lift: crate::funnel::semantic::Lift::NONE,
+                    };
                     let s = settings(threshold, budget, items, stubs, retrieval);
                     let fast = super::run(index, &who, &sq, &s, NOW, Detail::Off);
                     let full = super::run(index, &who, &sq, &s, NOW, Detail::Full);
@@ -187,6 +196,7 @@ fn scanned_for(public: usize, others: usize) -> (usize, usize, Vec<String>) {
         threshold: 0.5,
         probes: semantic::DEFAULT_PROBES,
         hybrid: None,
+        lift: crate::funnel::semantic::Lift::NONE,
     };
     let out = super::run(&index, &me, &sq, &settings(0.5, 3000, 5, 3, Retrieval::Dense), NOW, Detail::Off);
     (out.trace.scanned, out.current.len(), injected(&out).0)

@@ -20,6 +20,7 @@ pub struct Chosen {
     /// What it was ranked by (the similarity, or the fused score of a hybrid release).
     pub score: f32,
     pub lexical: Option<super::semantic::LexicalPart>,
+    pub neighbours: Option<super::semantic::NeighbourPart>,
 }
 
 pub struct Budget {
@@ -58,6 +59,7 @@ pub fn pack(
                 exact: hit.exact,
                 score: hit.score,
                 lexical: hit.lexical,
+                neighbours: hit.neighbours,
             })
         })
         .collect();

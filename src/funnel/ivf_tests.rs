@@ -149,7 +149,14 @@ fn the_ivf_path_returns_exactly_a_scan_of_the_probed_lists_rows() {
                 .collect();
             expected.sort_unstable();
             expected.dedup();
-            let sq = SemanticQuery { text: "", vector: Some(&query), threshold, probes, hybrid: None };
+            let sq = SemanticQuery {
+                text: "",
+                vector: Some(&query),
+                threshold,
+                probes,
+                hybrid: None,
+                lift: crate::funnel::semantic::Lift::NONE,
+            };
             let run = |top| {
                 semantic::matching_within(
                     index,

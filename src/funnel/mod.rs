@@ -21,9 +21,11 @@
 //! (`packed_as_unbounded`). Records are read for the hits, and for the ids and reasons of a
 //! detailed trace.
 
+pub mod background;
 pub mod cut;
 pub mod density;
 pub mod feedback;
+pub mod neighbours;
 pub mod scope;
 pub mod semantic;
 pub mod temporal;
@@ -39,8 +41,9 @@ pub(crate) mod tests;
 use crate::identity::Caller;
 use crate::index::TenantIndex;
 use crate::slots::SlotSet;
+use background::Boost;
 use density::{Budget, Packed};
-use semantic::{SemanticQuery, TopK};
+use semantic::{Hit, Lift, Matched, SemanticQuery, TopK};
 use trace::{Detail, Trace};
 
 /// The release's funnel settings.
@@ -55,6 +58,29 @@ pub struct FunnelSettings {
     pub retrieval: Retrieval,
     /// Where the ranking stops, beside the budget and the cap.
     pub cut: cut::Cut,
+    /// Records pass on meaning only this many standard deviations above the mean similarity of
+    /// the caller's candidates (`background`); `None`: the threshold alone.
+    pub standout: Option<f32>,
+    /// Added to the similarity of the records of the caller's own subject (`user:<subject>`).
+    pub subject_boost: f32,
+    /// How much a record's neighbours in its thread lift it (`neighbours`); 0: off.
+    pub neighbour_weight: f32,
+}
+
+impl FunnelSettings {
+    /// The release's rules beyond the threshold, for this caller; `subject_slots` are filled
+    /// with its own records when they get a boost.
+    fn lift<'a>(&self, index: &TenantIndex, caller: &Caller, subject_slots: &'a mut Vec<u32>) -> Lift<'a> {
+        if self.subject_boost != 0.0
+            && let Some(subject) = &caller.subject
+        {
+            let scope = format!("user:{subject}");
+            subject_slots.extend(index.by_scope.get(scope.as_str()).into_iter().flatten().copied());
+            subject_slots.sort_unstable();
+            subject_slots.dedup();
+        }
+        Lift { standout: self.standout, boost: Boost { slots: subject_slots, amount: self.subject_boost } }
+    }
 }
 
 /// How the semantic layer ranks: by meaning alone, or by meaning and words fused
@@ -109,9 +135,15 @@ pub fn run(
     // A bounded scan keeps the best few similarity hits; a detailed trace names every removal
     // with its score, so it scans without a bound.
     let top = if detailed { TopK::ALL } else { TopK::for_cap(settings.max_items, settings.max_stubs) };
+    let mut subject_slots = Vec::new();
+    let query = &SemanticQuery { lift: settings.lift(index, caller, &mut subject_slots), ..*query };
     let matched =
         semantic::matching_within(index, &current, Some(&caller.scopes), query, top, detailed, &mut trace);
-    let (hits, floor, floor_high) = (matched.hits, matched.floor, matched.floor_high);
+    let (floor, floor_high) = (matched.floor, matched.floor_high);
+    let (hits, lifted) = with_neighbours(index, &current, query, settings, matched);
+    // A record the bounded scan left out could have been lifted by as much as a hit was; what it
+    // could score is its floor plus that.
+    let (floor, floor_high) = (floor.map(|f| f + lifted), floor_high.map(|f| f + lifted));
     if detailed {
         // What each layer let through, for `explain` and traces: the survivors' ids in the
         // layer's order (the semantic layer's with their scores).
@@ -129,6 +161,7 @@ pub fn run(
             .map(|(hit, item)| trace::Kept {
                 // The similarity; none for an exact key or alias match, which ranks first anyway.
                 score: (!hit.exact).then_some(hit.similarity),
+                neighbour: hit.neighbours.is_some_and(|n| n.admitted).then_some(true),
                 exact: Some(hit.exact),
                 ..trace::Kept::id(&item.head.id)
             })
@@ -160,8 +193,9 @@ pub fn run(
             &mut again,
         );
         trace.scanned += again.scanned;
+        let (all, _) = with_neighbours(index, &current, query, settings, all);
         let mut repacked = Trace::default();
-        packed = density::pack(index, all.hits, &budget, false, &mut repacked);
+        packed = density::pack(index, all, &budget, false, &mut repacked);
         trace.layers.retain(|l| l.layer != "semantic" && l.layer != "token_density");
         trace.layers.extend(again.layers.into_iter().chain(repacked.layers));
     }
@@ -193,10 +227,34 @@ pub fn run(
                     bm25: l.bm25,
                     normalized: l.normalized,
                 }),
+                neighbours: chosen
+                    .neighbours
+                    .map(|n| trace::NeighbourRank { lift: n.lift, admitted: n.admitted }),
             })
             .collect();
     }
     FunnelOutput { packed, trace, current, visible_tokens }
+}
+
+/// The semantic layer's hits lifted by their neighbours (`neighbours`), and the most any was
+/// lifted. A neighbour's own score is scored as the layer would: its boosted similarity plus its
+/// words' part.
+fn with_neighbours(
+    index: &TenantIndex,
+    current: &SlotSet,
+    query: &SemanticQuery<'_>,
+    settings: &FunnelSettings,
+    matched: Matched,
+) -> (Vec<Hit>, f32) {
+    let Some(vector) = query.vector else { return (matched.hits, 0.0) };
+    let lexical_weight = query.hybrid.map_or(0.0, |h| h.lexical_weight);
+    let words = &matched.words;
+    let own = |slot: u32| {
+        let similarity = index.similarity(slot, vector)?;
+        let word = words.binary_search_by_key(&slot, |(s, _)| *s).map_or(0.0, |at| words[at].1);
+        Some((similarity, similarity + query.lift.boost.of(slot) + lexical_weight * word))
+    };
+    neighbours::lift(index, current, matched.hits, settings.neighbour_weight, own)
 }
 
 /// Whether packing the bounded hits packed what packing every hit would. Everything the semantic

@@ -28,6 +28,7 @@
 //! `min_lexical`), and the density layer packs in fused order. Every hit keeps each ranking's
 //! part, which `explain` shows.
 
+use super::background::{self, Boost};
 use super::trace::{LayerLog, Trace};
 use crate::index::terms::query_phrases;
 use crate::index::{TenantIndex, VectorKind};
@@ -60,6 +61,16 @@ pub struct Hit {
     pub score: f32,
     /// The lexical ranking's part (hybrid releases): rank, BM25 score and its normalized form.
     pub lexical: Option<LexicalPart>,
+    /// What the record's neighbours in its thread added to `score` (`funnel::neighbours`), and
+    /// whether it passed only as one of them.
+    pub neighbours: Option<NeighbourPart>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NeighbourPart {
+    pub lift: f32,
+    /// Let in as the neighbour of a hit, not on its own meaning or words.
+    pub admitted: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -69,6 +80,7 @@ pub struct LexicalPart {
     pub normalized: f32,
 }
 
+#[derive(Clone, Copy)]
 pub struct SemanticQuery<'a> {
     pub text: &'a str,
     /// `None` when the query could not be embedded: only exact matches can pass.
@@ -77,6 +89,23 @@ pub struct SemanticQuery<'a> {
     pub probes: Probes,
     /// Hybrid releases: the query's words and how to fuse the two rankings.
     pub hybrid: Option<Hybrid<'a>>,
+    /// What moves the bar and the scores beyond the threshold: the caller's own records' boost,
+    /// and a release's standout rule (`Lift::NONE`: the threshold alone).
+    pub lift: Lift<'a>,
+}
+
+/// A release's rules on top of the similarity threshold (`funnel::background`).
+#[derive(Debug, Clone, Copy)]
+pub struct Lift<'a> {
+    /// Records pass on meaning only at `z` standard deviations above the mean similarity of the
+    /// caller's candidates (and at the threshold).
+    pub standout: Option<f32>,
+    /// Added to the similarity of the caller's own subject's records.
+    pub boost: Boost<'a>,
+}
+
+impl Lift<'_> {
+    pub const NONE: Lift<'static> = Lift { standout: None, boost: Boost::NONE };
 }
 
 /// How a hybrid release ranks by words too.
@@ -95,12 +124,13 @@ const LEXICAL_K: usize = 100;
 const EXACT_SCORE: f32 = 1.0e6;
 
 impl Hit {
-    fn dense(slot: u32, similarity: f32) -> Hit {
-        Hit { slot, similarity, exact: false, score: similarity, lexical: None }
+    /// A similarity hit: `score` is the similarity with the caller's boost.
+    fn dense(slot: u32, similarity: f32, score: f32) -> Hit {
+        Hit { slot, similarity, exact: false, score, lexical: None, neighbours: None }
     }
 
     fn exact(slot: u32) -> Hit {
-        Hit { slot, similarity: 1.0, exact: true, score: EXACT_SCORE, lexical: None }
+        Hit { slot, similarity: 1.0, exact: true, score: EXACT_SCORE, lexical: None, neighbours: None }
     }
 }
 
@@ -131,6 +161,12 @@ pub struct Matched {
     pub floor: Option<f32>,
     /// The same for the heap of priority 4–5 hits.
     pub floor_high: Option<f32>,
+    /// Every word hit's normalized BM25 (hybrid releases), by slot: what a neighbour's score
+    /// takes its words' part from.
+    pub words: Vec<(u32, f32)>,
+    /// The bar similarities had to reach: the threshold, or higher where the release asks records
+    /// to stand out.
+    pub bar: f32,
 }
 
 /// A bounded heap of the best (score, slot) pairs.
@@ -232,6 +268,14 @@ pub fn matching_within(
         }
     }
 
+    let boost = query.lift.boost;
+    // The bar a (boosted) similarity must reach: the threshold, raised to stand out from the
+    // caller's candidates where the release asks for it.
+    let bar = match (query.lift.standout, query.vector) {
+        (Some(z), Some(vector)) => background::sample(index, candidates, vector, &boost)
+            .map_or(query.threshold, |background| query.threshold.max(background.bar(z))),
+        _ => query.threshold,
+    };
     let mut best = Best::new(top.best);
     let mut high = Best::new(top.high_priority);
     // Whether every candidate with an embedding was scored, so a detailed trace can give each
@@ -247,8 +291,11 @@ pub fn matching_within(
         // the row's position when the caller knows it (an IVF entry, whose row is int8): then
         // the slot's meta is read only for a row whose bound reaches the lower of the two bars,
         // so a probed list is read as its rows alone, in order.
+        // The heaps hold boosted scores and a bound is on the similarity alone: a bound is held
+        // against the bar less the most any slot gains.
+        let slack = boost.most();
         let mut consider = |slot: u32, at: Option<usize>, best: &mut Best, high: &mut Best| {
-            let loose = query.threshold.max(best.floor().min(high.floor()));
+            let loose = bar.max(best.floor().min(high.floor())) - slack;
             let at = match at {
                 Some(at) => Some(at),
                 None => match (meta[slot as usize].vector, rows) {
@@ -270,7 +317,7 @@ pub fn matching_within(
             };
             let high_priority = meta[slot as usize].priority >= 4;
             let floor = if high_priority { best.floor().min(high.floor()) } else { best.floor() };
-            if upper.is_some_and(|upper| !reaches(upper, query.threshold.max(floor))) {
+            if upper.is_some_and(|upper| !reaches(upper, bar.max(floor) - slack)) {
                 return;
             }
             let score = match (at, rows) {
@@ -280,7 +327,8 @@ pub fn matching_within(
                     None => return,
                 },
             };
-            if score >= query.threshold {
+            let score = score + boost.of(slot);
+            if score >= bar {
                 best.offer(slot, score);
                 if high_priority {
                     high.offer(slot, score);
@@ -327,14 +375,18 @@ pub fn matching_within(
         trace.notes.push("the query has no embedding: only exact matches could pass".into());
     }
     let (floor, floor_high) = (best.left_out(), high.left_out());
-    hits.extend(best.into_slots().chain(high.into_slots()).map(|(slot, score)| Hit::dense(slot, score)));
+    hits.extend(
+        best.into_slots()
+            .chain(high.into_slots())
+            .map(|(slot, score)| Hit::dense(slot, score - boost.of(slot), score)),
+    );
 
     // One hit per slot; an exact match (pushed first) wins over a similarity.
     hits.sort_by_key(|h| (h.slot, !h.exact));
     hits.dedup_by_key(|h| h.slot);
     let mut word_scores: Vec<(u32, f32)> = Vec::new();
     if let Some(hybrid) = &query.hybrid {
-        hits = fuse_words(index, candidates, query, hybrid, hits, &mut word_scores);
+        hits = fuse_words(index, candidates, query, hybrid, bar, hits, &mut word_scores);
     }
 
     if detailed {
@@ -354,14 +406,15 @@ pub fn matching_within(
             });
             let words = words.unwrap_or_default();
             log.remove(&item.head.id, || match score {
-                Some(score) => format!("similarity {score:.3} below {:.3}{words}", query.threshold),
+                Some(score) => format!("similarity {score:.3} below {bar:.3}{words}"),
                 None if !index.has_vector(slot) => format!("no embedding yet{words}"),
-                None => format!("similarity below {:.3}{words}", query.threshold),
+                None => format!("similarity below {bar:.3}{words}"),
             });
         }
     }
     log.finish_by_difference(hits.len(), trace);
-    Matched { hits, floor, floor_high }
+    word_scores.sort_unstable_by_key(|(slot, _)| *slot);
+    Matched { hits, floor, floor_high, words: word_scores, bar }
 }
 
 /// The hybrid step: the dense hits (exact matches and similarities at or above the threshold)
@@ -374,26 +427,26 @@ fn fuse_words(
     candidates: &SlotSet,
     query: &SemanticQuery<'_>,
     hybrid: &Hybrid<'_>,
+    bar: f32,
     dense_hits: Vec<Hit>,
     word_scores: &mut Vec<(u32, f32)>,
 ) -> Vec<Hit> {
+    let boost = query.lift.boost;
     let words = index.lexical.search(hybrid.query, candidates, LEXICAL_K);
     word_scores.extend(words.iter().map(|w| (w.slot, w.normalized)));
+    // Fused on the boosted similarity (a dense hit's score), so the caller's own records keep
+    // their boost through the fusion and the gate.
     let mut dense: Vec<(u32, f32)> =
-        dense_hits.iter().filter(|h| !h.exact).map(|h| (h.slot, h.similarity)).collect();
+        dense_hits.iter().filter(|h| !h.exact).map(|h| (h.slot, h.score)).collect();
     for word in &words {
         if dense_hits.binary_search_by_key(&word.slot, |h| h.slot).is_ok() {
             continue;
         }
         let similarity = query.vector.and_then(|q| index.similarity(word.slot, q)).unwrap_or(0.0);
-        dense.push((word.slot, similarity));
+        dense.push((word.slot, similarity + boost.of(word.slot)));
     }
     let fusion = Fusion::Weighted { dense_weight: 1.0, lexical_weight: hybrid.lexical_weight };
-    let gate = Gate {
-        min_similarity: query.threshold,
-        min_lexical: hybrid.min_lexical,
-        min_fused: f32::NEG_INFINITY,
-    };
+    let gate = Gate { min_similarity: bar, min_lexical: hybrid.min_lexical, min_fused: f32::NEG_INFINITY };
     let mut hits: Vec<Hit> = dense_hits.iter().filter(|h| h.exact).copied().collect();
     // Each word hit's rank, by slot, for a binary search per fused hit.
     let mut ranks: Vec<(u32, usize)> = words.iter().enumerate().map(|(rank, w)| (w.slot, rank)).collect();
@@ -417,10 +470,11 @@ fn fuse_words(
         }
         hits.push(Hit {
             slot: fused.slot,
-            similarity: fused.similarity(),
+            similarity: fused.similarity() - boost.of(fused.slot),
             exact: false,
             score: fused.score,
             lexical: lexical_of(fused.slot),
+            neighbours: None,
         });
     }
     hits.sort_by_key(|h| h.slot);

@@ -72,6 +72,7 @@ pub(super) fn item(record: Record, vector: Option<Vec<f32>>, terms: &[&str]) -> 
             body: None,
             vector: vector.map(Arc::from),
             words: Some(crate::lexical::record_terms(crate::lexical::analyzer(), &record)),
+            place: crate::index::threads::Place::of(&record.metadata),
         })),
         trigger_body: None,
         tokens: 20,
@@ -143,6 +144,7 @@ fn int8_scan_returns_exactly_the_hits_and_similarities_of_scoring_every_candidat
                 threshold,
                 probes: Probes::Lists(1),
                 hybrid: None,
+                lift: crate::funnel::semantic::Lift::NONE,
             };
             let hits = semantic::matching(&index, &candidates, &semantic, false, &mut Trace::default());
             let expected = naive_similar(&index, &list, &query, threshold);
@@ -185,6 +187,7 @@ fn ivf_path_probing_every_list_equals_the_full_scan_after_removals_and_reuse() {
                 threshold,
                 probes: Probes::ALL,
                 hybrid: None,
+                lift: crate::funnel::semantic::Lift::NONE,
             };
             let hits = semantic::matching(&index, &candidates, &semantic, false, &mut Trace::default());
             assert_eq!(
@@ -296,6 +299,9 @@ fn detailed_trace_keeps_counts_and_reasons() {
         probes: Probes::Lists(4),
         retrieval: super::Retrieval::Dense,
         cut: super::cut::Cut::OFF,
+        standout: None,
+        subject_boost: 0.0,
+        neighbour_weight: 0.0,
     };
     let query = axis(0);
     let semantic = SemanticQuery {
@@ -304,6 +310,7 @@ fn detailed_trace_keeps_counts_and_reasons() {
         threshold: 0.8,
         probes: Probes::Lists(4),
         hybrid: None,
+        lift: crate::funnel::semantic::Lift::NONE,
     };
     let out = super::run(&index, &caller(&["public", "user:1"]), &semantic, &settings, NOW, Detail::Full);
     let layers = &out.trace.layers;
@@ -406,6 +413,9 @@ fn hybrid_retrieval_passes_strong_word_matches_and_explains_each_rankings_part()
         probes: Probes::Lists(4),
         retrieval,
         cut: super::cut::Cut::OFF,
+        standout: None,
+        subject_boost: 0.0,
+        neighbour_weight: 0.0,
     };
     let run = |retrieval: super::Retrieval| {
         let hybrid = match retrieval {
@@ -420,6 +430,7 @@ fn hybrid_retrieval_passes_strong_word_matches_and_explains_each_rankings_part()
             threshold: 0.5,
             probes: Probes::Lists(4),
             hybrid,
+            lift: crate::funnel::semantic::Lift::NONE,
         };
         super::run(&index, &caller(&["public"]), &query, &settings(retrieval), NOW, Detail::Full)
     };
@@ -467,7 +478,7 @@ fn packing_many_hits_by_selection_packs_what_a_full_sort_packs() {
         .map(|slot| {
             // Ties on purpose (scores in steps of 1/50), so the tie-breakers matter too.
             let score = rng.below(50) as f32 / 50.0;
-            Hit { slot, similarity: score, exact: slot % 97 == 0, score, lexical: None }
+            Hit { slot, similarity: score, exact: slot % 97 == 0, score, lexical: None, neighbours: None }
         })
         .collect();
     let ids =
@@ -541,6 +552,9 @@ fn the_cut_passes_a_clear_answer_alone_and_a_broad_question_several() {
             probes: Probes::Lists(4),
             retrieval: super::Retrieval::Dense,
             cut,
+            standout: None,
+            subject_boost: 0.0,
+            neighbour_weight: 0.0,
         };
         let semantic = SemanticQuery {
             text: "question",
@@ -548,6 +562,7 @@ fn the_cut_passes_a_clear_answer_alone_and_a_broad_question_several() {
             threshold: 0.25,
             probes: Probes::Lists(4),
             hybrid: None,
+            lift: crate::funnel::semantic::Lift::NONE,
         };
         let out = super::run(&index, &caller(&["public"]), &semantic, &settings, NOW, Detail::Full);
         if !cut.is_off() {

@@ -55,11 +55,14 @@ pub struct Kept {
     pub exact: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tokens: Option<usize>,
+    /// Passed as the neighbour of a hit in its thread (`funnel::neighbours`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub neighbour: Option<bool>,
 }
 
 impl Kept {
     pub fn id(id: &str) -> Kept {
-        Kept { id: id.to_owned(), score: None, exact: None, tokens: None }
+        Kept { id: id.to_owned(), score: None, exact: None, tokens: None, neighbour: None }
     }
 }
 
@@ -92,6 +95,15 @@ pub struct Ranked {
     /// normalized form.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lexical: Option<LexicalRank>,
+    /// What its neighbours in its thread added to its score, and whether it passed only as one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub neighbours: Option<NeighbourRank>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NeighbourRank {
+    pub lift: f32,
+    pub admitted: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -39,6 +39,7 @@ pub mod bodies;
 pub mod terms;
 #[cfg(test)]
 mod tests;
+pub mod threads;
 
 pub use bodies::Bodies;
 
@@ -159,6 +160,8 @@ pub struct Arriving {
     /// tenant's lock (and on every core at startup). `None`: the record has no words to add (the
     /// index keeps what it had).
     pub words: Option<(Vec<String>, u32)>,
+    /// Where the record sits in a conversation or document (`metadata.thread`, `position`).
+    pub place: Option<threads::Place>,
 }
 
 impl IndexedRecord {
@@ -178,7 +181,8 @@ impl IndexedRecord {
         let head = RecordHead::of(&record);
         let body = Arc::new(record);
         let trigger_body = body.content.get("trigger_conditions").is_some().then(|| Arc::clone(&body));
-        let arriving = Some(Box::new(Arriving { body: Some(body), vector, words }));
+        let place = threads::Place::of(&body.metadata);
+        let arriving = Some(Box::new(Arriving { body: Some(body), vector, words, place }));
         IndexedRecord { head, trigger_body, tokens, terms, arriving }
     }
 
@@ -292,6 +296,8 @@ pub struct TenantIndex {
     /// Slots whose records carry `trigger_conditions`: the few that `triggers` evaluates, so a
     /// request does not look into every visible record for them.
     pub triggered: std::collections::BTreeSet<u32>,
+    /// The records that say which conversation or document they belong to, in order there.
+    pub threads: threads::Threads,
 }
 
 impl TenantIndex {
@@ -416,7 +422,7 @@ impl TenantIndex {
         self.remove(&item.head.id);
         // The index keeps one copy of the embedding (the int8 row) and of the words (the lexical
         // postings), and no body: the slot holds the head, its terms and token count.
-        let Arriving { vector, words, .. } = item.arriving.take().map(|a| *a).unwrap_or_default();
+        let Arriving { vector, words, place, .. } = item.arriving.take().map(|a| *a).unwrap_or_default();
         item.head.tenant = self.intern(&item.head.tenant);
         item.head.record_type = self.intern(&item.head.record_type);
         item.head.schema_version = self.intern(&item.head.schema_version);
@@ -475,6 +481,9 @@ impl TenantIndex {
         let hash = self.ids.hash_one(item.head.id.as_str());
         if let Some((words, length)) = words {
             self.lexical.upsert_weighted(slot, words, length);
+        }
+        if let Some(place) = place {
+            self.threads.insert(slot, place);
         }
         self.slots[slot as usize] = Some(item);
         let (ids, slots) = (&self.ids, &self.slots);
@@ -603,6 +612,7 @@ impl TenantIndex {
         }
         self.odd.remove(&slot);
         self.lexical.remove(slot);
+        self.threads.remove(slot);
         self.triggered.remove(&slot);
         match self.meta[slot as usize].vector {
             VectorKind::Int8 => {

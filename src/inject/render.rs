@@ -21,9 +21,10 @@ use serde_json::Value;
 pub const TEMPLATE_FILE: &str = "memory.j2";
 /// The file in `templates/<release>/` holding the contract placed in front of the records.
 pub const CONTRACT_FILE: &str = "contract.txt";
-/// The release used when configuration names none. v1 until v3 (compact lines, the cut) meets its
-/// measured goals: a store's default decides what every caller without a rollout gets.
-pub const DEFAULT_RELEASE: &str = "v1";
+/// The release used when configuration names none: v4 (compact lines, the standout cut,
+/// neighbours), the one whose measured retrieval meets its goals (docs/benchmarks.md,
+/// "Retrieval"). A store's default decides what every caller without a rollout gets.
+pub const DEFAULT_RELEASE: &str = "v4";
 
 const CLOSING_TAG: &str = "</MEMORY_CONTEXT>";
 
@@ -91,10 +92,11 @@ pub struct ReleaseSource {
 }
 
 /// The releases built into the binary (`templates/` of the source), so that it runs anywhere.
-const BUILTIN: [(&str, &str, &str); 3] = [
+const BUILTIN: [(&str, &str, &str); 4] = [
     ("v1", include_str!("../../templates/v1/memory.j2"), include_str!("../../templates/v1/contract.txt")),
     ("v2", include_str!("../../templates/v2/memory.j2"), include_str!("../../templates/v2/contract.txt")),
     ("v3", include_str!("../../templates/v3/memory.j2"), include_str!("../../templates/v3/contract.txt")),
+    ("v4", include_str!("../../templates/v4/memory.j2"), include_str!("../../templates/v4/contract.txt")),
 ];
 
 impl Templates {

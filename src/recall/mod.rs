@@ -269,6 +269,7 @@ impl Recaller {
                 vector: Some(&vector),
                 threshold: release.funnel.threshold,
                 probes: release.funnel.probes,
+                lift: crate::funnel::semantic::Lift::NONE,
             };
             let output = crate::funnel::run(&index, caller, &semantic, &release.funnel, now_ms(), wish.trace);
             // The few records with trigger conditions among what this caller may see now: taken

@@ -1,9 +1,11 @@
 //! A release: a named version of the memory rules — the schema versions it reads, its template and
 //! contract (`templates/<name>/`), and its funnel settings. Built in: `v1` and `v2` (each reads its
-//! own schema version), and `v3`, the default: it reads the `v1` records, renders each as a
-//! compact line and stops where the scores fall off (`funnel::cut`), with a budget and a cap
-//! chosen from the measured curve (docs/benchmarks.md, "Retrieval"). `[releases.<name>]` in the
-//! config overrides or adds.
+//! own schema version); `v3`, which reads the `v1` records, renders each as a compact line and
+//! stops where the scores fall off (`funnel::cut`); and `v4`, the default: v3's lines, records
+//! passing when they stand out from what the caller may see (`funnel::background`), the caller's
+//! own records boosted, neighbours in a thread lifting each other (`funnel::neighbours`), and a
+//! budget chosen from the measured curve (docs/benchmarks.md, "Retrieval"). `[releases.<name>]`
+//! in the config overrides or adds.
 
 use crate::config::Config;
 use crate::config::releases::{
@@ -130,6 +132,7 @@ pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<
         );
     }
     raw.insert("v3".into(), v3(config.embedding.model.language_centering));
+    raw.insert("v4".into(), v4(config.embedding.model.language_centering));
     for (name, release) in &config.releases {
         let base = raw.remove(name).unwrap_or_default();
         raw.insert(name.clone(), base.overlaid_with(release.clone()));
@@ -166,6 +169,9 @@ pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<
                         gap: r.cut_gap.filter(|v| *v > 0.0),
                         drop: r.cut_drop.filter(|v| *v > 0.0),
                     },
+                    standout: r.cut_standout.filter(|v| *v > 0.0),
+                    subject_boost: r.subject_boost.unwrap_or(0.0),
+                    neighbour_weight: r.neighbour_weight.unwrap_or(0.0),
                     retrieval: match r.retrieval {
                         Some(RetrievalSetting::Dense) => Retrieval::Dense,
                         _ => match Retrieval::HYBRID {
@@ -218,6 +224,46 @@ pub const V3_BUDGET_TOKENS: usize = 900;
 pub const V3_MAX_ITEMS: usize = 40;
 /// `v3`'s relative cut: records scoring below this share of the best are left out.
 pub const V3_CUT_RELATIVE: f32 = 0.6;
+
+/// The built-in `v4`, the default: v3's records and compact lines, ranked and cut by what the
+/// measurements on LoCoMo's tuning conversations and the multilingual support set supported
+/// (docs/benchmarks.md, "Retrieval"). A record passes on meaning when its similarity stands out
+/// from what the caller may see (`cut_standout`) above a low floor (`similarity_threshold`), or
+/// on strong words; the caller's own records weigh a little more (`subject_boost`); records of
+/// a conversation or document lift their neighbours (`neighbour_weight`); the budget is where
+/// another 100 tokens stopped adding a point of recall, and no item cap or relative cut stops a
+/// broad question short. The standout rule and the floor are calibrated on the default model's
+/// centered scores; without language centering v4 keeps the model's own threshold and no
+/// standout rule until they are set.
+fn v4(centered: bool) -> ReleaseConfig {
+    ReleaseConfig {
+        schema_versions: Some(vec!["v1".into()]),
+        similarity_threshold: centered.then_some(V4_FLOOR),
+        budget_tokens: Some(V4_BUDGET_TOKENS),
+        max_items: Some(V4_MAX_ITEMS),
+        lexical_weight: Some(V4_LEXICAL_WEIGHT),
+        cut_standout: centered.then_some(V4_STANDOUT),
+        subject_boost: Some(V4_SUBJECT_BOOST),
+        neighbour_weight: Some(V4_NEIGHBOUR_WEIGHT),
+        ..ReleaseConfig::default()
+    }
+}
+
+/// `v4`'s floor: no record passes on meaning below this similarity, however it stands out.
+pub const V4_FLOOR: f32 = 0.10;
+/// `v4`'s standout rule: one standard deviation above the mean of the caller's candidates.
+pub const V4_STANDOUT: f32 = 1.0;
+/// `v4`'s boost of the caller's own records.
+pub const V4_SUBJECT_BOOST: f32 = 0.1;
+/// `v4`'s neighbour weight.
+pub const V4_NEIGHBOUR_WEIGHT: f32 = 0.5;
+/// `v4`'s lexical weight beside the similarity.
+pub const V4_LEXICAL_WEIGHT: f32 = 1.5;
+/// `v4`'s record budget in tokens: a 1,000-token block less its 81 of contract and tags, the
+/// point of the tuning curve past which 100 more tokens add under a point of recall.
+pub const V4_BUDGET_TOKENS: usize = 919;
+/// `v4`'s item cap: bounds a block of very short records; the budget decides before it.
+pub const V4_MAX_ITEMS: usize = 64;
 
 /// A release's tool settings: the checked values the config holds, the defaults for the rest.
 fn tool_settings(r: &ReleaseConfig) -> ToolSettings {

@@ -139,6 +139,7 @@ pub(super) async fn search(
                 }
                 _ => None,
             },
+            lift: crate::funnel::semantic::Lift::NONE,
         };
         let mut hits = semantic::matching(&index, &current, &semantic, false, &mut trace);
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.slot.cmp(&b.slot)));
