@@ -35,6 +35,7 @@ use common::{BoxError, LocomoQuestion, Summary, cached_vectors, load_locomo, rec
 use memgate::clock::{format_ms, now_ms};
 use memgate::config::{Config, ConfigFlags};
 use memgate::embed::Embedder;
+use memgate::funnel::background::Standout;
 use memgate::funnel::cut::Cut;
 use memgate::funnel::feedback::{self, Feedback};
 use memgate::funnel::semantic::{Hybrid, SemanticQuery};
@@ -475,7 +476,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
             "budget_tokens": release.funnel.budget_tokens,
             "max_items": release.funnel.max_items,
             "cut": format!("{:?}", release.funnel.cut),
-            "standout": release.funnel.standout,
+            "standout": release.funnel.standout.map(|s| json!({"z": s.z, "floor": s.floor})),
             "subject_boost": release.funnel.subject_boost,
             "neighbour_weight": release.funnel.neighbour_weight,
             "block_overhead_tokens": bench.overhead()?,
@@ -538,16 +539,18 @@ fn sweep(
     for standout in [None, Some(0.8), Some(0.9), Some(1.0), Some(1.1), Some(1.2), Some(1.5)] {
         for boost in [0.0, 0.05, 0.1, 0.15] {
             let mut v = shipped.clone();
-            v.settings.standout = standout;
+            v.settings.standout = standout.map(|z| Standout { z, floor: 0.10 });
             v.settings.subject_boost = boost;
             v.name = format!("standout {standout:?} boost {boost}");
             combos.push(v);
         }
     }
-    for threshold in [0.05f32, 0.15, 0.19] {
+    for floor in [0.05f32, 0.15, 0.19] {
         let mut v = shipped.clone();
-        v.settings.threshold = threshold;
-        v.name = format!("floor {threshold}");
+        if let Some(standout) = &mut v.settings.standout {
+            standout.floor = floor;
+        }
+        v.name = format!("standout floor {floor}");
         combos.push(v);
     }
     for weight in [0.25f32, 0.75, 1.0] {

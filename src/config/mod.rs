@@ -474,6 +474,9 @@ mod tests {
             ("[auth]\nstale_key_grace_secs = 1", "auth.stale_key_grace_secs"),
             ("[auth]\nstale_key_grace_secs = 86400", "auth.stale_key_grace_secs"),
             ("[admin]\nsession_secret = \"short\"", "admin.session_secret"),
+            ("[releases.v4]\ncut_standout = -1", "releases.v4.cut_standout"),
+            ("[releases.v4]\nsubject_boost = 2", "releases.v4.subject_boost"),
+            ("[releases.v4]\nneighbour_weight = 3", "releases.v4.neighbour_weight"),
         ];
         for (text, key) in cases {
             match load_toml(text, &[], ConfigFlags::default()) {

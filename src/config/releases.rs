@@ -34,6 +34,8 @@ pub struct RawRelease {
     /// Let records pass on meaning only this many standard deviations above the mean similarity
     /// of what the caller may see (0: the threshold alone).
     pub cut_standout: Option<f32>,
+    /// The least similarity that may pass by standing out (default: the release's threshold).
+    pub standout_floor: Option<f32>,
     /// Added to the similarity of the caller's own subject's records (0: none).
     pub subject_boost: Option<f32>,
     /// How much a record's neighbours in its conversation or document lift it (0: off).
@@ -85,6 +87,8 @@ pub struct ReleaseConfig {
     pub cut_drop: Option<f32>,
     /// 0 to 10; 0 turns the standout rule off.
     pub cut_standout: Option<f32>,
+    /// A similarity (-1 to 1).
+    pub standout_floor: Option<f32>,
     /// 0 to 1.
     pub subject_boost: Option<f32>,
     /// 0 to 2; 0 turns neighbours off.
@@ -189,6 +193,9 @@ impl RawRelease {
                 "use a number of standard deviations between 0 (off) and 10",
             ));
         }
+        if let Some(floor) = self.standout_floor {
+            cosine(&key("standout_floor"), floor)?;
+        }
         if self.subject_boost.is_some_and(|v| !(0.0..=1.0).contains(&v)) {
             return Err(invalid(&key("subject_boost"), "use a similarity between 0 (none) and 1"));
         }
@@ -257,6 +264,7 @@ impl RawRelease {
             cut_gap: self.cut_gap,
             cut_drop: self.cut_drop,
             cut_standout: self.cut_standout,
+            standout_floor: self.standout_floor,
             subject_boost: self.subject_boost,
             neighbour_weight: self.neighbour_weight,
             query: self.query.map(|q| QueryConfig {
@@ -292,6 +300,7 @@ impl ReleaseConfig {
             cut_gap: top.cut_gap.or(self.cut_gap),
             cut_drop: top.cut_drop.or(self.cut_drop),
             cut_standout: top.cut_standout.or(self.cut_standout),
+            standout_floor: top.standout_floor.or(self.standout_floor),
             subject_boost: top.subject_boost.or(self.subject_boost),
             neighbour_weight: top.neighbour_weight.or(self.neighbour_weight),
             query: top.query.or(self.query),

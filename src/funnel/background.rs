@@ -11,7 +11,8 @@
 //! caller's candidate set: one int8 dot product each, the same whatever the tenant's size (256
 //! give LoCoMo's figures to the third decimal, docs/benchmarks.md "Retrieval"). With fewer than
 //! `MIN_SAMPLE` embedded candidates there is no background to stand out from, and the release's
-//! similarity threshold alone decides.
+//! similarity threshold alone decides; with one, the bar is the higher of the standout rule's and
+//! its floor (`Standout::floor`), which may sit below the threshold.
 //!
 //! Only candidates are sampled: records the caller may not see never move its bar.
 
@@ -45,6 +46,17 @@ impl Boost<'_> {
     pub fn most(&self) -> f32 {
         if self.slots.is_empty() { 0.0 } else { self.amount.max(0.0) }
     }
+}
+
+/// A release's standout rule (`cut_standout`, `standout_floor`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Standout {
+    /// Standard deviations above the mean of the caller's candidates.
+    pub z: f32,
+    /// The least similarity that may pass by standing out. Where there is no background (fewer
+    /// than `MIN_SAMPLE` candidates) the release's threshold decides instead: standing out is
+    /// itself evidence, so the floor can sit below the threshold a lone similarity needs.
+    pub floor: f32,
 }
 
 /// The mean and standard deviation of the sampled candidates' (boosted) similarities.

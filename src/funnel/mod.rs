@@ -36,6 +36,8 @@ mod bounded_tests;
 #[cfg(test)]
 mod ivf_tests;
 #[cfg(test)]
+mod lift_tests;
+#[cfg(test)]
 pub(crate) mod tests;
 
 use crate::identity::Caller;
@@ -59,8 +61,8 @@ pub struct FunnelSettings {
     /// Where the ranking stops, beside the budget and the cap.
     pub cut: cut::Cut,
     /// Records pass on meaning only this many standard deviations above the mean similarity of
-    /// the caller's candidates (`background`); `None`: the threshold alone.
-    pub standout: Option<f32>,
+    /// the caller's candidates, and at its floor (`background`); `None`: the threshold alone.
+    pub standout: Option<background::Standout>,
     /// Added to the similarity of the records of the caller's own subject (`user:<subject>`).
     pub subject_boost: f32,
     /// How much a record's neighbours in its thread lift it (`neighbours`); 0: off.

@@ -10,8 +10,8 @@
 //! - the records within two places of the best hits pass too, ranked by the same lifted score.
 //!
 //! A neighbour counts only if the caller may see it and it is valid now (it is in the temporal
-//! layer's output): a record the caller cannot see neither passes nor lifts another, so ranking
-//! reveals nothing about it. Tenants without threads skip the step. Measured on LoCoMo
+//! layer's output): a record the caller cannot see neither passes nor lifts another, and is
+//! stepped over as if absent (`Threads::around`), so ranking reveals nothing about it. Tenants without threads skip the step. Measured on LoCoMo
 //! (docs/benchmarks.md, "Retrieval"): weight 0.5 lifts held-out recall within 1,000 tokens by
 //! about 0.03; PRF on the vector or the words did not.
 
@@ -52,7 +52,7 @@ pub fn lift(
     let held: HashSet<u32> = hits.iter().map(|h| h.slot).collect();
     let mut admitted: Vec<u32> = Vec::new();
     for hit in by_rank.iter().take(ADMITTING) {
-        for (slot, _) in index.threads.around(hit.slot, REACH) {
+        for (slot, _) in index.threads.around(hit.slot, REACH, |s| current.contains(s)) {
             if !held.contains(&slot) && !admitted.contains(&slot) && scores.get(slot).is_some() {
                 admitted.push(slot);
             }
@@ -111,7 +111,8 @@ impl<F: Fn(u32) -> Option<Own>> Scores<'_, F> {
     /// neighbour's negative score lifts nothing.
     fn lift(&mut self, index: &TenantIndex, slot: u32, weight: f32) -> f32 {
         let (mut near, mut far) = (0.0f32, 0.0f32);
-        for (neighbour, distance) in index.threads.around(slot, REACH) {
+        let current = self.current;
+        for (neighbour, distance) in index.threads.around(slot, REACH, |s| current.contains(s)) {
             let Some((_, score)) = self.get(neighbour) else { continue };
             if distance == 1 {
                 near = near.max(score);

@@ -28,7 +28,7 @@
 //! `min_lexical`), and the density layer packs in fused order. Every hit keeps each ranking's
 //! part, which `explain` shows.
 
-use super::background::{self, Boost};
+use super::background::{self, Boost, Standout};
 use super::trace::{LayerLog, Trace};
 use crate::index::terms::query_phrases;
 use crate::index::{TenantIndex, VectorKind};
@@ -98,8 +98,8 @@ pub struct SemanticQuery<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct Lift<'a> {
     /// Records pass on meaning only at `z` standard deviations above the mean similarity of the
-    /// caller's candidates (and at the threshold).
-    pub standout: Option<f32>,
+    /// caller's candidates, and at the rule's floor.
+    pub standout: Option<Standout>,
     /// Added to the similarity of the caller's own subject's records.
     pub boost: Boost<'a>,
 }
@@ -272,8 +272,8 @@ pub fn matching_within(
     // The bar a (boosted) similarity must reach: the threshold, raised to stand out from the
     // caller's candidates where the release asks for it.
     let bar = match (query.lift.standout, query.vector) {
-        (Some(z), Some(vector)) => background::sample(index, candidates, vector, &boost)
-            .map_or(query.threshold, |background| query.threshold.max(background.bar(z))),
+        (Some(standout), Some(vector)) => background::sample(index, candidates, vector, &boost)
+            .map_or(query.threshold, |background| standout.floor.max(background.bar(standout.z))),
         _ => query.threshold,
     };
     let mut best = Best::new(top.best);

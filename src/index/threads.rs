@@ -67,23 +67,33 @@ impl Threads {
         self.of_slot.is_empty()
     }
 
-    /// The slots up to `reach` places before and after `slot` in its thread, each with its
-    /// distance (1 = adjacent), nearest first; empty for an unthreaded slot.
-    pub fn around(&self, slot: u32, reach: usize) -> Vec<(u32, usize)> {
+    /// The slots up to `reach` places before and after `slot` in its thread, counting only slots
+    /// `keep` accepts (what the caller may see), each with its distance (1 = adjacent), nearest
+    /// first; empty for an unthreaded slot. A record the caller may not see is stepped over as if
+    /// it were not there, so it changes nobody's neighbours; at most `WALK` records are stepped
+    /// over on each side.
+    pub fn around(&self, slot: u32, reach: usize, keep: impl Fn(u32) -> bool) -> Vec<(u32, usize)> {
         let Some(place) = self.of_slot.get(&slot) else { return Vec::new() };
         let Some(members) = self.by_thread.get(&place.thread) else { return Vec::new() };
         let at = (place.position, slot);
-        let before = members.range(..at).rev().take(reach);
-        let after = members.range(at..).skip(1).take(reach);
+        let kept = |side: &mut dyn Iterator<Item = &(u32, u32)>| -> Vec<u32> {
+            side.take(WALK).map(|(_, neighbour)| *neighbour).filter(|n| keep(*n)).take(reach).collect()
+        };
+        let before = kept(&mut members.range(..at).rev());
+        let after = kept(&mut members.range(at..).skip(1));
         let mut out: Vec<(u32, usize)> = before
+            .into_iter()
             .enumerate()
-            .chain(after.enumerate())
-            .map(|(i, (_, neighbour))| (*neighbour, i + 1))
+            .chain(after.into_iter().enumerate())
+            .map(|(i, neighbour)| (neighbour, i + 1))
             .collect();
         out.sort_by_key(|(_, distance)| *distance);
         out
     }
 }
+
+/// How many records of a thread a neighbour lookup steps through on each side at most.
+pub const WALK: usize = 64;
 
 #[cfg(test)]
 mod tests {
@@ -100,17 +110,33 @@ mod tests {
             threads.insert(slot, place("D1", position));
         }
         threads.insert(20, place("D2", 2));
-        assert_eq!(threads.around(12, 2), vec![(11, 1), (13, 1), (10, 2), (14, 2)]);
-        assert_eq!(threads.around(10, 1), vec![(11, 1)]);
-        assert_eq!(threads.around(20, 2), vec![], "alone in its thread");
-        assert_eq!(threads.around(99, 2), vec![], "unthreaded");
+        let all = |_: u32| true;
+        assert_eq!(threads.around(12, 2, all), vec![(11, 1), (13, 1), (10, 2), (14, 2)]);
+        assert_eq!(threads.around(10, 1, all), vec![(11, 1)]);
+        assert_eq!(threads.around(20, 2, all), vec![], "alone in its thread");
+        assert_eq!(threads.around(99, 2, all), vec![], "unthreaded");
+        // A slot the caller may not see is stepped over: 13 is then 12's neighbour's neighbour.
+        assert_eq!(threads.around(12, 2, |s| s != 11), vec![(10, 1), (13, 1), (14, 2)]);
         threads.remove(11);
-        assert_eq!(threads.around(12, 1), vec![(10, 1), (13, 1)]);
+        assert_eq!(threads.around(12, 1, all), vec![(10, 1), (13, 1)]);
         for slot in [10, 12, 13, 14, 20] {
             threads.remove(slot);
         }
         assert!(threads.is_empty());
         assert!(threads.by_thread.is_empty(), "an emptied thread is dropped");
+    }
+
+    #[test]
+    fn a_lookup_steps_over_a_bounded_number_of_hidden_records() {
+        let mut threads = Threads::default();
+        for slot in 0..200u32 {
+            threads.insert(slot, place("D1", slot));
+        }
+        // Only 0 and 199 visible: too far apart to be neighbours.
+        let visible = |s: u32| s == 0 || s == 199;
+        assert_eq!(threads.around(0, 2, visible), vec![]);
+        let near = |s: u32| s == 0 || s == WALK as u32;
+        assert_eq!(threads.around(0, 2, near), vec![(WALK as u32, 1)]);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use crate::config::releases::{
     AgentWritesSetting, ObserveSetting, PlacementSetting, QueryConfig, ReleaseConfig, RetrievalSetting,
     ToolsSetting,
 };
+use crate::funnel::background::Standout;
 use crate::funnel::cut::Cut;
 use crate::funnel::semantic::DEFAULT_PROBES;
 use crate::funnel::{FunnelSettings, Retrieval};
@@ -169,7 +170,13 @@ pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<
                         gap: r.cut_gap.filter(|v| *v > 0.0),
                         drop: r.cut_drop.filter(|v| *v > 0.0),
                     },
-                    standout: r.cut_standout.filter(|v| *v > 0.0),
+                    standout: r.cut_standout.filter(|v| *v > 0.0).map(|z| Standout {
+                        z,
+                        floor: r
+                            .standout_floor
+                            .or(r.similarity_threshold)
+                            .unwrap_or(config.embedding.similarity_threshold),
+                    }),
                     subject_boost: r.subject_boost.unwrap_or(0.0),
                     neighbour_weight: r.neighbour_weight.unwrap_or(0.0),
                     retrieval: match r.retrieval {
@@ -228,8 +235,8 @@ pub const V3_CUT_RELATIVE: f32 = 0.6;
 /// The built-in `v4`, the default: v3's records and compact lines, ranked and cut by what the
 /// measurements on LoCoMo's tuning conversations and the multilingual support set supported
 /// (docs/benchmarks.md, "Retrieval"). A record passes on meaning when its similarity stands out
-/// from what the caller may see (`cut_standout`) above a low floor (`similarity_threshold`), or
-/// on strong words; the caller's own records weigh a little more (`subject_boost`); records of
+/// from what the caller may see (`cut_standout`) above a low floor (`standout_floor`; with too
+/// few candidates to stand out from, the model's threshold decides), or on strong words; the caller's own records weigh a little more (`subject_boost`); records of
 /// a conversation or document lift their neighbours (`neighbour_weight`); the budget is where
 /// another 100 tokens stopped adding a point of recall, and no item cap or relative cut stops a
 /// broad question short. The standout rule and the floor are calibrated on the default model's
@@ -238,7 +245,7 @@ pub const V3_CUT_RELATIVE: f32 = 0.6;
 fn v4(centered: bool) -> ReleaseConfig {
     ReleaseConfig {
         schema_versions: Some(vec!["v1".into()]),
-        similarity_threshold: centered.then_some(V4_FLOOR),
+        standout_floor: centered.then_some(V4_FLOOR),
         budget_tokens: Some(V4_BUDGET_TOKENS),
         max_items: Some(V4_MAX_ITEMS),
         lexical_weight: Some(V4_LEXICAL_WEIGHT),
@@ -249,7 +256,8 @@ fn v4(centered: bool) -> ReleaseConfig {
     }
 }
 
-/// `v4`'s floor: no record passes on meaning below this similarity, however it stands out.
+/// `v4`'s standout floor: no record passes on meaning below this similarity, however it stands
+/// out.
 pub const V4_FLOOR: f32 = 0.10;
 /// `v4`'s standout rule: one standard deviation above the mean of the caller's candidates.
 pub const V4_STANDOUT: f32 = 1.0;

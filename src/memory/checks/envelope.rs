@@ -134,6 +134,7 @@ pub fn check(input: &Value, rules: &Rules<'_>) -> Result<Envelope, Vec<Problem>>
             let mut m = m.clone();
             // Server-kept mirror of updated_at; a stale copy from an export is not the writer's.
             m.remove("last_updated");
+            check_place(&m, &mut problems);
             m
         }
         Some(_) => {
@@ -424,5 +425,45 @@ fn check_aliases(value: Option<&Value>, problems: &mut Problems) -> Vec<String> 
             problems.push(Problem::new("$.aliases", "invalid_type", "aliases must be an array of strings"));
             Vec::new()
         }
+    }
+}
+
+/// The longest `metadata.thread` name taken, in bytes.
+pub const MAX_THREAD_BYTES: usize = 256;
+
+/// `metadata.thread` and `metadata.position` say where a record sits in a conversation or
+/// document (`index::threads`): both or neither, a thread name of 1 to `MAX_THREAD_BYTES` bytes
+/// and a position from 0 to 4,294,967,295. A malformed pair would otherwise be silently ignored.
+fn check_place(metadata: &Map<String, Value>, problems: &mut Problems) {
+    let (thread, position) = (metadata.get("thread"), metadata.get("position"));
+    match thread {
+        None => {}
+        Some(Value::String(name)) if !name.is_empty() && name.len() <= MAX_THREAD_BYTES => {}
+        Some(_) => problems.push(Problem::new(
+            "$.metadata.thread",
+            "invalid_value",
+            format!("metadata.thread names the conversation or document: a string of 1 to {MAX_THREAD_BYTES} bytes"),
+        )),
+    }
+    match position {
+        None => {}
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|p| u32::try_from(p).is_ok()) => {}
+        Some(_) => problems.push(Problem::new(
+            "$.metadata.position",
+            "invalid_value",
+            "metadata.position is the record's place in its thread: an integer from 0 to 4294967295",
+        )),
+    }
+    if thread.is_some() != position.is_some() {
+        let (path, missing) = if thread.is_some() {
+            ("$.metadata.position", "position")
+        } else {
+            ("$.metadata.thread", "thread")
+        };
+        problems.push(Problem::new(
+            path,
+            "missing_field",
+            format!("metadata.thread and metadata.position go together: add metadata.{missing}"),
+        ));
     }
 }

@@ -112,6 +112,21 @@ async fn refusals_name_every_problem_by_json_path_and_kind() {
             vec![("$.content", "invalid_type")],
         ),
         (
+            "a thread without a position",
+            with(base.clone(), "metadata", json!({"thread": "chat-7"})),
+            vec![("$.metadata.position", "missing_field")],
+        ),
+        (
+            "a position that is no place",
+            with(base.clone(), "metadata", json!({"thread": "chat-7", "position": -1})),
+            vec![("$.metadata.position", "invalid_value")],
+        ),
+        (
+            "a thread that is no name",
+            with(base.clone(), "metadata", json!({"thread": "", "position": 2})),
+            vec![("$.metadata.thread", "invalid_value")],
+        ),
+        (
             "several at once",
             json!({
             "type": "fact", "scope": ["public", 7], "colour": "red", "valid_from": "not a date",
