@@ -52,10 +52,10 @@ async fn the_binary_serves_from_any_directory_with_only_the_model_folder_configu
         .await
         .unwrap();
     assert_eq!(answer.status(), 200);
-    // The built-in template rendered the block (no templates/ folder anywhere near).
+    // The default release's built-in template rendered the block (no templates/ folder anywhere near).
     let sent: Vec<Value> = mock.recorded().await;
     let body = sent.iter().rev().find(|r| r["path"] == "/v1/messages").unwrap()["body"].to_string();
-    assert!(body.contains("MEMORY_CONTEXT version=\\\"v1\\\"") && body.contains("Hamburg"), "{body}");
+    assert!(body.contains("MEMORY_CONTEXT version=\\\"v4\\\"") && body.contains("Hamburg"), "{body}");
     // The SQLite file landed in the working directory.
     assert!(cwd.path.join("memgate.db").exists());
 }

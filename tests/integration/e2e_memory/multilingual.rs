@@ -37,7 +37,7 @@ struct Outcome {
 /// Sends every query of `QUERIES` as customer u-789 of a support bot, against `support_records`,
 /// and measures each query's similarities on the side.
 async fn ask_the_support_queries() -> Vec<Outcome> {
-    // The release memgate ships as the default (v3: compact lines and the cut), not the v1 the
+    // The release memgate ships as the default (v4: compact lines, the standout cut), not the v1 the
     // other memory tests pin.
     let gate = Memgate::start(&CONFIG.replace("default_release = \"v1\"\n", ""));
     for record in support_records() {
@@ -78,17 +78,17 @@ fn similarity_report(outcomes: &[Outcome]) -> String {
 /// The records no customer question is about.
 const OFF_TOPIC: [&str; 3] = ["fact-party-zh", "fact-office-ru", "spec-grinder"];
 
-/// Multilingual retrieval as the support bot sees it: with language centering (on by default) and
-/// its calibrated threshold, measured on this sample with the int8 model, 10 of the 12 queries get
-/// exactly their record; "Which language should I use…" also gets the Chinese refund policy, which
-/// scores a hair above its own record (0.208 against 0.200; 0.210 against 0.211 with float32
-/// weights); the Russian question about the late desk gets nothing (its record scores 0.132, below
-/// two SOPs at 0.18). An int8 model quantized afresh by scripts/fetch-assets on another machine
-/// (2026-12-02) gives the Russian form of the language question the Chinese refund policy too, at
-/// 0.191 against the 0.19 threshold: 9 exact. The bars below sit at that: a query that gets anything gets its own record,
-/// scoring within 0.02 of the best. Without centering the same sample gave 2
-/// of 12 exact, and the office move, the staff party and the grinder were injected for some
-/// queries: this test fails then.
+/// Multilingual retrieval as the support bot sees it, through the default release (v4): a record
+/// passes when its similarity stands out from the seven this customer may see, and the customer's
+/// own records (the late desk, the profile) weigh 0.1 more. Measured with the int8 model, all 12
+/// queries get exactly their record (docs/benchmarks.md, "Retrieval": 17 of 17 with the set's
+/// two-record questions), the Russian question about the late desk included: its English record
+/// scores 0.132, below two SOPs at 0.18, and the customer's own conversation summary outranks
+/// them. Under v1's threshold alone that query got nothing, and "Which language should I use…"
+/// also got the Chinese refund policy. The bar below allows one query off by an int8 model
+/// quantized afresh on another machine (scripts/fetch-assets), whose scores move by ~0.01.
+/// Without language centering the same sample gave 2 of 12 exact, and the office move, the staff
+/// party and the grinder were injected for some queries: this test fails then.
 #[tokio::test]
 async fn queries_in_english_chinese_and_russian_get_their_record_and_no_off_topic_one() {
     let outcomes = ask_the_support_queries().await;
@@ -102,15 +102,6 @@ async fn queries_in_english_chinese_and_russian_get_their_record_and_no_off_topi
     assert!(off_topic.is_empty(), "off-topic records were injected:\n{}\n\n{report}", off_topic.join("\n"));
     let exact = outcomes.iter().filter(|o| o.got == set(&[o.relevant])).count();
     let found = outcomes.iter().filter(|o| o.got.contains(o.relevant)).count();
-    assert!(exact >= 9, "{exact} of {} queries got exactly their record\n\n{report}", outcomes.len());
-    assert!(found >= 11, "{found} of {} queries got their record\n\n{report}", outcomes.len());
-    for o in outcomes.iter().filter(|o| !o.got.is_empty()) {
-        let best = o.scores.first().map_or(0.0, |(_, score)| *score);
-        let own = o.scores.iter().find(|(id, _)| id == o.relevant).map_or(f32::MIN, |(_, score)| *score);
-        assert!(
-            o.got.contains(o.relevant) && best - own <= 0.02,
-            "{}: its record is not among the best matches\n\n{report}",
-            o.query
-        );
-    }
+    assert_eq!(found, outcomes.len(), "{found} of {} queries got their record\n\n{report}", outcomes.len());
+    assert!(exact >= 11, "{exact} of {} queries got exactly their record\n\n{report}", outcomes.len());
 }

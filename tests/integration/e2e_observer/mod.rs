@@ -46,7 +46,11 @@ impl Observed {
     pub fn gateway(mock: &Proc, db: &TestDb, toml: &str) -> (Proc, TempDir) {
         let dir = TempDir::new("observer-config");
         let file = dir.path.join("memgate.toml");
-        std::fs::write(&file, format!("[memory]\nfunnel_timeout_ms = 10000\n{toml}")).unwrap();
+        std::fs::write(
+            &file,
+            format!("[memory]\nfunnel_timeout_ms = 10000\ndefault_release = \"v1\"\n{toml}"),
+        )
+        .unwrap();
         let gw = managed_gateway(mock, &["--config", file.to_str().unwrap(), "--database-url", &db.url]);
         (gw, dir)
     }

@@ -38,7 +38,12 @@ async fn promotions_and_rollbacks_by_the_admin_api_take_effect_at_once_and_are_r
         list["data"].as_array().unwrap().iter().map(|r| (&r["name"], &r["active"])).collect();
     assert_eq!(
         names,
-        [(&json!("v1"), &json!(true)), (&json!("v2"), &json!(false)), (&json!("v3"), &json!(false))],
+        [
+            (&json!("v1"), &json!(true)),
+            (&json!("v2"), &json!(false)),
+            (&json!("v3"), &json!(false)),
+            (&json!("v4"), &json!(false))
+        ],
         "{list}"
     );
 
