@@ -289,6 +289,7 @@ mod freshness;
 mod hostile;
 mod modes;
 mod multilingual;
+mod neighbours;
 mod placement;
 mod ranking;
 mod scope;
