@@ -220,3 +220,56 @@ fn a_subjects_scan_reads_only_what_it_may_see() {
     assert_eq!(injected.first().map(String::as_str), Some("profile-me"));
     assert_eq!(injected, injected_many);
 }
+
+/// The rules beyond the threshold (the standout cut, the subject's boost, neighbours in threads)
+/// keep the bounded run's promise: a request injects what scoring every hit would, over random
+/// threaded tenants, the caller's own records among them.
+#[test]
+fn the_bounded_run_injects_what_the_unbounded_one_does_with_standout_boost_and_neighbours() {
+    let mut rng = Rng(41);
+    let vectors = Vectors::new(&mut rng, 32, 6);
+    for n in [40, 400, 1500] {
+        let mut index = TenantIndex::default();
+        let mut stored = Vec::new();
+        for i in 0..n {
+            let scope = if i % 7 == 0 { "user:u1" } else { "public" };
+            let mut r = record(&format!("r{i:05}"), &[scope], (0, OPEN_END_MS), "v1");
+            r.priority = (1 + rng.below(5)) as u8;
+            r.metadata.insert("thread".into(), format!("chat-{}", i / 12).into());
+            r.metadata.insert("position".into(), (i % 12).into());
+            let vector = vectors.record(&mut rng);
+            stored.push(vector.clone());
+            let mut it = crate::index::IndexedRecord::new(r, Some(std::sync::Arc::from(vector)));
+            it.tokens = 20 + rng.below(200);
+            index.upsert(it);
+        }
+        let mut who = caller(&["public", "user:u1"]);
+        who.subject = Some("u1".into());
+        for q in 0..30 {
+            let target = rng.below(stored.len());
+            let query = vectors.near(&mut rng, &stored[target], [0.02, 0.06][q % 2]);
+            for (z, boost, weight) in [(1.0, 0.1, 0.5), (0.5, 0.0, 1.0), (2.0, 0.2, 0.25)] {
+                for (budget, items) in [(919, 64), (300, 5), (3000, 3)] {
+                    let mut s = settings(0.19, budget, items, 2, Retrieval::Dense);
+                    s.standout = Some(super::background::Standout { z, floor: 0.1 });
+                    s.subject_boost = boost;
+                    s.neighbour_weight = weight;
+                    let sq = SemanticQuery {
+                        text: "",
+                        vector: Some(&query),
+                        threshold: s.threshold,
+                        probes: Probes::ALL,
+                        hybrid: None,
+                        lift: crate::funnel::semantic::Lift::NONE,
+                    };
+                    let fast = super::run(&index, &who, &sq, &s, NOW, Detail::Off);
+                    let full = super::run(&index, &who, &sq, &s, NOW, Detail::Full);
+                    let context = format!(
+                        "n {n} query {q} z {z} boost {boost} weight {weight} budget {budget}/{items}"
+                    );
+                    assert_eq!(injected(&fast), injected(&full), "{context}");
+                }
+            }
+        }
+    }
+}
