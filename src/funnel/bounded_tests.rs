@@ -273,3 +273,49 @@ fn the_bounded_run_injects_what_the_unbounded_one_does_with_standout_boost_and_n
         }
     }
 }
+
+/// A hit ruled out by the full heap's floor before it was scored is still a hit left out: when
+/// the block has room for it (few large records fill the budget, not the cap), the run must pack
+/// every hit rather than trust the heap. Before this was counted, the small record below went
+/// missing from the bounded run.
+#[test]
+fn a_hit_ruled_out_by_a_full_heap_still_counts_as_left_out() {
+    let mut index = TenantIndex::default();
+    let query = {
+        let mut q = vec![0.0f32; 16];
+        q[0] = 1.0;
+        q
+    };
+    let at = |similarity: f32, k: usize| {
+        let mut v = vec![0.0f32; 16];
+        v[0] = similarity;
+        v[1 + k % 15] = (1.0 - similarity * similarity).sqrt();
+        v
+    };
+    // Sixty-four large records that all score well, then one small record scoring less.
+    for i in 0..64 {
+        let r = record(&format!("large-{i:02}"), &["public"], (0, OPEN_END_MS), "v1");
+        let mut it =
+            crate::index::IndexedRecord::new(r, Some(std::sync::Arc::from(at(0.9 - 0.001 * i as f32, i))));
+        it.tokens = 300;
+        index.upsert(it);
+    }
+    let r = record("small", &["public"], (0, OPEN_END_MS), "v1");
+    let mut it = crate::index::IndexedRecord::new(r, Some(std::sync::Arc::from(at(0.5, 3))));
+    it.tokens = 20;
+    index.upsert(it);
+    let who = caller(&["public"]);
+    let s = settings(0.19, 1000, 5, 0, Retrieval::Dense);
+    let sq = SemanticQuery {
+        text: "",
+        vector: Some(&query),
+        threshold: 0.19,
+        probes: Probes::ALL,
+        hybrid: None,
+        lift: crate::funnel::semantic::Lift::NONE,
+    };
+    let fast = super::run(&index, &who, &sq, &s, NOW, Detail::Off);
+    let full = super::run(&index, &who, &sq, &s, NOW, Detail::Full);
+    assert_eq!(injected(&full).0, ["large-00", "large-01", "large-02", "small"]);
+    assert_eq!(injected(&fast), injected(&full));
+}

@@ -141,7 +141,7 @@ pub fn run(
     let query = &SemanticQuery { lift: settings.lift(index, caller, &mut subject_slots), ..*query };
     let matched =
         semantic::matching_within(index, &current, Some(&caller.scopes), query, top, detailed, &mut trace);
-    let (floor, floor_high) = (matched.floor, matched.floor_high);
+    let (floor, floor_high, left_out_tokens) = (matched.floor, matched.floor_high, matched.left_out_tokens);
     let (hits, lifted) = with_neighbours(index, &current, query, settings, matched);
     // A record the bounded scan left out could have been lifted by as much as a hit was; what it
     // could score is its floor plus that.
@@ -181,7 +181,7 @@ pub fn run(
         cut: settings.cut,
     };
     let mut packed = density::pack(index, hits, &budget, detailed, &mut trace);
-    if !packed_as_unbounded(&packed, &budget, floor, floor_high) {
+    if !packed_as_unbounded(&packed, &budget, floor, floor_high, left_out_tokens) {
         // Rare: the kept hits did not fill the block with records that beat what was left out
         // (large records skipped for the budget, ties at the floor). Pack every hit instead.
         let mut again = Trace::default();
@@ -261,18 +261,21 @@ fn with_neighbours(
 
 /// Whether packing the bounded hits packed what packing every hit would. Everything the semantic
 /// layer left out scored at most its floor, and the density layer ranks by that score first; so
-/// when the block holds `max_items` records that all beat the floor, no left-out hit could have
-/// been injected; and when the stubs are all there and beat the high-priority floor (or no
+/// when the block's records all beat the floor and the block is full — it holds `max_items`
+/// records, or has less room left than the smallest left-out hit needs — no left-out hit could
+/// have been injected; and when the stubs are all there and beat the high-priority floor (or no
 /// high-priority hit was left out), no left-out hit could have been a stub.
 fn packed_as_unbounded(
     packed: &Packed,
     budget: &Budget,
     floor: Option<f32>,
     floor_high: Option<f32>,
+    left_out_tokens: Option<usize>,
 ) -> bool {
     let beats = |chosen: &[density::Chosen], floor: f32| chosen.iter().all(|c| c.score > floor);
-    let injected =
-        floor.is_none_or(|f| packed.injected.len() >= budget.max_items && beats(&packed.injected, f));
+    let full = packed.injected.len() >= budget.max_items
+        || left_out_tokens.is_some_and(|least| budget.tokens.saturating_sub(packed.tokens) < least);
+    let injected = floor.is_none_or(|f| full && beats(&packed.injected, f));
     let stubs = floor.is_none()
         || floor_high.is_none_or(|f| packed.stubs.len() >= budget.max_stubs && beats(&packed.stubs, f));
     injected && stubs

@@ -167,13 +167,18 @@ pub struct Matched {
     /// The bar similarities had to reach: the threshold, or higher where the release asks records
     /// to stand out.
     pub bar: f32,
+    /// When a heap left a hit out: the fewest tokens such a hit costs (its record's token count
+    /// as `SlotMeta` keeps it). A block with less room than that could not have taken any of them.
+    pub left_out_tokens: Option<usize>,
 }
 
-/// A bounded heap of the best (score, slot) pairs.
+/// A bounded heap of the best (score, slot) pairs, each with its record's token count.
 struct Best {
     cap: usize,
-    heap: std::collections::BinaryHeap<std::cmp::Reverse<(Score, u32)>>,
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(Score, u32, u16)>>,
     dropped: bool,
+    /// The fewest tokens of a hit it left out.
+    dropped_tokens: Option<u16>,
 }
 
 /// An f32 ordered by `total_cmp`.
@@ -196,30 +201,43 @@ impl Ord for Score {
 
 impl Best {
     fn new(cap: usize) -> Best {
-        Best { cap, heap: std::collections::BinaryHeap::new(), dropped: false }
+        Best { cap, heap: std::collections::BinaryHeap::new(), dropped: false, dropped_tokens: None }
     }
 
     /// The score a new entry must beat: the worst kept once full.
     fn floor(&self) -> f32 {
         match self.heap.peek() {
-            Some(std::cmp::Reverse((Score(worst), _))) if self.heap.len() >= self.cap => *worst,
+            Some(std::cmp::Reverse((Score(worst), _, _))) if self.heap.len() >= self.cap => *worst,
             _ if self.cap == 0 => f32::INFINITY,
             _ => f32::NEG_INFINITY,
         }
     }
 
-    fn offer(&mut self, slot: u32, score: f32) {
+    fn offer(&mut self, slot: u32, score: f32, tokens: u16) {
         if self.cap == 0 {
             return; // not kept apart at all (`TopK::ALL`): the other heap holds every hit
         }
         if self.heap.len() < self.cap {
-            self.heap.push(std::cmp::Reverse((Score(score), slot)));
+            self.heap.push(std::cmp::Reverse((Score(score), slot, tokens)));
         } else {
             self.dropped = true;
-            if score > self.floor() {
-                self.heap.pop();
-                self.heap.push(std::cmp::Reverse((Score(score), slot)));
-            }
+            let left = if score > self.floor() {
+                let evicted = self.heap.pop().map_or(tokens, |std::cmp::Reverse((_, _, t))| t);
+                self.heap.push(std::cmp::Reverse((Score(score), slot, tokens)));
+                evicted
+            } else {
+                tokens
+            };
+            self.dropped_tokens = Some(self.dropped_tokens.map_or(left, |t| t.min(left)));
+        }
+    }
+
+    /// A hit the bar admits but this full heap's floor ruled out before it was scored: left out
+    /// all the same.
+    fn rule_out(&mut self, tokens: u16) {
+        if self.cap > 0 && self.heap.len() >= self.cap {
+            self.dropped = true;
+            self.dropped_tokens = Some(self.dropped_tokens.map_or(tokens, |t| t.min(tokens)));
         }
     }
 
@@ -229,7 +247,7 @@ impl Best {
     }
 
     fn into_slots(self) -> impl Iterator<Item = (u32, f32)> {
-        self.heap.into_iter().map(|std::cmp::Reverse((Score(score), slot))| (slot, score))
+        self.heap.into_iter().map(|std::cmp::Reverse((Score(score), slot, _))| (slot, score))
     }
 }
 
@@ -309,6 +327,14 @@ pub fn matching_within(
                     scanned += 1;
                     let upper = rows.upper_bound_at(at, &quantized);
                     if !reaches(upper, loose) {
+                        if reaches(upper, bar - slack) {
+                            // Out for the heaps' floors, not for the bar: a hit left out.
+                            let m = &meta[slot as usize];
+                            best.rule_out(m.tokens);
+                            if m.priority >= 4 {
+                                high.rule_out(m.tokens);
+                            }
+                        }
                         return;
                     }
                     Some(upper)
@@ -318,6 +344,13 @@ pub fn matching_within(
             let high_priority = meta[slot as usize].priority >= 4;
             let floor = if high_priority { best.floor().min(high.floor()) } else { best.floor() };
             if upper.is_some_and(|upper| !reaches(upper, bar.max(floor) - slack)) {
+                if upper.is_some_and(|upper| reaches(upper, bar - slack)) {
+                    let tokens = meta[slot as usize].tokens;
+                    best.rule_out(tokens);
+                    if high_priority {
+                        high.rule_out(tokens);
+                    }
+                }
                 return;
             }
             let score = match (at, rows) {
@@ -329,9 +362,10 @@ pub fn matching_within(
             };
             let score = score + boost.of(slot);
             if score >= bar {
-                best.offer(slot, score);
+                let tokens = meta[slot as usize].tokens;
+                best.offer(slot, score, tokens);
                 if high_priority {
-                    high.offer(slot, score);
+                    high.offer(slot, score, tokens);
                 }
             }
         };
@@ -375,6 +409,11 @@ pub fn matching_within(
         trace.notes.push("the query has no embedding: only exact matches could pass".into());
     }
     let (floor, floor_high) = (best.left_out(), high.left_out());
+    let left_out_tokens = match (best.dropped_tokens, high.dropped_tokens) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+    .map(usize::from);
     hits.extend(
         best.into_slots()
             .chain(high.into_slots())
@@ -414,7 +453,7 @@ pub fn matching_within(
     }
     log.finish_by_difference(hits.len(), trace);
     word_scores.sort_unstable_by_key(|(slot, _)| *slot);
-    Matched { hits, floor, floor_high, words: word_scores, bar }
+    Matched { hits, floor, floor_high, words: word_scores, bar, left_out_tokens }
 }
 
 /// The hybrid step: the dense hits (exact matches and similarities at or above the threshold)
