@@ -3,7 +3,11 @@
 //! Four layers, run cheapest first on the caller's tenant index:
 //! 1. `scope` — the tenant's records sharing a scope with the caller (deny by default);
 //! 2. `temporal` — valid now, active, of a schema version the release reads;
-//! 3. `semantic` — named exactly by the query, or similar enough to it;
+//! 3. `semantic` — named exactly by the query, or similar enough to it: at the release's
+//!    threshold, or, where the release asks, standing out from what the caller may see
+//!    (`background`), the caller's own records weighing a little more; then records of a
+//!    conversation or document lift their neighbours and the best hits' neighbours pass
+//!    (`neighbours`);
 //! 4. `density` — best first until the token budget, the item cap or the release's cut (`cut`:
 //!    the next record scores too far below the best); high-priority overflow as stubs.
 //!

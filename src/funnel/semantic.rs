@@ -1,6 +1,8 @@
 //! Layer: semantic. A record passes when the query names it exactly (its key, an alias, an
 //! identifier in its content — see `terms`), or when the similarity of its embedding to the
-//! query's is at least the release's threshold. Small candidate sets are scanned in full; large
+//! query's reaches the bar: the release's threshold, or for a release with a standout rule the
+//! mean of the caller's candidates plus `z` deviations, never below the rule's floor
+//! (`background`; a subject's own records count with their boost). Small candidate sets are scanned in full; large
 //! ones go through the tenant's approximate index, filtered to the candidates.
 //!
 //! Both scans read the int8 rows (`quant`), the index's one copy of the embeddings: a candidate
