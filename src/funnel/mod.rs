@@ -78,9 +78,8 @@ impl FunnelSettings {
     /// with its own records when they get a boost.
     fn lift<'a>(&self, index: &TenantIndex, caller: &Caller, subject_slots: &'a mut Vec<u32>) -> Lift<'a> {
         if self.subject_boost != 0.0
-            && let Some(subject) = &caller.subject
+            && let Some(scope) = caller.subject_scope()
         {
-            let scope = format!("user:{subject}");
             subject_slots.extend(index.by_scope.get(scope.as_str()).into_iter().flatten().copied());
             subject_slots.sort_unstable();
             subject_slots.dedup();

@@ -176,13 +176,17 @@ impl Caller {
     /// (`user:<subject>`) when one is known and among the caller's scopes, else the key's own
     /// `agent:<key id>`. `None` for a caller with neither (a JWT without `sub`, passthrough).
     pub fn own_scope(&self) -> Option<String> {
-        if let Some(subject) = &self.subject {
-            let scope = format!("user:{subject}");
-            if self.scopes.contains(&scope) {
-                return Some(scope);
-            }
+        if let Some(scope) = self.subject_scope()
+            && self.scopes.contains(&scope)
+        {
+            return Some(scope);
         }
         self.key_id().map(|id| format!("agent:{id}"))
+    }
+
+    /// The end user's own scope, `user:<subject>`, when a subject is known.
+    pub fn subject_scope(&self) -> Option<String> {
+        self.subject.as_ref().map(|subject| format!("user:{subject}"))
     }
 
     /// Who this caller's writes are by: `agent:<key id>` for a key, `agent:jwt:<subject>` for a
