@@ -145,10 +145,10 @@ pub fn run(
     let matched =
         semantic::matching_within(index, &current, Some(&caller.scopes), query, top, detailed, &mut trace);
     let (floor, floor_high, left_out_tokens) = (matched.floor, matched.floor_high, matched.left_out_tokens);
-    let (hits, lifted) = with_neighbours(index, &current, query, settings, matched);
-    // A record the bounded scan left out could have been lifted by as much as a hit was; what it
-    // could score is its floor plus that.
-    let (floor, floor_high) = (floor.map(|f| f + lifted), floor_high.map(|f| f + lifted));
+    let (hits, allowance) = with_neighbours(index, &current, query, settings, matched);
+    // A record the bounded scan left out could have been lifted by its neighbours: what it could
+    // score is its floor plus the most that lift can be.
+    let (floor, floor_high) = (floor.map(|f| f + allowance), floor_high.map(|f| f + allowance));
     if detailed {
         // What each layer let through, for `explain` and traces: the survivors' ids in the
         // layer's order (the semantic layer's with their scores).
@@ -241,9 +241,11 @@ pub fn run(
     FunnelOutput { packed, trace, current, visible_tokens }
 }
 
-/// The semantic layer's hits lifted by their neighbours (`neighbours`), and the most any was
-/// lifted. A neighbour's own score is scored as the layer would: its boosted similarity plus its
-/// words' part.
+/// The semantic layer's hits lifted by their neighbours (`neighbours`), and the most a record
+/// the bounded scan left out could have been lifted: 1.5 × the weight × the best unlifted score
+/// any candidate's neighbour can have — a hit's, or one below the bar whose words did not pass it
+/// (the bar plus the lexical weight × `min_lexical`). A neighbour's own score is scored as the
+/// layer would: its boosted similarity plus its words' part.
 fn with_neighbours(
     index: &TenantIndex,
     current: &SlotSet,
@@ -252,14 +254,19 @@ fn with_neighbours(
     matched: Matched,
 ) -> (Vec<Hit>, f32) {
     let Some(vector) = query.vector else { return (matched.hits, 0.0) };
-    let lexical_weight = query.hybrid.map_or(0.0, |h| h.lexical_weight);
-    let words = &matched.words;
+    let (lexical_weight, min_lexical) =
+        query.hybrid.map_or((0.0, 0.0), |h| (h.lexical_weight, h.min_lexical));
+    let (words, bar) = (&matched.words, matched.bar);
     let own = |slot: u32| {
         let similarity = index.similarity(slot, vector)?;
         let word = words.binary_search_by_key(&slot, |(s, _)| *s).map_or(0.0, |at| words[at].1);
         Some((similarity, similarity + query.lift.boost.of(slot) + lexical_weight * word))
     };
-    neighbours::lift(index, current, matched.hits, settings.neighbour_weight, own)
+    let weight = settings.neighbour_weight;
+    let (hits, best) = neighbours::lift(index, current, matched.hits, weight, own);
+    let allowance =
+        best.map_or(0.0, |best| 1.5 * weight * best.max(bar + lexical_weight * min_lexical).max(0.0));
+    (hits, allowance)
 }
 
 /// Whether packing the bounded hits packed what packing every hit would. Everything the semantic

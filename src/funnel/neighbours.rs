@@ -30,16 +30,17 @@ pub type Own = (f32, f32);
 
 /// Lifts `hits` by their neighbours' scores and lets in the neighbours of the best of them.
 /// `own` scores a candidate that is not a hit; exact matches keep ranking first. Returns the
-/// hits, then the admitted neighbours, and the largest lift any record got.
+/// hits, then the admitted neighbours, and, when the step ran, the best unlifted score of a hit
+/// (what bounds the lift a record left out of `hits` could have had).
 pub fn lift(
     index: &TenantIndex,
     current: &SlotSet,
     hits: Vec<Hit>,
     weight: f32,
     own: impl Fn(u32) -> Option<Own>,
-) -> (Vec<Hit>, f32) {
+) -> (Vec<Hit>, Option<f32>) {
     if weight <= 0.0 || index.threads.is_empty() || hits.is_empty() {
-        return (hits, 0.0);
+        return (hits, None);
     }
     let mut scores = Scores { known: HashMap::with_capacity(hits.len() * (2 * REACH + 1)), current, own };
     for hit in &hits {
@@ -58,11 +59,10 @@ pub fn lift(
             }
         }
     }
-    let mut most = 0.0f32;
+    let best = scores.known.values().map(|(_, score)| *score).fold(f32::NEG_INFINITY, f32::max);
     let mut lifted = Vec::with_capacity(hits.len() + admitted.len());
     for mut hit in hits {
         let lift = scores.lift(index, hit.slot, weight);
-        most = most.max(lift);
         if lift > 0.0 {
             if !hit.exact {
                 hit.score += lift;
@@ -74,7 +74,6 @@ pub fn lift(
     for slot in admitted {
         let Some((similarity, score)) = scores.get(slot) else { continue };
         let lift = scores.lift(index, slot, weight);
-        most = most.max(lift);
         lifted.push(Hit {
             slot,
             similarity,
@@ -84,7 +83,7 @@ pub fn lift(
             neighbours: Some(NeighbourPart { lift, admitted: true }),
         });
     }
-    (lifted, most)
+    (lifted, Some(best))
 }
 
 /// The unlifted scores looked up so far; only candidates (`current`) have one.
