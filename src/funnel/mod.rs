@@ -146,6 +146,7 @@ pub fn run(
         semantic::matching_within(index, &current, Some(&caller.scopes), query, top, detailed, &mut trace);
     let (floor, floor_high, left_out_tokens) = (matched.floor, matched.floor_high, matched.left_out_tokens);
     let (hits, allowance) = with_neighbours(index, &current, query, settings, matched);
+    admitted_by_the_semantic_layer(index, &hits, &mut trace);
     // A record the bounded scan left out could have been lifted by its neighbours: what it could
     // score is its floor plus the most that lift can be.
     let (floor, floor_high) = (floor.map(|f| f + allowance), floor_high.map(|f| f + allowance));
@@ -199,6 +200,7 @@ pub fn run(
         );
         trace.scanned += again.scanned;
         let (all, _) = with_neighbours(index, &current, query, settings, all);
+        admitted_by_the_semantic_layer(index, &all, &mut again);
         let mut repacked = Trace::default();
         packed = density::pack(index, all, &budget, false, &mut repacked);
         trace.layers.retain(|l| l.layer != "semantic" && l.layer != "token_density");
@@ -267,6 +269,27 @@ fn with_neighbours(
     let allowance =
         best.map_or(0.0, |best| 1.5 * weight * best.max(bar + lexical_weight * min_lexical).max(0.0));
     (hits, allowance)
+}
+
+/// The neighbours let in count as the semantic layer's survivors, so each layer's output stays the
+/// next one's input: they are no longer among its removals, and a note says how many came so.
+fn admitted_by_the_semantic_layer(index: &TenantIndex, hits: &[Hit], trace: &mut Trace) {
+    let admitted: Vec<&str> = hits
+        .iter()
+        .filter(|hit| hit.neighbours.is_some_and(|n| n.admitted))
+        .filter_map(|hit| index.slots[hit.slot as usize].as_ref().map(|item| item.head.id.as_str()))
+        .collect();
+    if admitted.is_empty() {
+        return;
+    }
+    if let Some(entry) = trace.layers.iter_mut().find(|l| l.layer == "semantic") {
+        entry.output += admitted.len();
+        entry.removed_count = entry.removed_count.saturating_sub(admitted.len());
+        entry.removed.retain(|removed| !admitted.contains(&removed.id.as_str()));
+    }
+    trace
+        .notes
+        .push(format!("{} passed as neighbours of hits in their conversation or document", admitted.len()));
 }
 
 /// Whether packing the bounded hits packed what packing every hit would. Everything the semantic

@@ -83,6 +83,12 @@ async fn a_turn_that_matches_brings_the_turns_beside_it_and_nothing_the_caller_m
     let header = answer.trace.expect("a trace for a caller with the debug permission");
     assert!(!header.contains(&hidden), "the caller's trace names a record it may not see: {header}");
     let trace: Value = serde_json::from_str(&header).unwrap();
+    // Each layer's output is the next one's input: the neighbours let in count as the semantic
+    // layer's survivors.
+    let layers = trace["trace"]["layers"].as_array().unwrap();
+    for pair in layers.windows(2) {
+        assert_eq!(pair[0]["output"], pair[1]["input"], "{layers:?}");
+    }
     let ranked = trace["trace"]["ranked"].as_array().unwrap();
     let lifted = ranked.iter().filter(|r| r["neighbours"]["lift"].as_f64().unwrap_or(0.0) > 0.0).count();
     assert!(lifted > 0, "no survivor shows a neighbour's lift: {ranked:?}");
