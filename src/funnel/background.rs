@@ -64,7 +64,6 @@ pub struct Standout {
 pub struct Background {
     pub mean: f32,
     pub deviation: f32,
-    pub sampled: usize,
 }
 
 impl Background {
@@ -95,7 +94,7 @@ pub fn sample(
     }
     let mean = sum / sampled as f64;
     let variance = (squares / sampled as f64 - mean * mean).max(0.0);
-    Some(Background { mean: mean as f32, deviation: variance.sqrt() as f32, sampled })
+    Some(Background { mean: mean as f32, deviation: variance.sqrt() as f32 })
 }
 
 #[cfg(test)]
@@ -114,7 +113,7 @@ mod tests {
 
     #[test]
     fn the_bar_is_z_deviations_above_the_mean() {
-        let bg = Background { mean: 0.1, deviation: 0.05, sampled: 7 };
+        let bg = Background { mean: 0.1, deviation: 0.05 };
         assert!((bg.bar(1.0) - 0.15).abs() < 1e-6);
         assert!((bg.bar(0.0) - 0.1).abs() < 1e-6);
     }

@@ -2,8 +2,9 @@
 //! identifier in its content — see `terms`), or when the similarity of its embedding to the
 //! query's reaches the bar: the release's threshold, or for a release with a standout rule the
 //! mean of the caller's candidates plus `z` deviations, never below the rule's floor
-//! (`background`; a subject's own records count with their boost). Small candidate sets are scanned in full; large
-//! ones go through the tenant's approximate index, filtered to the candidates.
+//! (`background`; a subject's own records count with their boost). Small candidate sets are
+//! scanned in full; large ones go through the tenant's approximate index, filtered to the
+//! candidates.
 //!
 //! Both scans read the int8 rows (`quant`), the index's one copy of the embeddings: a candidate
 //! whose int8 score cannot reach the bar, by a proven bound, is dropped; the rest are scored with
@@ -222,7 +223,6 @@ impl Best {
         if self.heap.len() < self.cap {
             self.heap.push(std::cmp::Reverse((Score(score), slot, tokens)));
         } else {
-            self.dropped = true;
             let left = if score > self.floor() {
                 let evicted = self.heap.pop().map_or(tokens, |std::cmp::Reverse((_, _, t))| t);
                 self.heap.push(std::cmp::Reverse((Score(score), slot, tokens)));
@@ -230,7 +230,7 @@ impl Best {
             } else {
                 tokens
             };
-            self.dropped_tokens = Some(self.dropped_tokens.map_or(left, |t| t.min(left)));
+            self.leave_out(left);
         }
     }
 
@@ -238,9 +238,13 @@ impl Best {
     /// all the same.
     fn rule_out(&mut self, tokens: u16) {
         if self.cap > 0 && self.heap.len() >= self.cap {
-            self.dropped = true;
-            self.dropped_tokens = Some(self.dropped_tokens.map_or(tokens, |t| t.min(tokens)));
+            self.leave_out(tokens);
         }
+    }
+
+    fn leave_out(&mut self, tokens: u16) {
+        self.dropped = true;
+        self.dropped_tokens = Some(self.dropped_tokens.map_or(tokens, |t| t.min(tokens)));
     }
 
     /// The highest score of a hit left out, if one was.
@@ -411,11 +415,8 @@ pub fn matching_within(
         trace.notes.push("the query has no embedding: only exact matches could pass".into());
     }
     let (floor, floor_high) = (best.left_out(), high.left_out());
-    let left_out_tokens = match (best.dropped_tokens, high.dropped_tokens) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-    .map(usize::from);
+    let left_out_tokens =
+        [best.dropped_tokens, high.dropped_tokens].into_iter().flatten().min().map(usize::from);
     hits.extend(
         best.into_slots()
             .chain(high.into_slots())
