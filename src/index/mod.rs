@@ -166,6 +166,13 @@ pub struct Arriving {
 
 impl IndexedRecord {
     pub fn new(record: Record, vector: Option<Arc<[f32]>>) -> IndexedRecord {
+        let tokens = record.line_tokens();
+        IndexedRecord::counted(record, vector, tokens)
+    }
+
+    /// `new`, with the record's `line_tokens` already known (kept by the store, or counted by an
+    /// import on every core before it wrote them).
+    pub fn counted(record: Record, vector: Option<Arc<[f32]>>, tokens: u32) -> IndexedRecord {
         let mut terms = Vec::new();
         if let Some(key) = &record.key {
             terms.push(terms::normalize(key));
@@ -176,7 +183,7 @@ impl IndexedRecord {
         terms.dedup();
         terms.retain(|t| !t.is_empty());
         let terms = terms.into_iter().map(Arc::from).collect();
-        let tokens = tiktoken_rs::cl100k_base_singleton().encode_ordinary(&token_line(&record)).len();
+        let tokens = tokens as usize;
         let words = Some(crate::lexical::record_terms(crate::lexical::analyzer(), &record));
         let head = RecordHead::of(&record);
         let body = Arc::new(record);
@@ -190,22 +197,6 @@ impl IndexedRecord {
     pub fn take_body(&mut self) -> Option<Arc<Record>> {
         self.arriving.as_mut().and_then(|arriving| arriving.body.take())
     }
-}
-
-/// The line a record's token count is taken of: `{"content":…,"id":…,"type":…}`, the keys in the
-/// order a `serde_json` object sorts them. Serialized from borrows: building it as a
-/// `serde_json::Value` copied the whole content, one allocation per node, for every record a
-/// startup loads.
-fn token_line(record: &Record) -> String {
-    #[derive(serde::Serialize)]
-    struct Line<'a> {
-        content: &'a serde_json::Value,
-        id: &'a str,
-        #[serde(rename = "type")]
-        record_type: &'a str,
-    }
-    let line = Line { content: &record.content, id: &record.id, record_type: &record.record_type };
-    serde_json::to_string(&line).unwrap_or_default()
 }
 
 /// Which form of a slot's embedding the scans can use.
@@ -978,11 +969,21 @@ impl Loader {
     }
 }
 
-/// A stored record with its stored embedding, as the startup load reads them.
-pub type StoredRecord = (Record, Option<Arc<[f32]>>);
+/// A stored record as the startup load reads it and an import hands it over.
+pub struct StoredRecord {
+    pub record: Record,
+    /// Its stored embedding by the running model.
+    pub vector: Option<Arc<[f32]>>,
+    /// Its `line_tokens` as the store keeps them; `None` (rows written before the store kept
+    /// them) counts them here.
+    pub line_tokens: Option<u32>,
+}
 
-/// Builds `IndexedRecord`s on every core (their token counts and terms are most of a startup
-/// load's and an import's CPU), in the order given. Blocking.
+/// Builds `IndexedRecord`s on every core (their terms, and the token counts the store did not
+/// keep, are most of a startup load's and an import's CPU), in the order given. Blocking.
 pub fn index_records(records: Vec<StoredRecord>) -> Vec<IndexedRecord> {
-    crate::cpu::map_on_cores(records, |(record, vector)| IndexedRecord::new(record, vector))
+    crate::cpu::map_on_cores(records, |StoredRecord { record, vector, line_tokens }| {
+        let tokens = line_tokens.unwrap_or_else(|| record.line_tokens());
+        IndexedRecord::counted(record, vector, tokens)
+    })
 }

@@ -320,11 +320,18 @@ impl MemoryService {
         let mut read = 0usize;
         while !page.is_empty() {
             read += page.len();
-            if let Some((last, _)) = page.last() {
+            if let Some((last, _, _)) = page.last() {
                 after = (last.tenant.clone(), last.id.clone());
             }
             let full = page.len() as i64 == LOAD_PAGE;
-            let records: Vec<_> = page.into_iter().map(|(r, v)| (r, v.map(Arc::from))).collect();
+            let records: Vec<_> = page
+                .into_iter()
+                .map(|(record, vector, line_tokens)| crate::index::StoredRecord {
+                    record,
+                    vector: vector.map(Arc::from),
+                    line_tokens,
+                })
+                .collect();
             let indexing = tokio::task::spawn_blocking(move || {
                 let items = crate::index::index_records(records);
                 loader.add(items);

@@ -259,7 +259,7 @@ impl MemoryService {
                                         None
                                     }
                                 };
-                                to_add.push(NewImport { id: id.clone(), envelope, vector });
+                                to_add.push(NewImport { id: id.clone(), envelope, vector, line_tokens: None });
                                 LineOutcome::New { id }
                             }
                         }
@@ -273,6 +273,15 @@ impl MemoryService {
         if dry_run || report.counts.invalid > 0 {
             return Ok(report.report(dry_run, None, embeddings));
         }
+        // Token counts on every core, once: the store keeps them and the index takes them.
+        let to_add = crate::cpu::run(body.len(), move || {
+            crate::cpu::map_on_cores(to_add, |mut line| {
+                let tokens = crate::record::line_tokens(&line.id, &line.envelope.record_type, &line.envelope.content);
+                line.line_tokens = Some(tokens);
+                line
+            })
+        })
+        .await;
         let import_id = format!("imp-{}", uuid::Uuid::new_v4().simple());
         let added = self
             .store
@@ -280,11 +289,13 @@ impl MemoryService {
             .await
             .map_err(|err| MemoryError::from_store(err, &import_id))?;
         // Findable by exact terms at once; by similarity at once with a carried vector, else once
-        // the background embedding is done. Token counts and terms are taken on every core, off
-        // the async workers.
-        let stored: Vec<StoredRecord> =
-            added.into_iter().zip(to_add).map(|(record, line)| (record, line.vector)).collect();
-        let unembedded = stored.iter().any(|(_, vector)| vector.is_none());
+        // the background embedding is done. Terms are taken on every core, off the async workers.
+        let stored: Vec<StoredRecord> = added
+            .into_iter()
+            .zip(to_add)
+            .map(|(record, line)| StoredRecord { record, vector: line.vector, line_tokens: line.line_tokens })
+            .collect();
+        let unembedded = stored.iter().any(|stored| stored.vector.is_none());
         for item in crate::cpu::run(body.len(), move || index_records(stored)).await {
             self.index.upsert(item);
         }

@@ -119,7 +119,7 @@ impl Store {
     }
 
     /// Up to `limit` records after `after` in (tenant, id) order, each with its embedding by
-    /// `model_id` if one is stored: the startup load reads the store page by page with this, so
+    /// `model_id` if one is stored and its `line_tokens` if kept: the startup load reads the store page by page with this, so
     /// neither the database nor the replica holds every row (and every vector's text) at once,
     /// and the index is built from stored vectors without embedding anything.
     pub async fn records_page(
@@ -127,9 +127,9 @@ impl Store {
         model_id: &str,
         after: (&str, &str),
         limit: i64,
-    ) -> Result<Vec<(crate::record::Record, Option<Vec<f32>>)>, StoreError> {
+    ) -> Result<Vec<(crate::record::Record, Option<Vec<f32>>, Option<u32>)>, StoreError> {
         let sql = format!(
-            "SELECT c.*, e.vector AS embedding FROM (SELECT {} FROM memories \
+            "SELECT c.*, e.vector AS embedding FROM (SELECT {}, line_tokens FROM memories \
              WHERE tenant > $2 OR (tenant = $2 AND id > $3) ORDER BY tenant, id LIMIT $4) c \
              LEFT JOIN memory_embeddings e ON e.tenant = c.tenant AND e.memory_id = c.id AND e.model_id = $1 \
              ORDER BY c.tenant, c.id",
@@ -153,7 +153,8 @@ impl Store {
                         .ok_or_else(|| StoreError::Corrupt("an embedding is not valid base64 f32".into()))?,
                 ),
             };
-            out.push((record, vector));
+            let tokens: Option<i64> = row.try_get("line_tokens")?;
+            out.push((record, vector, tokens.and_then(|t| u32::try_from(t).ok())));
         }
         Ok(out)
     }

@@ -22,6 +22,9 @@ pub struct NewImport {
     pub id: String,
     pub envelope: Envelope,
     pub vector: Option<Arc<[f32]>>,
+    /// The record's `line_tokens`, if the caller counted them (an import does, on every core);
+    /// counted here otherwise.
+    pub line_tokens: Option<u32>,
 }
 
 /// `($first, …), (…)`: `rows` groups of `cols` numbered parameters.
@@ -145,7 +148,7 @@ impl Store {
     ) -> Result<Vec<Record>, StoreError> {
         let lines: Vec<NewImport> = records
             .iter()
-            .map(|(id, envelope)| NewImport { id: id.clone(), envelope: envelope.clone(), vector: None })
+            .map(|(id, envelope)| NewImport { id: id.clone(), envelope: envelope.clone(), vector: None, line_tokens: None })
             .collect();
         self.apply_import_with_vectors(tenant, import_id, &lines, "", actor, now_ms).await
     }
@@ -166,8 +169,13 @@ impl Store {
         for chunk in records.chunks(ROWS) {
             let rows: Vec<Record> =
                 chunk.iter().map(|line| new_record(tenant, &line.id, &line.envelope, now_ms, seq)).collect();
+            let tokens: Vec<u32> = chunk
+                .iter()
+                .zip(&rows)
+                .map(|(line, record)| line.line_tokens.unwrap_or_else(|| record.line_tokens()))
+                .collect();
             refuse_taken_ids(&mut tx, tenant, &rows).await?;
-            insert_records(&mut tx, &rows, import_id).await?;
+            insert_records(&mut tx, &rows, &tokens, import_id).await?;
             log_imports(&mut tx, tenant, &rows, actor, now_ms).await?;
             let vectors: Vec<(&str, &[f32])> = chunk
                 .iter()
@@ -249,17 +257,19 @@ async fn refuse_taken_ids(
 async fn insert_records(
     tx: &mut Transaction<'_, Any>,
     rows: &[Record],
+    line_tokens: &[u32],
     import_id: &str,
 ) -> Result<(), StoreError> {
     let sql = format!(
         "INSERT INTO memories (tenant, id, record_type, schema_version, scope_json, valid_from, valid_until, \
          priority, topic_key, aliases_json, content_json, metadata_json, content_hash, revision, status, \
-         created_at, updated_at, last_accessed_at, access_count, import_id, search_text, change_seq, author) \
+         created_at, updated_at, last_accessed_at, access_count, import_id, search_text, change_seq, author, \
+         line_tokens) \
          VALUES {}",
-        values(rows.len(), 23, 1)
+        values(rows.len(), 24, 1)
     );
     let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-    for record in rows {
+    for (record, tokens) in rows.iter().zip(line_tokens) {
         query = bind_record_columns(query.bind(&record.tenant).bind(&record.id), record)
             .bind(record.created_at_ms)
             .bind(record.updated_at_ms)
@@ -268,7 +278,8 @@ async fn insert_records(
             .bind(import_id)
             .bind(search_text(record))
             .bind(record.change_seq)
-            .bind(record.author.clone());
+            .bind(record.author.clone())
+            .bind(i64::from(*tokens));
     }
     query.execute(&mut **tx).await.map_err(super::topic_conflict)?;
 

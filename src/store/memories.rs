@@ -732,8 +732,9 @@ async fn insert(
     let query = sqlx::query(
         "INSERT INTO memories (tenant, id, record_type, schema_version, scope_json, valid_from, valid_until, \
          priority, topic_key, aliases_json, content_json, metadata_json, content_hash, revision, status, \
-         created_at, updated_at, last_accessed_at, access_count, import_id, search_text, change_seq, author) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)",
+         created_at, updated_at, last_accessed_at, access_count, import_id, search_text, change_seq, author, \
+         line_tokens) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)",
     );
     bind_record_columns(query.bind(&record.tenant).bind(&record.id), record)
         .bind(record.created_at_ms)
@@ -744,6 +745,7 @@ async fn insert(
         .bind(search_text(record))
         .bind(record.change_seq)
         .bind(record.author.clone())
+        .bind(i64::from(record.line_tokens()))
         .execute(&mut **tx)
         .await
         .map_err(super::topic_conflict)?;
@@ -798,7 +800,8 @@ async fn write_update(
         "UPDATE memories SET record_type = $3, schema_version = $4, scope_json = $5, valid_from = $6, \
          valid_until = $7, priority = $8, topic_key = $9, aliases_json = $10, content_json = $11, \
          metadata_json = $12, content_hash = $13, revision = $14, status = $15, updated_at = $16, \
-         search_text = $17, change_seq = $19, author = $20 WHERE tenant = $1 AND id = $2 AND revision = $18",
+         search_text = $17, change_seq = $19, author = $20, line_tokens = $21 \
+         WHERE tenant = $1 AND id = $2 AND revision = $18",
     );
     let updated = bind_record_columns(query.bind(&current.tenant).bind(&current.id), next)
         .bind(next.updated_at_ms)
@@ -806,6 +809,7 @@ async fn write_update(
         .bind(current.revision)
         .bind(next.change_seq)
         .bind(next.author.clone())
+        .bind(i64::from(next.line_tokens()))
         .execute(&mut **tx)
         .await
         .map_err(super::topic_conflict)?;

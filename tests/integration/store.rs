@@ -50,6 +50,7 @@ on_both_stores!(
     an_export_reads_the_store_a_page_at_a_time_as_it_is_taken,
     a_large_import_is_read_on_every_core_and_reported_and_indexed_in_line_order,
     dormancy_candidates_are_idle_unpinned_active_records_of_one_type,
+    each_records_token_count_is_kept_with_it_and_a_start_reads_it,
 );
 
 /// What a dormancy rule reaches: active records of its type, not pinned (priority 5), untouched
@@ -425,6 +426,45 @@ async fn a_large_import_is_read_on_every_core_and_reported_and_indexed_in_line_o
         let item = index.get(&format!("big-{n:05}")).expect("every imported record is indexed");
         assert!(item.terms.iter().any(|t| &**t == format!("ord-{n:06}")), "{:?}", item.terms);
     }
+}
+
+/// Every write keeps the record's token count (`record::line_tokens`) beside it, a start takes
+/// it from there instead of counting again, and a row kept before counts were (NULL) is counted.
+async fn each_records_token_count_is_kept_with_it_and_a_start_reads_it(db: TestDb) {
+    let memories = service(&db).await;
+    created(memories.create("t", &fact("made", &["public"], "the office opens at nine"), "x").await.unwrap());
+    created(memories.create("t", &fact("grown", &["public"], "parcels ship from Lyon"), "x").await.unwrap());
+    let longer = json!({"content": {"statement": "a much longer statement, with many more words in it than before"}});
+    memories.update("t", "grown", &longer, None, "x").await.unwrap();
+    let lines: Vec<String> =
+        (0..3).map(|n| fact(&format!("imported-{n}"), &["public"], &"word ".repeat(n * 7 + 1)).to_string()).collect();
+    assert_eq!(memories.import("t", &lines.join("\n"), false, "x").await.unwrap().counts.new, 3);
+
+    let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&db.url).await.unwrap();
+    let kept = |rows: Vec<sqlx::any::AnyRow>| -> Vec<(String, Option<i64>)> {
+        rows.iter().map(|r| (sqlx::Row::get(r, "id"), sqlx::Row::get(r, "line_tokens"))).collect()
+    };
+    let rows = sqlx::query("SELECT id, line_tokens FROM memories ORDER BY id").fetch_all(&mut conn).await.unwrap();
+    let kept = kept(rows);
+    assert_eq!(kept.len(), 5);
+    for (id, tokens) in &kept {
+        let record = memories.get("t", id).await.unwrap();
+        assert_eq!(*tokens, Some(i64::from(record.line_tokens())), "{id}: the count of its current revision");
+        let index = memories.index().tenant("t").unwrap();
+        assert_eq!(index.read().unwrap().get(id).unwrap().tokens, record.line_tokens() as usize, "{id}");
+    }
+
+    // A count set by hand shows that a start reads it; a row with none is counted at load.
+    sqlx::query("UPDATE memories SET line_tokens = 4242 WHERE id = 'made'").execute(&mut conn).await.unwrap();
+    sqlx::query("UPDATE memories SET line_tokens = NULL WHERE id = 'grown'").execute(&mut conn).await.unwrap();
+    let restarted = service(&db).await;
+    restarted.load_index().await.unwrap();
+    let index = restarted.index().tenant("t").unwrap();
+    let index = index.read().unwrap();
+    assert_eq!(index.get("made").unwrap().tokens, 4242);
+    let grown = memories.get("t", "grown").await.unwrap();
+    assert_eq!(index.get("grown").unwrap().tokens, grown.line_tokens() as usize);
+    assert!(grown.line_tokens() > 20, "the update's longer content is what was counted");
 }
 
 /// A property over random operations: whatever one tenant does, another never sees or changes it.
