@@ -54,6 +54,9 @@ struct Args {
     /// Timed requests per kind.
     #[arg(long, default_value_t = 2000)]
     queries: usize,
+    /// Times the load runs on the one filled store (the last one is the measured replica).
+    #[arg(long, default_value_t = 1)]
+    loads: usize,
     /// Leave the records' token counts out of the store, as rows written before memgate kept
     /// them: the load counts every record itself.
     #[arg(long)]
@@ -89,6 +92,16 @@ fn rss_bytes() -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024)
+}
+
+/// This process's CPU time so far (user + system, every thread), in seconds.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    // In clock ticks of USER_HZ, which Linux fixes at 100 for every program.
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 fn pool_vectors(count: usize, dims: usize) -> Vec<Vec<f32>> {
@@ -204,6 +217,9 @@ async fn fill(url: &str, args: &Args, model: &str, pool: &[Vec<f32>]) -> Result<
         count_tokens(&mut conn).await?;
     }
     sqlx::query("VACUUM ANALYZE").execute(&mut conn).await?;
+    // A replica starts on a store at rest: the fill's dirty pages are written out before the
+    // load is timed, not during it (a checkpoint in the middle of a load made it a third slower).
+    sqlx::query("CHECKPOINT").execute(&mut conn).await?;
     conn.close().await?;
     Ok(started.elapsed().as_secs_f64())
 }
@@ -253,17 +269,32 @@ async fn bench(
     let fill_s = fill(url, args, embedder.model_id(), &pool).await?;
     let records = args.profiles + args.public + args.team;
 
-    let service = MemoryService::new(
-        store.clone(),
-        schemas.clone(),
-        64 * 1024,
-        embedder.clone(),
-        memgate::config::DEFAULT_DEDUPE,
-    );
+    let new_service = || {
+        MemoryService::new(
+            store.clone(),
+            schemas.clone(),
+            64 * 1024,
+            embedder.clone(),
+            memgate::config::DEFAULT_DEDUPE,
+        )
+    };
+    // Loads before the measured one, each into a replica dropped at once: the load time of one
+    // store, several times, without filling it again (the resident memory is the last load's,
+    // whose process has held an index before: read it from a run with `--loads 1`).
+    let mut earlier_loads = Vec::new();
+    for _ in 1..args.loads.max(1) {
+        let service = new_service();
+        let started = Instant::now();
+        service.load_index().await?;
+        earlier_loads.push(started.elapsed().as_secs_f64());
+    }
+    let service = new_service();
     let rss_before = rss_bytes();
+    let cpu_before = cpu_seconds();
     let started = Instant::now();
     let loaded = service.load_index().await?;
     let load_s = started.elapsed().as_secs_f64();
+    let load_cpu_s = cpu_seconds() - cpu_before;
     let rss_after = rss_bytes();
 
     let index = service.index().tenant(TENANT).ok_or("the tenant was not loaded")?;
@@ -352,6 +383,8 @@ async fn bench(
         "token_counts_stored": !args.uncounted,
         "fill_store_s": fill_s,
         "load_index_s": load_s,
+        "load_cpu_s": load_cpu_s,
+        "earlier_loads_s": earlier_loads,
         "loaded": loaded,
         "load_records_per_s": loaded as f64 / load_s.max(1e-9),
         "rss_mb_before_load": rss_before as f64 / 1e6,

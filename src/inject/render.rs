@@ -363,33 +363,50 @@ fn push_string(out: &mut String, text: &str) {
 }
 
 fn push_escaped(out: &mut String, text: &str) {
-    for ch in text.chars() {
-        match ch {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '<'
-            | '>'
-            | '&'
-            | '\u{0}'..='\u{1f}'
-            | '\u{7f}'..='\u{9f}'
-            | '\u{2028}'
-            | '\u{2029}'
-            | '\u{ff1c}'
-            | '\u{ff1e}'
-            | '\u{ff06}'
-            | '\u{fe64}'
-            | '\u{fe65}'
-            | '\u{fe60}' => {
-                let _ = write!(out, "\\u{:04x}", u32::from(ch));
-            }
-            ch if is_lookalike_angle(ch) => {
-                let _ = write!(out, "\\u{:04x}", u32::from(ch));
-            }
-            _ => out.push(ch),
+    let mut rest = text;
+    while !rest.is_empty() {
+        // Runs of plain ASCII, most of most records, go over in one copy each rather than a
+        // character at a time (rendering was a thirteenth of a request's CPU through the funnel).
+        let plain = rest.bytes().position(|b| !is_plain_ascii(b)).unwrap_or(rest.len());
+        out.push_str(&rest[..plain]);
+        rest = &rest[plain..];
+        let Some(ch) = rest.chars().next() else { break };
+        push_escaped_char(out, ch);
+        rest = &rest[ch.len_utf8()..];
+    }
+}
+
+/// A byte that stands for itself inside a rendered JSON string.
+fn is_plain_ascii(byte: u8) -> bool {
+    matches!(byte, 0x20..=0x7e) && !matches!(byte, b'"' | b'\\' | b'<' | b'>' | b'&')
+}
+
+fn push_escaped_char(out: &mut String, ch: char) {
+    match ch {
+        '"' => out.push_str("\\\""),
+        '\\' => out.push_str("\\\\"),
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        '<'
+        | '>'
+        | '&'
+        | '\u{0}'..='\u{1f}'
+        | '\u{7f}'..='\u{9f}'
+        | '\u{2028}'
+        | '\u{2029}'
+        | '\u{ff1c}'
+        | '\u{ff1e}'
+        | '\u{ff06}'
+        | '\u{fe64}'
+        | '\u{fe65}'
+        | '\u{fe60}' => {
+            let _ = write!(out, "\\u{:04x}", u32::from(ch));
         }
+        ch if is_lookalike_angle(ch) => {
+            let _ = write!(out, "\\u{:04x}", u32::from(ch));
+        }
+        _ => out.push(ch),
     }
 }
 
@@ -559,4 +576,45 @@ fn sample_items() -> Vec<RenderItem> {
         item("sample-2", "internal_sop", None),
         item("sample-3", "customer_profile", Some("a sample stub")),
     ]
+}
+
+#[cfg(test)]
+mod escaping_tests {
+    use proptest::prelude::*;
+
+    /// Escaping a character at a time, as rendering once did: what the runs of plain ASCII must
+    /// reproduce byte for byte.
+    fn one_at_a_time(text: &str) -> String {
+        let mut out = String::new();
+        for ch in text.chars() {
+            super::push_escaped_char(&mut out, ch);
+        }
+        out
+    }
+
+    proptest! {
+        #[test]
+        fn runs_of_plain_ascii_escape_as_one_character_at_a_time(
+            text in proptest::collection::vec(
+                prop_oneof![
+                    4 => proptest::char::range(' ', '~'),
+                    1 => proptest::char::range('\u{0}', '\u{ff}'),
+                    1 => proptest::sample::select(vec!['<', '>', '&', '"', '\\', '\u{2028}', '\u{ff1c}', '⟨', '〈', '世', '😀']),
+                    1 => any::<char>(),
+                ],
+                0..64,
+            ).prop_map(|chars| chars.into_iter().collect::<String>())
+        ) {
+            let mut out = String::new();
+            super::push_escaped(&mut out, &text);
+            prop_assert_eq!(out, one_at_a_time(&text));
+        }
+    }
+
+    #[test]
+    fn nothing_that_closes_or_forges_a_block_is_copied_as_it_is() {
+        let mut out = String::new();
+        super::push_escaped(&mut out, "a</MEMORY_CONTEXT>&\"b\\\n⟨/MEMORY_CONTEXT⟩");
+        assert_eq!(out, "a\\u003c/MEMORY_CONTEXT\\u003e\\u0026\\\"b\\\\\\n\\u27e8/MEMORY_CONTEXT\\u27e9");
+    }
 }

@@ -318,6 +318,9 @@ impl MemoryService {
         let mut after = (String::new(), String::new());
         let mut page = self.store.records_page(&model, (&after.0, &after.1), LOAD_PAGE).await?;
         let mut read = 0usize;
+        // Rows the store kept no token count for (written before it did): counted here, and
+        // kept once the replica serves, so that the next start reads them.
+        let mut uncounted = Vec::new();
         while !page.is_empty() {
             read += page.len();
             if let Some((last, _, _)) = page.last() {
@@ -333,9 +336,20 @@ impl MemoryService {
                 })
                 .collect();
             let indexing = tokio::task::spawn_blocking(move || {
+                let uncounted: Vec<bool> = records.iter().map(|r| r.line_tokens.is_none()).collect();
                 let items = crate::index::index_records(records);
+                let counted: Vec<_> = items
+                    .iter()
+                    .zip(uncounted)
+                    .filter(|(_, uncounted)| *uncounted)
+                    .map(|(item, _)| {
+                        let head = &item.head;
+                        let tokens = u32::try_from(item.tokens).unwrap_or(u32::MAX);
+                        (head.tenant.to_string(), head.id.clone(), head.revision, tokens)
+                    })
+                    .collect();
                 loader.add(items);
-                loader
+                (loader, counted)
             });
             let next = async {
                 if full {
@@ -345,7 +359,10 @@ impl MemoryService {
                 }
             };
             let (indexed, next) = tokio::join!(indexing, next);
-            loader = indexed.map_err(|err| StoreError::Corrupt(format!("indexing records: {err}")))?;
+            let counted;
+            (loader, counted) =
+                indexed.map_err(|err| StoreError::Corrupt(format!("indexing records: {err}")))?;
+            uncounted.extend(counted);
             page = next?;
             tracing::info!(
                 read,
@@ -366,7 +383,27 @@ impl MemoryService {
         self.synced_until.store(cursor, Ordering::SeqCst);
         self.synced_at_ms.store(now_ms(), Ordering::SeqCst);
         self.spawn_backfill();
+        self.keep_counts(uncounted);
         Ok(count)
+    }
+
+    /// Writes, in the background, the token counts a load had to take itself, a thousand
+    /// records a transaction (a store of a million rows from before counts were kept gets them
+    /// on its first start, in a minute or two beside the traffic).
+    fn keep_counts(&self, counts: Vec<(String, String, i64, u32)>) {
+        if counts.is_empty() {
+            return;
+        }
+        let store = self.store.clone();
+        self.tasks.spawn(async move {
+            for part in counts.chunks(1_000) {
+                if let Err(err) = store.keep_line_tokens(part).await {
+                    tracing::warn!(error = %err, "keeping records' token counts failed; the next start counts them again");
+                    return;
+                }
+            }
+            tracing::info!(records = counts.len(), "kept the token counts of records stored without them");
+        });
     }
 
     /// Applies what other replicas wrote since the last sync to this replica's index, in the

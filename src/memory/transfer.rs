@@ -259,7 +259,12 @@ impl MemoryService {
                                         None
                                     }
                                 };
-                                to_add.push(NewImport { id: id.clone(), envelope, vector, line_tokens: None });
+                                to_add.push(NewImport {
+                                    id: id.clone(),
+                                    envelope,
+                                    vector,
+                                    line_tokens: None,
+                                });
                                 LineOutcome::New { id }
                             }
                         }
@@ -276,7 +281,8 @@ impl MemoryService {
         // Token counts on every core, once: the store keeps them and the index takes them.
         let to_add = crate::cpu::run(body.len(), move || {
             crate::cpu::map_on_cores(to_add, |mut line| {
-                let tokens = crate::record::line_tokens(&line.id, &line.envelope.record_type, &line.envelope.content);
+                let tokens =
+                    crate::record::line_tokens(&line.id, &line.envelope.record_type, &line.envelope.content);
                 line.line_tokens = Some(tokens);
                 line
             })

@@ -148,7 +148,12 @@ impl Store {
     ) -> Result<Vec<Record>, StoreError> {
         let lines: Vec<NewImport> = records
             .iter()
-            .map(|(id, envelope)| NewImport { id: id.clone(), envelope: envelope.clone(), vector: None, line_tokens: None })
+            .map(|(id, envelope)| NewImport {
+                id: id.clone(),
+                envelope: envelope.clone(),
+                vector: None,
+                line_tokens: None,
+            })
             .collect();
         self.apply_import_with_vectors(tenant, import_id, &lines, "", actor, now_ms).await
     }

@@ -311,6 +311,31 @@ impl Store {
         Ok(())
     }
 
+    /// Keeps records' `line_tokens` where the store has none (rows written before it kept
+    /// them), each only while the record is still at the revision it was counted for: a write
+    /// in between kept its own count. `(tenant, id, revision, tokens)`, in one transaction.
+    /// Touches nothing else: the count is fixed by the content already stored.
+    pub async fn keep_line_tokens(&self, counts: &[(String, String, i64, u32)]) -> Result<(), StoreError> {
+        if counts.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.begin_write().await?;
+        for (tenant, id, revision, tokens) in counts {
+            sqlx::query(
+                "UPDATE memories SET line_tokens = $1 \
+                 WHERE tenant = $2 AND id = $3 AND revision = $4 AND line_tokens IS NULL",
+            )
+            .bind(i64::from(*tokens))
+            .bind(tenant)
+            .bind(id)
+            .bind(*revision)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
     pub async fn record_history(&self, tenant: &str, id: &str) -> Result<Vec<Change>, StoreError> {
         let rows = sqlx::query(
             "SELECT memory_id, revision, action, actor, at, before_json, after_json FROM memory_changes \

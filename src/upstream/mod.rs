@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 
 pub struct Upstream {
     client: reqwest::Client,
-    base_url: String,
+    /// The upstream's base URL, parsed once; `base_path` is its path without the trailing `/`.
+    base: reqwest::Url,
+    base_path: String,
     first_byte_timeout: Duration,
     stream_idle_timeout: Duration,
 }
@@ -46,9 +48,13 @@ impl Upstream {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|err| StartupError::UpstreamClient(err.to_string()))?;
+        let base = reqwest::Url::parse(&config.base_url)
+            .map_err(|err| StartupError::UpstreamClient(format!("{}: {err}", config.base_url)))?;
+        let base_path = base.path().trim_end_matches('/').to_owned();
         Ok(Upstream {
             client,
-            base_url: config.base_url.clone(),
+            base,
+            base_path,
             first_byte_timeout: config.first_byte_timeout,
             stream_idle_timeout: config.stream_idle_timeout,
         })
@@ -57,7 +63,7 @@ impl Upstream {
     /// Sends the request and returns the upstream's answer — status, headers and a body that is
     /// relayed as it arrives — unmodified but for hop-by-hop headers.
     pub async fn send(&self, request: UpstreamRequest) -> Result<Response<Body>, ApiError> {
-        let url = format!("{}{}", self.base_url, request.path_and_query);
+        let url = self.url_for(&request.path_and_query);
         let started = Instant::now();
         let mut builder = self.client.request(request.method, url).headers(request.headers);
         if let Some(body) = request.body {
@@ -99,6 +105,24 @@ impl Upstream {
 }
 
 impl Upstream {
+    /// The upstream URL of a caller's path and query: the base URL with its path and query set.
+    /// The same URL as parsing the two joined, without parsing the scheme and host (and their
+    /// IDNA rules) again on every request: that was a twentieth of a pass-through's CPU.
+    fn url_for(&self, path_and_query: &str) -> reqwest::Url {
+        let (path, query) = match path_and_query.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (path_and_query, None),
+        };
+        let mut url = self.base.clone();
+        if self.base_path.is_empty() {
+            url.set_path(path);
+        } else {
+            url.set_path(&format!("{}{path}", self.base_path));
+        }
+        url.set_query(query);
+        url
+    }
+
     /// Sends `request` and returns only the answer's status (a probe: its body is dropped
     /// unread, which closes or returns the connection).
     pub async fn status_of(&self, request: UpstreamRequest) -> Result<u16, ApiError> {
@@ -148,4 +172,33 @@ fn with_idle_timeout(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Upstream;
+    use crate::config::UpstreamConfig;
+
+    #[test]
+    fn a_request_goes_to_the_url_that_joining_base_path_and_query_names() {
+        let paths = [
+            "/v1/messages",
+            "/v1/messages?beta=true",
+            "/v1/messages?beta=true&x=a%20b",
+            "/v1/files/a%2Fb/content",
+            "/v1/models?limit=5&after_id=m%C3%A9",
+            "/v1/caf%C3%A9",
+            "/v1/../v1/models",
+            "/v1/messages?",
+            "/",
+        ];
+        for base in ["https://api.anthropic.com", "http://127.0.0.1:9", "http://gw.example/anthropic/v2"] {
+            let config = UpstreamConfig { base_url: base.to_owned(), ..UpstreamConfig::default() };
+            let upstream = Upstream::new(&config).unwrap();
+            for path in paths {
+                let joined = reqwest::Url::parse(&format!("{base}{path}")).unwrap();
+                assert_eq!(upstream.url_for(path), joined, "{base} + {path}");
+            }
+        }
+    }
 }

@@ -215,6 +215,29 @@ async fn a_slow_upstream_is_a_timeout_error() {
     assert!(body["error"]["message"].as_str().unwrap().contains("first_byte_timeout_ms"), "{body}");
 }
 
+/// Text logs written to a pipe or a file (what a service manager or a container runtime
+/// collects) carry the words, not a terminal's colour codes around every field.
+#[tokio::test]
+async fn text_logs_to_a_pipe_carry_no_terminal_colour_codes() {
+    let mock = Proc::mock(&[]);
+    let gateway = Proc::gateway(&mock, &[], &[]);
+    let response = client()
+        .post(gateway.url("/v1/messages"))
+        .header("x-api-key", "sk-ant-caller-key")
+        .json(&messages_body("claude-test", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let logs = eventually(Duration::from_secs(5), "a request log line", || async {
+        let logs = gateway.stderr();
+        logs.contains("answered").then_some(logs)
+    })
+    .await;
+    assert!(logs.contains("status=200"), "{logs}");
+    assert!(!logs.contains('\u{1b}'), "an escape code in the log:\n{logs:?}");
+}
+
 #[tokio::test]
 async fn logs_carry_neither_bodies_nor_credentials() {
     let mock = Proc::mock(&[]);

@@ -434,17 +434,20 @@ async fn each_records_token_count_is_kept_with_it_and_a_start_reads_it(db: TestD
     let memories = service(&db).await;
     created(memories.create("t", &fact("made", &["public"], "the office opens at nine"), "x").await.unwrap());
     created(memories.create("t", &fact("grown", &["public"], "parcels ship from Lyon"), "x").await.unwrap());
-    let longer = json!({"content": {"statement": "a much longer statement, with many more words in it than before"}});
+    let longer =
+        json!({"content": {"statement": "a much longer statement, with many more words in it than before"}});
     memories.update("t", "grown", &longer, None, "x").await.unwrap();
-    let lines: Vec<String> =
-        (0..3).map(|n| fact(&format!("imported-{n}"), &["public"], &"word ".repeat(n * 7 + 1)).to_string()).collect();
+    let lines: Vec<String> = (0..3)
+        .map(|n| fact(&format!("imported-{n}"), &["public"], &"word ".repeat(n * 7 + 1)).to_string())
+        .collect();
     assert_eq!(memories.import("t", &lines.join("\n"), false, "x").await.unwrap().counts.new, 3);
 
     let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&db.url).await.unwrap();
     let kept = |rows: Vec<sqlx::any::AnyRow>| -> Vec<(String, Option<i64>)> {
         rows.iter().map(|r| (sqlx::Row::get(r, "id"), sqlx::Row::get(r, "line_tokens"))).collect()
     };
-    let rows = sqlx::query("SELECT id, line_tokens FROM memories ORDER BY id").fetch_all(&mut conn).await.unwrap();
+    let rows =
+        sqlx::query("SELECT id, line_tokens FROM memories ORDER BY id").fetch_all(&mut conn).await.unwrap();
     let kept = kept(rows);
     assert_eq!(kept.len(), 5);
     for (id, tokens) in &kept {
@@ -456,7 +459,10 @@ async fn each_records_token_count_is_kept_with_it_and_a_start_reads_it(db: TestD
 
     // A count set by hand shows that a start reads it; a row with none is counted at load.
     sqlx::query("UPDATE memories SET line_tokens = 4242 WHERE id = 'made'").execute(&mut conn).await.unwrap();
-    sqlx::query("UPDATE memories SET line_tokens = NULL WHERE id = 'grown'").execute(&mut conn).await.unwrap();
+    sqlx::query("UPDATE memories SET line_tokens = NULL WHERE id = 'grown'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
     let restarted = service(&db).await;
     restarted.load_index().await.unwrap();
     let index = restarted.index().tenant("t").unwrap();
@@ -465,6 +471,28 @@ async fn each_records_token_count_is_kept_with_it_and_a_start_reads_it(db: TestD
     let grown = memories.get("t", "grown").await.unwrap();
     assert_eq!(index.get("grown").unwrap().tokens, grown.line_tokens() as usize);
     assert!(grown.line_tokens() > 20, "the update's longer content is what was counted");
+    drop(index);
+
+    // The count the load had to take is kept for the next start; the count set by hand stays.
+    let url = db.url.clone();
+    let stored = |id: &'static str| {
+        let url = url.clone();
+        async move {
+            let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&url).await.unwrap();
+            let row = sqlx::query("SELECT line_tokens FROM memories WHERE id = $1")
+                .bind(id)
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+            sqlx::Row::get::<Option<i64>, _>(&row, "line_tokens")
+        }
+    };
+    let kept = crate::support::eventually(std::time::Duration::from_secs(10), "the count kept", || async {
+        stored("grown").await
+    })
+    .await;
+    assert_eq!(kept, i64::from(grown.line_tokens()));
+    assert_eq!(stored("made").await, Some(4242));
 }
 
 /// A property over random operations: whatever one tenant does, another never sees or changes it.
