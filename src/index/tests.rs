@@ -135,7 +135,7 @@ fn names_left_behind_by_cloned_heads_are_swept() {
 }
 
 #[test]
-fn the_token_line_is_the_one_a_json_object_of_the_record_makes() {
+fn the_token_count_is_of_the_line_a_json_object_of_the_record_makes() {
     let contents = [
         serde_json::json!({"statement": "Refunds take 5 days", "zeta": [1, 2.5, null], "alpha": {"b": true, "a": "x"}}),
         serde_json::json!({"name": "Клиент «Ромашка»", "note": "下周发货 \"quoted\" \n tab\t", "emoji": "🚚"}),
@@ -148,6 +148,8 @@ fn the_token_line_is_the_one_a_json_object_of_the_record_makes() {
         let expected =
             serde_json::json!({"id": record.id, "type": record.record_type, "content": record.content})
                 .to_string();
-        assert_eq!(super::token_line(&record), expected);
+        let counted = tiktoken_rs::cl100k_base_singleton().encode_ordinary(&expected).len();
+        assert_eq!(record.line_tokens() as usize, counted, "{expected}");
+        assert!(counted > 0);
     }
 }
