@@ -388,8 +388,8 @@ impl MemoryService {
     }
 
     /// Writes, in the background, the token counts a load had to take itself, a thousand
-    /// records a transaction (a store of a million rows from before counts were kept gets them
-    /// on its first start, in a minute or two beside the traffic).
+    /// records a transaction: a store from before counts were kept gets them on its first
+    /// start, once. A shutdown in between leaves the rest to be counted at the next start.
     fn keep_counts(&self, counts: Vec<(String, String, i64, u32)>) {
         if counts.is_empty() {
             return;
