@@ -183,14 +183,13 @@ impl IndexedRecord {
         terms.dedup();
         terms.retain(|t| !t.is_empty());
         let terms = terms.into_iter().map(Arc::from).collect();
-        let tokens = tokens as usize;
         let words = Some(crate::lexical::record_terms(crate::lexical::analyzer(), &record));
         let head = RecordHead::of(&record);
         let body = Arc::new(record);
         let trigger_body = body.content.get("trigger_conditions").is_some().then(|| Arc::clone(&body));
         let place = threads::Place::of(&body.metadata);
         let arriving = Some(Box::new(Arriving { body: Some(body), vector, words, place }));
-        IndexedRecord { head, trigger_body, tokens, terms, arriving }
+        IndexedRecord { head, trigger_body, tokens: tokens as usize, terms, arriving }
     }
 
     /// The record's body, if it brought one and has not been indexed.

@@ -366,7 +366,7 @@ fn push_escaped(out: &mut String, text: &str) {
     let mut rest = text;
     while !rest.is_empty() {
         // Runs of plain ASCII, most of most records, go over in one copy each rather than a
-        // character at a time (rendering was a thirteenth of a request's CPU through the funnel).
+        // character at a time (escaping was 7 % of a request's CPU through the funnel).
         let plain = rest.bytes().position(|b| !is_plain_ascii(b)).unwrap_or(rest.len());
         out.push_str(&rest[..plain]);
         rest = &rest[plain..];

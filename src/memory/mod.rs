@@ -398,7 +398,10 @@ impl MemoryService {
         self.tasks.spawn(async move {
             for part in counts.chunks(1_000) {
                 if let Err(err) = store.keep_line_tokens(part).await {
-                    tracing::warn!(error = %err, "keeping records' token counts failed; the next start counts them again");
+                    tracing::warn!(
+                        error = %err,
+                        "keeping records' token counts failed; the next start counts them again"
+                    );
                     return;
                 }
             }

@@ -163,7 +163,7 @@ impl Record {
 /// `{"content":…,"id":…,"type":…}`, keys in the order a `serde_json` object sorts them. Fixed by
 /// those three fields, so the store keeps it with the record (`memories.line_tokens`) and a
 /// replica starting on a million records reads it rather than running the tokenizer over each
-/// (a sixth of a start's CPU). Changing this line or the tokenizer changes what stored counts
+/// (about a quarter of a start's CPU). Changing this line or the tokenizer changes what stored counts
 /// mean: a migration must then clear the column, and rows without a count are counted at load.
 /// Serialized from borrows: a `serde_json::Value` of the line would copy the whole content.
 pub fn line_tokens(id: &str, record_type: &str, content: &Value) -> u32 {

@@ -119,9 +119,10 @@ impl Store {
     }
 
     /// Up to `limit` records after `after` in (tenant, id) order, each with its embedding by
-    /// `model_id` if one is stored and its `line_tokens` if kept: the startup load reads the store page by page with this, so
-    /// neither the database nor the replica holds every row (and every vector's text) at once,
-    /// and the index is built from stored vectors without embedding anything.
+    /// `model_id` if one is stored and its `line_tokens` if kept: the startup load reads the
+    /// store page by page with this, so neither the database nor the replica holds every row
+    /// (and every vector's text) at once, and the index is built from stored vectors and counts
+    /// without embedding or counting anything.
     pub async fn records_page(
         &self,
         model_id: &str,

@@ -107,7 +107,7 @@ impl Upstream {
 impl Upstream {
     /// The upstream URL of a caller's path and query: the base URL with its path and query set.
     /// The same URL as parsing the two joined, without parsing the scheme and host (and their
-    /// IDNA rules) again on every request: that was a twentieth of a pass-through's CPU.
+    /// IDNA rules) again on every request (2 % of a pass-through's CPU in its profile).
     fn url_for(&self, path_and_query: &str) -> reqwest::Url {
         let (path, query) = match path_and_query.split_once('?') {
             Some((path, query)) => (path, Some(query)),
