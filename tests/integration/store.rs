@@ -671,3 +671,65 @@ async fn pruned_tombstones_send_a_replica_that_fell_behind_to_reload(db: TestDb)
     let index = index.read().unwrap();
     assert!(index.get("kept").is_some() && index.get("gone").is_none());
 }
+
+/// Every connection to PostgreSQL sends without Nagle's delay (`TCP_NODELAY`). Without it a
+/// statement larger than one segment leaves its tail in the kernel until the server's delayed
+/// acknowledgement (40 ms on Linux): an import's multi-row inserts waited on that several times a
+/// chunk, and on a real network any write over ~1.4 KB would. sqlx 0.9.0 stopped setting it;
+/// 0.9.1 sets it again, and this keeps it so.
+#[tokio::test]
+async fn postgres_connections_send_without_nagles_delay() {
+    let db = TestDb::postgres().await;
+    let store = Store::connect(&db.url).await.unwrap();
+    store.migrate().await.unwrap();
+    let port: u16 =
+        db.url.rsplit_once(':').and_then(|(_, rest)| rest.split('/').next()).unwrap().parse().unwrap();
+    let to_postgres = tcp_sockets_to_port(port);
+    assert!(!to_postgres.is_empty(), "the store holds a connection to port {port}");
+    for (fd, nodelay) in to_postgres {
+        assert!(
+            nodelay,
+            "the connection on fd {fd} to PostgreSQL waits for acknowledgements (TCP_NODELAY off)"
+        );
+    }
+    drop(store);
+}
+
+/// This process's TCP sockets whose peer listens on `port`, with whether each has `TCP_NODELAY`.
+#[allow(unsafe_code)]
+fn tcp_sockets_to_port(port: u16) -> Vec<(i32, bool)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let Ok(fd) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        if !std::fs::read_link(entry.path())
+            .is_ok_and(|target| target.to_string_lossy().starts_with("socket:"))
+        {
+            continue;
+        }
+        // SAFETY: plain reads of a socket's options into local buffers of the sizes passed; a
+        // descriptor closed meanwhile makes the calls fail, which skips it.
+        unsafe {
+            let mut addr: libc::sockaddr_storage = std::mem::zeroed();
+            let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            if libc::getpeername(fd, (&raw mut addr).cast(), &mut len) != 0 {
+                continue;
+            }
+            let peer_port = match i32::from(addr.ss_family) {
+                libc::AF_INET => u16::from_be((*(&raw const addr).cast::<libc::sockaddr_in>()).sin_port),
+                libc::AF_INET6 => u16::from_be((*(&raw const addr).cast::<libc::sockaddr_in6>()).sin6_port),
+                _ => continue,
+            };
+            if peer_port != port {
+                continue;
+            }
+            let mut on: libc::c_int = 0;
+            let mut size = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            if libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, (&raw mut on).cast(), &mut size)
+                == 0
+            {
+                found.push((fd, on != 0));
+            }
+        }
+    }
+    found
+}
