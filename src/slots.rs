@@ -8,7 +8,7 @@
 //! small level (`summary`, one bit per word that may be non-zero), so counting, filtering and
 //! walking a set cost what it holds, not the tenant's size.
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct SlotSet {
     words: Vec<u64>,
     /// Bit `w` is set when `words[w]` may be non-zero (a removal leaves it set). Every pass reads
@@ -87,6 +87,16 @@ impl SlotSet {
     /// The slots of this set that are not in `other`, word by word.
     pub fn and_not(&self, other: &SlotSet) -> SlotSet {
         self.map_words(|w, word| word & !other.words.get(w).copied().unwrap_or(0))
+    }
+
+    /// The slots of this set that are also in `other`, word by word (as this set's words in use).
+    pub fn and(&self, other: &SlotSet) -> SlotSet {
+        self.map_words(|w, word| word & other.words.get(w).copied().unwrap_or(0))
+    }
+
+    /// Bytes held (capacities).
+    pub fn heap_bytes(&self) -> usize {
+        (self.words.capacity() + self.summary.capacity()) * 8
     }
 
     /// How many slots are in the set.

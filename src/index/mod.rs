@@ -470,7 +470,8 @@ impl TenantIndex {
         }
         let hash = self.ids.hash_one(item.head.id.as_str());
         if let Some((words, length)) = words {
-            self.lexical.upsert_weighted(slot, words, length);
+            let reach = crate::lexical::Reach::of(&item.head.scope);
+            self.lexical.upsert_reached(slot, words, length, reach);
         }
         if let Some(place) = place {
             self.threads.insert(slot, place);

@@ -30,7 +30,8 @@ use std::hash::{BuildHasher, RandomState};
 /// email) are in one record: up to four postings are kept inline, without an allocation.
 type Postings = SmallVec<[u32; 4]>;
 
-/// A record's distinct term ids, each with its posting's position in that term's list.
+/// A record's distinct term ids, each with its posting's position in that term's list; for a
+/// personal record (no postings), each with its term frequency instead.
 type DocTerms = Box<[(u32, u32)]>;
 
 /// The largest slot a posting can hold (24 bits; the low 8 hold the term frequency).
@@ -39,6 +40,24 @@ pub const MAX_SLOT: u32 = (1 << 24) - 1;
 /// A query scores with at most this many of its distinct terms, the rarest in the tenant: a
 /// pasted document as a question must not read every posting list of the index.
 pub const MAX_QUERY_TERMS: usize = 64;
+
+/// Who a record's words can be found for: a `Shared` record (public, a team's, a role's) by
+/// many callers, through the postings; a `Personal` one (scoped to one person or agent) by one,
+/// so it is scored only when it is among a query's candidates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    Shared,
+    Personal,
+}
+
+impl Reach {
+    /// `Personal` when every scope is a `user:` or `agent:` one.
+    pub fn of(scopes: &[String]) -> Reach {
+        let personal = !scopes.is_empty()
+            && scopes.iter().all(|scope| scope.starts_with("user:") || scope.starts_with("agent:"));
+        if personal { Reach::Personal } else { Reach::Shared }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Bm25Params {
@@ -107,6 +126,16 @@ pub struct LexicalIndex {
     docs: Vec<Option<DocTerms>>,
     /// Slot → its length in terms (repeats counted).
     lengths: Vec<u32>,
+    /// Personal records: indexed without postings, found through the caller's candidates
+    /// instead. A tenant's million customer profiles each say "order", "customer" and the name of
+    /// a product; in the postings they made every query that used such a word walk a million
+    /// entries its caller may not see. A caller sees its own few, so each query scores those
+    /// from their own terms (`DocTerms` then hold frequencies): the cost follows what the caller
+    /// may see, and every score is what the postings would have given, term by term in the same
+    /// order.
+    personal: SlotSet,
+    /// Term id → how many personal records hold it (their share of its document frequency).
+    personal_df: Vec<u32>,
     live: usize,
     total_length: u64,
 }
@@ -162,7 +191,12 @@ impl LexicalIndex {
 
     /// How many records hold `term` (an analyzed term).
     pub fn document_frequency(&self, term: &str) -> usize {
-        self.term(term).map_or(0, |id| self.postings[id as usize].len())
+        self.term(term).map_or(0, |id| self.df(id))
+    }
+
+    /// How many records hold the term `id`: its postings and the personal records.
+    fn df(&self, id: u32) -> usize {
+        self.postings[id as usize].len() + self.personal_df[id as usize] as usize
     }
 
     /// The id of `term`, if a record holds it.
@@ -199,7 +233,13 @@ impl LexicalIndex {
 
     /// As `upsert_terms`, with the record's length for BM25 given: terms repeated for a field's
     /// weight count in the frequency, not in the length (`super::record_terms` makes both).
-    pub fn upsert_weighted(&mut self, slot: u32, mut terms: Vec<String>, length: u32) -> bool {
+    pub fn upsert_weighted(&mut self, slot: u32, terms: Vec<String>, length: u32) -> bool {
+        self.upsert_reached(slot, terms, length, Reach::Shared)
+    }
+
+    /// As `upsert_weighted`, for a record of the given reach: a `Personal` one (seen by one
+    /// person or agent) is kept out of the postings and scored only when it is a candidate.
+    pub fn upsert_reached(&mut self, slot: u32, mut terms: Vec<String>, length: u32, reach: Reach) -> bool {
         if slot > MAX_SLOT {
             return false;
         }
@@ -210,10 +250,22 @@ impl LexicalIndex {
         while i < terms.len() {
             let run = terms[i..].iter().take_while(|t| **t == terms[i]).count();
             let id = self.term_id(&terms[i]);
-            let list = &mut self.postings[id as usize];
-            ids.push((id, list.len() as u32));
-            list.push(slot << 8 | run.min(255) as u32);
+            let tf = run.min(255) as u32;
+            match reach {
+                Reach::Shared => {
+                    let list = &mut self.postings[id as usize];
+                    ids.push((id, list.len() as u32));
+                    list.push(slot << 8 | tf);
+                }
+                Reach::Personal => {
+                    self.personal_df[id as usize] += 1;
+                    ids.push((id, tf));
+                }
+            }
             i += run;
+        }
+        if reach == Reach::Personal {
+            self.personal.insert_growing(slot);
         }
         let s = slot as usize;
         if self.docs.len() <= s {
@@ -234,11 +286,13 @@ impl LexicalIndex {
         let id = match self.free_ids.pop() {
             Some(id) => {
                 self.words[id as usize] = term.into();
+                self.personal_df[id as usize] = 0;
                 id
             }
             None => {
                 self.words.push(term.into());
                 self.postings.push(Postings::new());
+                self.personal_df.push(0);
                 (self.words.len() - 1) as u32
             }
         };
@@ -250,20 +304,18 @@ impl LexicalIndex {
     /// Takes the record at `slot` out; nothing if the slot holds none.
     pub fn remove(&mut self, slot: u32) {
         let Some(ids) = self.docs.get_mut(slot as usize).and_then(Option::take) else { return };
+        let personal = self.personal.contains(slot);
+        if personal {
+            self.personal.remove(slot);
+        }
         for (id, at) in ids.iter() {
-            let list = &mut self.postings[*id as usize];
-            let at = *at as usize;
-            if list.get(at).is_some_and(|p| p >> 8 == slot) {
-                list.swap_remove(at);
-                // The list's last posting moved into the hole: its record's entry follows it.
-                if let Some(moved) = list.get(at) {
-                    let theirs = self.docs.get_mut((moved >> 8) as usize).and_then(Option::as_mut);
-                    if let Some(entry) = theirs.and_then(|t| t.iter_mut().find(|(term, _)| term == id)) {
-                        entry.1 = at as u32;
-                    }
-                }
+            if personal {
+                self.personal_df[*id as usize] -= 1;
+            } else {
+                self.take_posting(*id, *at as usize, slot);
             }
-            if list.is_empty() {
+            let list = &mut self.postings[*id as usize];
+            if list.is_empty() && self.personal_df[*id as usize] == 0 {
                 *list = Postings::new();
                 let word = std::mem::take(&mut self.words[*id as usize]);
                 if let Ok(entry) =
@@ -279,19 +331,26 @@ impl LexicalIndex {
         self.lengths[slot as usize] = 0;
     }
 
-    /// The `k` best records among `candidates` for `query`, best first (ties: lower slot first).
-    /// Only candidates are ever scored or returned.
-    pub fn search(&self, query: &LexicalQuery, candidates: &SlotSet, k: usize) -> Vec<LexicalHit> {
-        self.search_where(query, |slot| candidates.contains(slot), k)
+    /// Takes `slot`'s posting at `at` out of term `id`'s list; the list's last posting moves into
+    /// the hole, and its record's entry follows it.
+    fn take_posting(&mut self, id: u32, at: usize, slot: u32) {
+        let list = &mut self.postings[id as usize];
+        if list.get(at).is_some_and(|p| p >> 8 == slot) {
+            list.swap_remove(at);
+            if let Some(moved) = list.get(at) {
+                let theirs = self.docs.get_mut((moved >> 8) as usize).and_then(Option::as_mut);
+                if let Some(entry) = theirs.and_then(|t| t.iter_mut().find(|(term, _)| *term == id)) {
+                    entry.1 = at as u32;
+                }
+            }
+        }
     }
 
-    /// As `search`, with the candidates given by a predicate on slots.
-    pub fn search_where(
-        &self,
-        query: &LexicalQuery,
-        keep: impl Fn(u32) -> bool,
-        k: usize,
-    ) -> Vec<LexicalHit> {
+    /// The `k` best records among `candidates` for `query`, best first (ties: lower slot first).
+    /// Only candidates are ever scored or returned.
+    /// Shared records are found through the postings, the personal ones among the candidates
+    /// (what the candidates hold of them, word by word: the caller's own).
+    pub fn search(&self, query: &LexicalQuery, candidates: &SlotSet, k: usize) -> Vec<LexicalHit> {
         if k == 0 || self.live == 0 || query.is_empty() {
             return Vec::new();
         }
@@ -301,12 +360,12 @@ impl LexicalIndex {
         let idf = |df: usize| (1.0 + (n - df as f32 + 0.5) / (df as f32 + 0.5)).ln();
         // Each term with its postings (none for a term no record holds); when there are too many,
         // the rarest of those some record holds.
-        let mut terms: Vec<(usize, Option<&Postings>)> = query
+        let mut terms: Vec<(usize, Option<u32>)> = query
             .terms
             .iter()
             .map(|t| {
-                let list = self.term(t).map(|id| &self.postings[id as usize]);
-                (list.map_or(0, |list| list.len()), list)
+                let id = self.term(t);
+                (id.map_or(0, |id| self.df(id)), id)
             })
             .collect();
         if terms.len() > MAX_QUERY_TERMS {
@@ -322,22 +381,34 @@ impl LexicalIndex {
                 scores.resize(self.docs.len(), 0.0);
                 matched.resize(self.docs.len(), 0);
             }
-            for (df, list) in &terms {
-                let Some(list) = list else { continue };
+            // One term's part of one record's score: the same sum, in the same order (term by
+            // term), whether the record is met through a posting or among the candidates.
+            let mut add = |slot: u32, tf: u32, weight: f32| {
+                let (s, tf) = (slot as usize, tf as f32);
+                let norm = k1 * (1.0 - b + b * self.lengths[s] as f32 / mean_length);
+                if matched[s] == 0 {
+                    touched.push(slot);
+                }
+                scores[s] += weight * tf * (k1 + 1.0) / (tf + norm);
+                matched[s] = matched[s].saturating_add(1);
+            };
+            for (df, id) in &terms {
+                let Some(id) = id else { continue };
                 let weight = idf(*df);
-                for posting in list.iter() {
+                for posting in self.postings[*id as usize].iter() {
                     let slot = posting >> 8;
-                    if !keep(slot) {
-                        continue;
+                    if candidates.contains(slot) {
+                        add(slot, posting & 0xff, weight);
                     }
-                    let tf = (posting & 0xff) as f32;
-                    let s = slot as usize;
-                    let norm = k1 * (1.0 - b + b * self.lengths[s] as f32 / mean_length);
-                    if matched[s] == 0 {
-                        touched.push(slot);
+                }
+            }
+            for slot in candidates.and(&self.personal).iter() {
+                let Some(doc) = &self.docs[slot as usize] else { continue };
+                for (df, id) in &terms {
+                    let Some(id) = id else { continue };
+                    if let Some((_, tf)) = doc.iter().find(|(term, _)| term == id) {
+                        add(slot, *tf, idf(*df));
                     }
-                    scores[s] += weight * tf * (k1 + 1.0) / (tf + norm);
-                    matched[s] = matched[s].saturating_add(1);
                 }
             }
             let mut hits: Vec<LexicalHit> = touched
@@ -377,7 +448,14 @@ impl LexicalIndex {
                 + self.postings.capacity() * size_of::<Postings>();
         let docs: usize = self.docs.iter().flatten().map(|d| d.len() * 8).sum::<usize>()
             + self.docs.capacity() * size_of::<Option<DocTerms>>();
-        words + dictionary + postings + docs + self.lengths.capacity() * 4 + self.free_ids.capacity() * 4
+        let personal = self.personal_df.capacity() * 4 + self.personal.heap_bytes();
+        words
+            + dictionary
+            + postings
+            + docs
+            + personal
+            + self.lengths.capacity() * 4
+            + self.free_ids.capacity() * 4
     }
 }
 
@@ -454,6 +532,88 @@ mod tests {
                 assert!((g.1 - w.1).abs() < 1e-4, "{q}: {g:?} {w:?}");
             }
         }
+    }
+
+    /// Personal records (no postings, scored among the candidates) and shared ones, through any
+    /// mix of writes, moves between the two and removals: the postings and the personal counts
+    /// stay exact, and every search over any candidates gives bit for bit what an index holding
+    /// every record in the postings gives — the same hits, scores, normalized scores, matched
+    /// terms and order.
+    #[test]
+    fn personal_records_score_exactly_as_postings_would_for_any_candidates() {
+        let words = ["order", "refund", "shipped", "monday", "express", "return", "delay", "parcel"];
+        let mut rng = crate::vector::testing::Rng(0x9e37_79b9_7f4a_7c15);
+        let mut next = move |n: u64| rng.below(n as usize) as u64;
+        let mut index = LexicalIndex::default();
+        let mut live: std::collections::BTreeMap<u32, String> = std::collections::BTreeMap::new();
+        for _ in 0..3_000 {
+            let slot = next(200) as u32;
+            if next(3) == 0 {
+                index.remove(slot);
+                live.remove(&slot);
+            } else {
+                let text: Vec<&str> = (0..1 + next(6)).map(|_| words[next(8) as usize]).collect();
+                let text = format!("{} customer{slot}", text.join(" "));
+                let reach = if next(2) == 0 { Reach::Personal } else { Reach::Shared };
+                let terms = index.analyzer().terms(&text);
+                let length = terms.len() as u32;
+                assert!(index.upsert_reached(slot, terms, length, reach));
+                live.insert(slot, text);
+            }
+            let mut personal_df = vec![0u32; index.personal_df.len()];
+            let mut shared_terms = 0;
+            for (slot, doc) in index.docs.iter().enumerate() {
+                let Some(doc) = doc else { continue };
+                if index.personal.contains(slot as u32) {
+                    doc.iter().for_each(|(id, _)| personal_df[*id as usize] += 1);
+                } else {
+                    shared_terms += doc.len();
+                    for (id, at) in doc.iter() {
+                        assert_eq!(index.postings[*id as usize][*at as usize] >> 8, slot as u32);
+                    }
+                }
+            }
+            assert_eq!(personal_df, index.personal_df);
+            assert_eq!(index.postings.iter().map(|p| p.len()).sum::<usize>(), shared_terms);
+        }
+        assert!(index.personal.iter().count() > 20, "the mix holds personal records");
+        let mut everyone = LexicalIndex::default();
+        for (slot, text) in &live {
+            everyone.upsert(*slot, text);
+        }
+        for round in 0..40 {
+            let mut candidates = SlotSet::new(200);
+            for slot in 0..200 {
+                if round == 0 || next(3) != 0 {
+                    candidates.insert(slot);
+                }
+            }
+            for q in [
+                "order refund",
+                "parcel delay express",
+                "customer17 monday",
+                "return",
+                "shipped order express",
+            ] {
+                let k = 1 + next(40) as usize;
+                let got = index.search(&query(q), &candidates, k);
+                assert_eq!(got, everyone.search(&query(q), &candidates, k), "{q}, round {round}");
+                assert!(got.iter().all(|h| candidates.contains(h.slot)));
+            }
+        }
+        for word in words {
+            assert_eq!(index.document_frequency(word), everyone.document_frequency(word), "{word}");
+        }
+    }
+
+    #[test]
+    fn a_record_is_personal_when_only_one_person_or_agent_sees_it() {
+        let scopes = |s: &[&str]| s.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(Reach::of(&scopes(&["user:u-1"])), Reach::Personal);
+        assert_eq!(Reach::of(&scopes(&["agent:k-1", "user:u-1"])), Reach::Personal);
+        assert_eq!(Reach::of(&scopes(&["user:u-1", "team:sales"])), Reach::Shared);
+        assert_eq!(Reach::of(&scopes(&["public"])), Reach::Shared);
+        assert_eq!(Reach::of(&scopes(&[])), Reach::Shared);
     }
 
     #[test]

@@ -13,9 +13,12 @@
 //! docs/hybrid-retrieval.md):
 //! 1. before taking the tenant's lock, with the query embedding: `LexicalQuery::new(analyzer,
 //!    text)` (~10 µs);
-//! 2. `TenantIndex::insert`/`remove` call `LexicalIndex::upsert_record(slot, record)` (or
-//!    `upsert_weighted` with `record_terms` made in `IndexedRecord::new`, outside the lock) and
-//!    `remove(slot)` with the slot they give the record, under the same write lock;
+//! 2. `TenantIndex::insert`/`remove` call `LexicalIndex::upsert_reached(slot, terms, length,
+//!    reach)` with `record_terms` made in `IndexedRecord::new`, outside the lock, and
+//!    `remove(slot)` with the slot they give the record, under the same write lock. A personal
+//!    record (`Reach::Personal`: only `user:`/`agent:` scopes) gets no postings: a query scores
+//!    it from its own terms when it is a candidate, so a million customers' profiles are not
+//!    walked past by every query that shares a common word with them;
 //! 3. in the semantic layer, after scope and temporal: `lexical.search(&query, &current, k)`
 //!    with the temporal layer's `SlotSet` (so nothing the caller may not see, or that is not
 //!    valid now, is scored); the exact similarity of each lexical hit that the dense scan did not
@@ -33,7 +36,7 @@ pub mod fusion;
 pub mod stopwords;
 
 pub use analyzer::{Analyzer, AnalyzerOptions};
-pub use bm25::{Bm25Params, LexicalHit, LexicalIndex, LexicalQuery};
+pub use bm25::{Bm25Params, LexicalHit, LexicalIndex, LexicalQuery, Reach};
 pub use fusion::{Contribution, FusedHit, Fusion, Gate};
 
 use crate::record::Record;
