@@ -10,7 +10,6 @@ use super::cut::Cut;
 use super::semantic::Hit;
 use super::trace::{LayerLog, Trace};
 use crate::index::{IndexedRecord, TenantIndex};
-use std::cmp::Ordering;
 use std::sync::Arc;
 
 #[derive(Clone)]
@@ -42,21 +41,6 @@ pub struct Packed {
 /// How many of the best hits are selected and sorted first.
 const FIRST: usize = 64;
 
-/// Brings the best `n` of `ranked[from..]` into order at `from` (the rest after them, each
-/// ranked below every one of them, unsorted) and returns where the sorted run ends: the same
-/// prefix a full sort gives, since `order` is total (ties end at the id).
-fn order_next<T>(ranked: &mut [T], from: usize, n: usize, order: impl Fn(&T, &T) -> Ordering) -> usize {
-    let rest = &mut ranked[from..];
-    if n > 0 && rest.len() > n {
-        rest.select_nth_unstable_by(n, &order);
-        rest[..n].sort_by(&order);
-        from + n
-    } else {
-        rest.sort_by(&order);
-        ranked.len()
-    }
-}
-
 pub fn pack(
     index: &TenantIndex,
     hits: Vec<Hit>,
@@ -87,15 +71,17 @@ pub fn pack(
             .then(a.item.head.id.cmp(&b.item.head.id))
     };
     // With thousands of hits (a low threshold over a large tenant) only the first few are ever
-    // packed: select the best `FIRST` and sort those; the next `FIRST` are brought into order
-    // only if packing gets that far without filling the block (a trace lists removals in rank
-    // order, so a detailed run sorts everything).
-    let mut sorted_upto = if detailed {
-        ranked.sort_by(order);
-        ranked.len()
+    // packed: select the best `FIRST` and sort those; the rest is sorted only if packing gets
+    // that far without filling the block and the stubs (a trace lists removals in rank order, so
+    // a detailed run sorts everything).
+    let mut sorted_upto = ranked.len();
+    if !detailed && ranked.len() > FIRST {
+        ranked.select_nth_unstable_by(FIRST, order);
+        ranked[..FIRST].sort_by(order);
+        sorted_upto = FIRST;
     } else {
-        order_next(&mut ranked, 0, FIRST, order)
-    };
+        ranked.sort_by(order);
+    }
     let mut packed = Packed { injected: Vec::new(), stubs: Vec::new(), overflow: 0, tokens: 0 };
     // The best scored (not exact) record sets the cut's floor; ranked is sorted best first at
     // least up to `sorted_upto`, and exact matches rank above every score.
@@ -118,15 +104,13 @@ pub fn pack(
                 let room = budget.max_stubs.saturating_sub(packed.stubs.len());
                 tail.retain(|c| (c.exact || c.score >= floor) && c.item.head.priority >= 4);
                 if room > 0 && !tail.is_empty() {
-                    let upto = order_next(&mut tail, 0, room, order);
-                    tail.truncate(upto.min(room));
-                    packed.stubs.extend(tail);
+                    tail.sort_by(order);
+                    packed.stubs.extend(tail.into_iter().take(room));
                 }
                 break;
             }
-            // Sorting all of the rest at once cost a KB question over 100,000 public records
-            // more than its semantic scan (`density::pack`, 16 % of its CPU at 1.11M records).
-            sorted_upto = order_next(&mut ranked, position, FIRST, order);
+            ranked[position..].sort_by(order);
+            sorted_upto = ranked.len();
         }
         let steps_down = !ranked[position].exact
             && previous.is_some_and(|previous| budget.cut.steps_down(previous, ranked[position].score));
