@@ -305,9 +305,7 @@ impl LexicalIndex {
     pub fn remove(&mut self, slot: u32) {
         let Some(ids) = self.docs.get_mut(slot as usize).and_then(Option::take) else { return };
         let personal = self.personal.contains(slot);
-        if personal {
-            self.personal.remove(slot);
-        }
+        self.personal.remove(slot);
         for (id, at) in ids.iter() {
             if personal {
                 self.personal_df[*id as usize] -= 1;
@@ -348,6 +346,7 @@ impl LexicalIndex {
 
     /// The `k` best records among `candidates` for `query`, best first (ties: lower slot first).
     /// Only candidates are ever scored or returned.
+    ///
     /// Shared records are found through the postings, the personal ones among the candidates
     /// (what the candidates hold of them, word by word: the caller's own).
     pub fn search(&self, query: &LexicalQuery, candidates: &SlotSet, k: usize) -> Vec<LexicalHit> {
@@ -402,7 +401,7 @@ impl LexicalIndex {
                     }
                 }
             }
-            for slot in candidates.and(&self.personal).iter() {
+            for slot in candidates.iter_and(&self.personal) {
                 let Some(doc) = &self.docs[slot as usize] else { continue };
                 for (df, id) in &terms {
                     let Some(id) = id else { continue };
