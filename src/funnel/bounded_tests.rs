@@ -21,6 +21,11 @@ const WORDS: [&str; 12] = [
 /// A tenant of `n` public records near a few topics, with random priorities, token costs, ages and
 /// a few words each (for the lexical ranking).
 fn tenant(rng: &mut Rng, vectors: &Vectors, n: usize) -> TenantIndex {
+    tenant_of_sizes(rng, vectors, n, |rng| 20 + rng.below(300))
+}
+
+/// The same, with each record's token count drawn by `tokens`.
+fn tenant_of_sizes(rng: &mut Rng, vectors: &Vectors, n: usize, tokens: fn(&mut Rng) -> usize) -> TenantIndex {
     let mut index = TenantIndex::default();
     for i in 0..n {
         let mut r = record(&format!("r{i:05}"), &["public"], (0, OPEN_END_MS), "v1");
@@ -30,7 +35,7 @@ fn tenant(rng: &mut Rng, vectors: &Vectors, n: usize) -> TenantIndex {
         r.content = serde_json::json!({"statement": statement.join(" ")});
         let key = (i % 250 == 0).then(|| format!("ord-{i}"));
         let mut it = crate::index::IndexedRecord::new(r, Some(std::sync::Arc::from(vectors.record(rng))));
-        it.tokens = 20 + rng.below(300);
+        it.tokens = tokens(rng);
         if let Some(key) = key {
             it.terms.push(key.into());
         }
@@ -68,24 +73,27 @@ fn injected(out: &FunnelOutput) -> (Vec<String>, Vec<String>) {
 
 /// Runs the funnel bounded (as requests do) and unbounded (a detailed run scans without a bound),
 /// and the unbounded layer packed directly, over many queries; all three must inject the same.
+/// Returns how many bounded scans left hits out, and how many blocks were filled from them.
 fn compare(
     index: &TenantIndex,
     rng: &mut Rng,
     vectors: &Vectors,
     stored: &[Vec<f32>],
     queries: usize,
-) -> usize {
+) -> (usize, usize) {
     let lexical_texts =
         ["refund for the courier", "sofa cushion voucher delivery", "where is ord-500", "battery"];
     let who = caller(&["public"]);
-    let mut bounded_hits = 0;
+    let (mut bounded_hits, mut filled) = (0, 0);
     for q in 0..queries {
         let target = rng.below(stored.len());
         let query = vectors.near(rng, &stored[target], [0.01, 0.04, 0.08][q % 3]);
         let text = lexical_texts[q % lexical_texts.len()];
         let lexical = crate::lexical::LexicalQuery::new(crate::lexical::analyzer(), text);
         for threshold in [0.3, 0.6, 0.8, 0.9] {
-            for (budget, items, stubs) in [(3000, 5, 3), (400, 5, 3), (3000, 20, 0), (100, 2, 10)] {
+            for (budget, items, stubs) in
+                [(3000, 5, 3), (400, 5, 3), (3000, 20, 0), (100, 2, 10), (919, 64, 3)]
+            {
                 for retrieval in [Retrieval::Dense, Retrieval::HYBRID] {
                     let hybrid = match retrieval {
                         Retrieval::Hybrid { lexical_weight, min_lexical } => {
@@ -116,11 +124,12 @@ fn compare(
                         max_stubs: stubs,
                         cut: super::cut::Cut::OFF,
                     };
-                    let packed = super::density::pack(index, all, &budget, false, &mut Trace::default());
+                    let packed = super::density::pack(index, &all, &budget, false, &mut Trace::default());
                     let ids = |c: &[super::density::Chosen]| -> Vec<String> {
                         c.iter().map(|c| c.item.head.id.clone()).collect()
                     };
                     assert_eq!(injected(&fast), (ids(&packed.injected), ids(&packed.stubs)), "{context}");
+                    let mut first = Trace::default();
                     let bounded = semantic::matching_within(
                         index,
                         &current,
@@ -128,8 +137,11 @@ fn compare(
                         &sq,
                         TopK::for_cap(items, stubs),
                         false,
-                        &mut Trace::default(),
+                        &mut first,
                     );
+                    // Scanned again, but not every hit packed: the block's room was filled from
+                    // what the bounded scan left out.
+                    filled += usize::from(fast.trace.scanned > first.scanned && !fast.trace.packed_every_hit);
                     let exact = bounded.hits.iter().filter(|h| h.exact).count();
                     let words = if hybrid.is_some() { 100 } else { 0 };
                     assert!(
@@ -146,7 +158,7 @@ fn compare(
             }
         }
     }
-    bounded_hits
+    (bounded_hits, filled)
 }
 
 #[test]
@@ -156,8 +168,9 @@ fn bounded_scan_injects_what_a_full_exact_scan_injects() {
     let index = tenant(&mut rng, &vectors, 3000);
     assert!(index.ann.is_empty());
     let stored: Vec<Vec<f32>> = (0..50).filter_map(|s| index.vector(s).map(|v| v.to_vec())).collect();
-    let bounded = compare(&index, &mut rng, &vectors, &stored, 24);
+    let (bounded, filled) = compare(&index, &mut rng, &vectors, &stored, 24);
     assert!(bounded > 100, "the low thresholds must fill the heaps, or the bound is not tested: {bounded}");
+    assert!(filled >= 8, "blocks the budget ends must be filled from the left-out hits: {filled}");
 }
 
 #[test]
@@ -167,8 +180,9 @@ fn bounded_scan_injects_what_a_full_scan_injects_on_the_ivf_path() {
     let index = tenant(&mut rng, &vectors, 9000);
     assert!(index.ann.contains_key("public"));
     let stored: Vec<Vec<f32>> = (0..50).filter_map(|s| index.vector(s).map(|v| v.to_vec())).collect();
-    let bounded = compare(&index, &mut rng, &vectors, &stored, 6);
+    let (bounded, filled) = compare(&index, &mut rng, &vectors, &stored, 6);
     assert!(bounded > 20, "{bounded}");
+    assert!(filled >= 3, "blocks the budget ends must be filled from the left-out hits: {filled}");
 }
 
 /// A tenant of `public` records, then `others` customers' profiles (one `user:<i>` each), and
@@ -275,8 +289,8 @@ fn the_bounded_run_injects_what_the_unbounded_one_does_with_standout_boost_and_n
 }
 
 /// A hit ruled out by the full heap's floor before it was scored is still a hit left out: when
-/// the block has room for it (few large records fill the budget, not the cap), the run must pack
-/// every hit rather than trust the heap. Before this was counted, the small record below went
+/// the block has room for it (few large records fill the budget, not the cap), the run must look
+/// for it rather than trust the heap. Before this was counted, the small record below went
 /// missing from the bounded run.
 #[test]
 fn a_hit_ruled_out_by_a_full_heap_still_counts_as_left_out() {
@@ -318,4 +332,146 @@ fn a_hit_ruled_out_by_a_full_heap_still_counts_as_left_out() {
     let full = super::run(&index, &who, &sq, &s, NOW, Detail::Full);
     assert_eq!(injected(&full).0, ["large-00", "large-01", "large-02", "small"]);
     assert_eq!(injected(&fast), injected(&full));
+}
+
+/// A block the budget ends, with room for a small record the bounded scan left out: the run
+/// finds it by scanning again for what fits the room — the one record of 20 tokens, not the
+/// hundreds of large ones — instead of scoring and packing every hit again, and injects what
+/// packing every hit injects.
+#[test]
+fn the_room_a_budget_leaves_is_filled_from_what_fits_it_without_packing_every_hit() {
+    let mut index = TenantIndex::default();
+    let query = {
+        let mut q = vec![0.0f32; 16];
+        q[0] = 1.0;
+        q
+    };
+    let at = |similarity: f32, k: usize| {
+        let mut v = vec![0.0f32; 16];
+        v[0] = similarity;
+        v[1 + k % 15] = (1.0 - similarity * similarity).sqrt();
+        v
+    };
+    let mut add = |id: String, similarity: f32, k: usize, tokens: usize| {
+        let r = record(&id, &["public"], (0, OPEN_END_MS), "v1");
+        let mut it = crate::index::IndexedRecord::new(r, Some(std::sync::Arc::from(at(similarity, k))));
+        it.tokens = tokens;
+        index.upsert(it);
+    };
+    // Three hundred large records that score well, one small one below them, a hundred medium
+    // ones below that: three large records leave 100 tokens, which only the small one fits.
+    for i in 0..300 {
+        add(format!("large-{i:03}"), 0.9 - 0.001 * i as f32, i, 300);
+    }
+    add("small".into(), 0.5, 3, 20);
+    for i in 0..100 {
+        add(format!("medium-{i:03}"), 0.45 - 0.001 * i as f32, i, 200);
+    }
+    let who = caller(&["public"]);
+    let s = settings(0.19, 1000, 5, 0, Retrieval::Dense);
+    let sq = SemanticQuery {
+        text: "",
+        vector: Some(&query),
+        threshold: 0.19,
+        probes: Probes::ALL,
+        hybrid: None,
+        lift: crate::funnel::semantic::Lift::NONE,
+    };
+    let fast = super::run(&index, &who, &sq, &s, NOW, Detail::Off);
+    let full = super::run(&index, &who, &sq, &s, NOW, Detail::Full);
+    assert_eq!(injected(&full).0, ["large-000", "large-001", "large-002", "small"]);
+    assert_eq!(injected(&fast), injected(&full));
+    assert!(!fast.trace.packed_every_hit);
+    let mut first = Trace::default();
+    let current = fast.current.clone();
+    let bounded = semantic::matching_within(
+        &index,
+        &current,
+        Some(&who.scopes),
+        &sq,
+        TopK::for_cap(5, 0),
+        false,
+        &mut first,
+    );
+    assert!(bounded.floor.is_some(), "the bounded scan must leave hits out");
+    assert_eq!(first.scanned, 401);
+    assert_eq!(
+        fast.trace.scanned,
+        first.scanned + 1,
+        "the second scan reads only the record that fits the room"
+    );
+}
+
+/// Many large records and some small ones, a budget that ends nearly every block with room: the
+/// room is filled, often over several rounds (each round's small records leave a smaller room),
+/// and what is injected is what packing every hit injects, dense and hybrid, on the exact scan and
+/// the IVF path.
+#[test]
+fn filling_the_room_injects_what_packing_every_hit_does() {
+    let mut rng = Rng(0xf111);
+    let vectors = Vectors::new(&mut rng, 32, 6);
+    for n in [2000, 9000] {
+        let sizes = |rng: &mut Rng| if rng.below(50) == 0 { 5 + rng.below(40) } else { 250 + rng.below(100) };
+        let index = tenant_of_sizes(&mut rng, &vectors, n, sizes);
+        assert_eq!(index.ann.contains_key("public"), n > 4096);
+        let who = caller(&["public"]);
+        let (mut filled, mut every_hit) = (0, 0);
+        for q in 0..40 {
+            let target = index.vector(rng.below(n) as u32).map(|v| v.to_vec()).unwrap_or_default();
+            let query = vectors.near(&mut rng, &target, [0.02, 0.06][q % 2]);
+            let lexical =
+                crate::lexical::LexicalQuery::new(crate::lexical::analyzer(), "sofa courier refund");
+            for retrieval in [Retrieval::Dense, Retrieval::HYBRID] {
+                let hybrid = match retrieval {
+                    Retrieval::Hybrid { lexical_weight, min_lexical } => {
+                        Some(Hybrid { query: &lexical, lexical_weight, min_lexical })
+                    }
+                    Retrieval::Dense => None,
+                };
+                for (budget, items) in [(919, 64), (1200, 64), (700, 8)] {
+                    let sq = SemanticQuery {
+                        text: "sofa courier refund",
+                        vector: Some(&query),
+                        threshold: 0.0,
+                        probes: Probes::ALL,
+                        hybrid,
+                        lift: crate::funnel::semantic::Lift::NONE,
+                    };
+                    let s = settings(0.0, budget, items, 3, retrieval);
+                    let fast = super::run(&index, &who, &sq, &s, NOW, Detail::Off);
+                    let full = super::run(&index, &who, &sq, &s, NOW, Detail::Full);
+                    assert_eq!(
+                        injected(&fast),
+                        injected(&full),
+                        "n {n} query {q} {retrieval:?} {budget}/{items}"
+                    );
+                    let semantic = fast.trace.layers.iter().find(|l| l.layer == "semantic");
+                    let density = fast.trace.layers.iter().find(|l| l.layer == "token_density");
+                    assert_eq!(
+                        semantic.map(|l| l.output),
+                        density.map(|l| l.input),
+                        "one layer's output is the next one's input"
+                    );
+                    let mut first = Trace::default();
+                    let top = TopK::for_cap(items, 3);
+                    semantic::matching_within(
+                        &index,
+                        &fast.current,
+                        Some(&who.scopes),
+                        &sq,
+                        top,
+                        false,
+                        &mut first,
+                    );
+                    every_hit += usize::from(fast.trace.packed_every_hit);
+                    filled += usize::from(fast.trace.scanned > first.scanned && !fast.trace.packed_every_hit);
+                }
+            }
+        }
+        assert!(filled > 40, "n {n}: blocks filled to the last small record: {filled}");
+        assert!(
+            every_hit < filled,
+            "n {n}: packing every hit must be the exception: {every_hit} of {filled}"
+        );
+    }
 }

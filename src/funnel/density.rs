@@ -10,6 +10,7 @@ use super::cut::Cut;
 use super::semantic::Hit;
 use super::trace::{LayerLog, Trace};
 use crate::index::{IndexedRecord, TenantIndex};
+use std::cmp::Ordering;
 use std::sync::Arc;
 
 #[derive(Clone)]
@@ -41,35 +42,32 @@ pub struct Packed {
 /// How many of the best hits are selected and sorted first.
 const FIRST: usize = 64;
 
-pub fn pack(
-    index: &TenantIndex,
-    hits: Vec<Hit>,
-    budget: &Budget,
-    detailed: bool,
-    trace: &mut Trace,
-) -> Packed {
+/// A hit as the density layer ranks it: with its record (`None`: removed since).
+pub fn chosen(index: &TenantIndex, hit: &Hit) -> Option<Chosen> {
+    let item = index.slots[hit.slot as usize].clone()?;
+    Some(Chosen {
+        item,
+        similarity: hit.similarity,
+        exact: hit.exact,
+        score: hit.score,
+        lexical: hit.lexical,
+        neighbours: hit.neighbours,
+    })
+}
+
+/// The layer's order, best first: score, then priority, then the most recently updated, then id.
+pub fn rank(a: &Chosen, b: &Chosen) -> Ordering {
+    b.score
+        .total_cmp(&a.score)
+        .then(b.item.head.priority.cmp(&a.item.head.priority))
+        .then(b.item.head.updated_at_ms.cmp(&a.item.head.updated_at_ms))
+        .then(a.item.head.id.cmp(&b.item.head.id))
+}
+
+pub fn pack(index: &TenantIndex, hits: &[Hit], budget: &Budget, detailed: bool, trace: &mut Trace) -> Packed {
     let mut log = LayerLog::new("token_density", hits.len(), detailed);
-    let mut ranked: Vec<Chosen> = hits
-        .into_iter()
-        .filter_map(|hit| {
-            let item = index.slots[hit.slot as usize].clone()?;
-            Some(Chosen {
-                item,
-                similarity: hit.similarity,
-                exact: hit.exact,
-                score: hit.score,
-                lexical: hit.lexical,
-                neighbours: hit.neighbours,
-            })
-        })
-        .collect();
-    let order = |a: &Chosen, b: &Chosen| {
-        b.score
-            .total_cmp(&a.score)
-            .then(b.item.head.priority.cmp(&a.item.head.priority))
-            .then(b.item.head.updated_at_ms.cmp(&a.item.head.updated_at_ms))
-            .then(a.item.head.id.cmp(&b.item.head.id))
-    };
+    let mut ranked: Vec<Chosen> = hits.iter().filter_map(|hit| chosen(index, hit)).collect();
+    let order = rank;
     // With thousands of hits (a low threshold over a large tenant) only the first few are ever
     // packed: select the best `FIRST` and sort those; the rest is sorted only if packing gets
     // that far without filling the block and the stubs (a trace lists removals in rank order, so

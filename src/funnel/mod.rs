@@ -20,15 +20,17 @@
 //! temporal layer reads per-slot validity arrays (`index::SlotMeta`), and the semantic layer's
 //! scans read the int8 rows of the embeddings (`quant`), scoring exactly only the candidates that
 //! may still beat what it keeps. It keeps a bounded number of hits (`semantic::TopK`, a few times
-//! the item cap), so a low threshold over a large tenant costs no more than a high one; when the
-//! bounded hits cannot prove they pack what every hit would, the run packs every hit instead
-//! (`packed_as_unbounded`). Records are read for the hits, and for the ids and reasons of a
-//! detailed trace.
+//! the item cap), so a low threshold over a large tenant costs no more than a high one. The run
+//! then checks that the bounded hits pack what every hit would (`packed_as_unbounded`); when the
+//! budget ended the block with room a left-out hit could take, it scans again for the hits that
+//! fit the room (`fill`), and when neither shows it, it packs every hit. Records are read for
+//! the hits, and for the ids and reasons of a detailed trace.
 
 pub mod background;
 pub mod cut;
 pub mod density;
 pub mod feedback;
+pub mod fill;
 pub mod neighbours;
 pub mod scope;
 pub mod semantic;
@@ -144,7 +146,8 @@ pub fn run(
     let query = &SemanticQuery { lift: settings.lift(index, caller, &mut subject_slots), ..*query };
     let matched =
         semantic::matching_within(index, &current, Some(&caller.scopes), query, top, detailed, &mut trace);
-    let (floor, floor_high, left_out_tokens) = (matched.floor, matched.floor_high, matched.left_out_tokens);
+    let (floor, floor_high, left_out_tokens, bar) =
+        (matched.floor, matched.floor_high, matched.left_out_tokens, matched.bar);
     let (hits, allowance) = with_neighbours(index, &current, query, settings, matched);
     admitted_by_the_semantic_layer(index, &hits, &mut trace);
     // A record the bounded scan left out could have been lifted by its neighbours: what it could
@@ -184,10 +187,29 @@ pub fn run(
         max_stubs: settings.max_stubs,
         cut: settings.cut,
     };
-    let mut packed = density::pack(index, hits, &budget, detailed, &mut trace);
-    if !packed_as_unbounded(&packed, &budget, floor, floor_high, left_out_tokens) {
-        // Rare: the kept hits did not fill the block with records that beat what was left out
-        // (large records skipped for the budget, ties at the floor). Pack every hit instead.
+    let mut packed = density::pack(index, &hits, &budget, detailed, &mut trace);
+    let settled = match packed_as_unbounded(&packed, &budget, floor, floor_high, left_out_tokens) {
+        Bounded::Same => true,
+        // A cut or a neighbour's lift ranks a hit by what ranks around it, which a scan for what
+        // fits the room does not see.
+        Bounded::RoomLeft(least)
+            if budget.cut.is_off() && !neighbours::lifts(index, settings.neighbour_weight) =>
+        {
+            let scanned =
+                semantic::Scanned { index, candidates: &current, scopes: &caller.scopes, query, bar };
+            let kept = hits.iter().map(|hit| hit.slot).collect();
+            let more = fill::fill(&scanned, &budget, &mut packed, kept, least, &mut trace);
+            if let Some(more) = more {
+                filled_from_the_left_out(&packed, more, &mut trace);
+            }
+            more.is_some()
+        }
+        Bounded::RoomLeft(_) | Bounded::Unproven => false,
+    };
+    if !settled {
+        // Rare: the block holds a record that does not beat what was left out (ties at the
+        // floor), or has room under a cut or beside neighbours' lift, or four rounds of filling
+        // did not close it. Pack every hit instead.
         let mut again = Trace::default();
         let all = semantic::matching_within(
             index,
@@ -199,10 +221,11 @@ pub fn run(
             &mut again,
         );
         trace.scanned += again.scanned;
+        trace.packed_every_hit = true;
         let (all, _) = with_neighbours(index, &current, query, settings, all);
         admitted_by_the_semantic_layer(index, &all, &mut again);
         let mut repacked = Trace::default();
-        packed = density::pack(index, all, &budget, false, &mut repacked);
+        packed = density::pack(index, &all, &budget, false, &mut repacked);
         trace.layers.retain(|l| l.layer != "semantic" && l.layer != "token_density");
         trace.layers.extend(again.layers.into_iter().chain(repacked.layers));
     }
@@ -292,6 +315,40 @@ fn admitted_by_the_semantic_layer(index: &TenantIndex, hits: &[Hit], trace: &mut
         .push(format!("{} passed as neighbours of hits in their conversation or document", admitted.len()));
 }
 
+/// The hits the fill met count as the semantic layer's survivors and the density layer's input
+/// (each layer's output stays the next one's input); the density layer's output is the block.
+fn filled_from_the_left_out(packed: &Packed, more: usize, trace: &mut Trace) {
+    if more == 0 {
+        return;
+    }
+    for entry in trace.layers.iter_mut() {
+        match entry.layer {
+            "semantic" => {
+                entry.output += more;
+                entry.removed_count = entry.removed_count.saturating_sub(more);
+            }
+            "token_density" => {
+                entry.input += more;
+                entry.output = packed.injected.len() + packed.stubs.len();
+                entry.removed_count = entry.input.saturating_sub(entry.output);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What the check of the bounded hits' block found.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Bounded {
+    /// Packing every hit packs the same block.
+    Same,
+    /// The same, but for the room the block left: a left-out hit of this many tokens or more
+    /// could fit in it (`fill`).
+    RoomLeft(usize),
+    /// Not shown: pack every hit.
+    Unproven,
+}
+
 /// Whether packing the bounded hits packed what packing every hit would. Everything the semantic
 /// layer left out scored at most its floor, and the density layer ranks by that score first; so
 /// when the block's records all beat the floor and the block is full — it holds `max_items`
@@ -304,12 +361,19 @@ fn packed_as_unbounded(
     floor: Option<f32>,
     floor_high: Option<f32>,
     left_out_tokens: Option<usize>,
-) -> bool {
+) -> Bounded {
     let beats = |chosen: &[density::Chosen], floor: f32| chosen.iter().all(|c| c.score > floor);
-    let full = packed.injected.len() >= budget.max_items
-        || left_out_tokens.is_some_and(|least| budget.tokens.saturating_sub(packed.tokens) < least);
-    let injected = floor.is_none_or(|f| full && beats(&packed.injected, f));
     let stubs = floor.is_none()
         || floor_high.is_none_or(|f| packed.stubs.len() >= budget.max_stubs && beats(&packed.stubs, f));
-    injected && stubs
+    let Some(floor) = floor else { return Bounded::Same };
+    if !stubs || !beats(&packed.injected, floor) {
+        return Bounded::Unproven;
+    }
+    match left_out_tokens {
+        _ if packed.injected.len() >= budget.max_items => Bounded::Same,
+        Some(least) if budget.tokens.saturating_sub(packed.tokens) < least => Bounded::Same,
+        Some(least) => Bounded::RoomLeft(least),
+        // A hit was left out without its cost known: it may fit.
+        None => Bounded::RoomLeft(0),
+    }
 }

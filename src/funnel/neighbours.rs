@@ -29,6 +29,11 @@ pub const ADMITTING: usize = 16;
 /// A candidate's similarity and unlifted score (its boosted similarity plus its words' part).
 pub type Own = (f32, f32);
 
+/// Whether the step runs for this tenant: a weight, and records that carry a thread.
+pub fn lifts(index: &TenantIndex, weight: f32) -> bool {
+    weight > 0.0 && !index.threads.is_empty()
+}
+
 /// Lifts `hits` by their neighbours' scores and lets in the neighbours of the best of them.
 /// `own` scores a candidate that is not a hit; exact matches keep ranking first. Returns the
 /// hits, then the admitted neighbours, and, when the step ran, the best unlifted score of a hit
@@ -40,7 +45,7 @@ pub fn lift(
     weight: f32,
     own: impl Fn(u32) -> Option<Own>,
 ) -> (Vec<Hit>, Option<f32>) {
-    if weight <= 0.0 || index.threads.is_empty() || hits.is_empty() {
+    if !lifts(index, weight) || hits.is_empty() {
         return (hits, None);
     }
     let mut scores = Scores { known: HashMap::with_capacity(hits.len() * (2 * REACH + 1)), current, own };

@@ -179,7 +179,8 @@ pub struct Matched {
 struct Best {
     cap: usize,
     heap: std::collections::BinaryHeap<std::cmp::Reverse<(Score, u32, u16)>>,
-    dropped: bool,
+    /// The highest score (or bound on it) of a hit it left out; none left out: `None`.
+    dropped: Option<f32>,
     /// The fewest tokens of a hit it left out.
     dropped_tokens: Option<u16>,
 }
@@ -204,7 +205,7 @@ impl Ord for Score {
 
 impl Best {
     fn new(cap: usize) -> Best {
-        Best { cap, heap: std::collections::BinaryHeap::new(), dropped: false, dropped_tokens: None }
+        Best { cap, heap: std::collections::BinaryHeap::new(), dropped: None, dropped_tokens: None }
     }
 
     /// The score a new entry must beat: the worst kept once full.
@@ -223,33 +224,33 @@ impl Best {
         if self.heap.len() < self.cap {
             self.heap.push(std::cmp::Reverse((Score(score), slot, tokens)));
         } else {
-            let left = if score > self.floor() {
-                let evicted = self.heap.pop().map_or(tokens, |std::cmp::Reverse((_, _, t))| t);
+            let (left, left_tokens) = if score > self.floor() {
+                let evicted = self.heap.pop().map(|std::cmp::Reverse((Score(s), _, t))| (s, t));
                 self.heap.push(std::cmp::Reverse((Score(score), slot, tokens)));
-                evicted
+                evicted.unwrap_or((score, tokens))
             } else {
-                tokens
+                (score, tokens)
             };
-            self.leave_out(left);
+            self.leave_out(left, left_tokens);
         }
     }
 
-    /// A hit the bar admits but this full heap's floor ruled out before it was scored: left out
-    /// all the same.
-    fn rule_out(&mut self, tokens: u16) {
+    /// A hit the bar admits but this full heap's floor ruled out before it was scored, by
+    /// `bound` on its score: left out all the same.
+    fn rule_out(&mut self, bound: f32, tokens: u16) {
         if self.cap > 0 && self.heap.len() >= self.cap {
-            self.leave_out(tokens);
+            self.leave_out(bound, tokens);
         }
     }
 
-    fn leave_out(&mut self, tokens: u16) {
-        self.dropped = true;
+    fn leave_out(&mut self, score: f32, tokens: u16) {
+        self.dropped = Some(self.dropped.map_or(score, |s| s.max(score)));
         self.dropped_tokens = Some(self.dropped_tokens.map_or(tokens, |t| t.min(tokens)));
     }
 
-    /// The highest score of a hit left out, if one was.
+    /// The highest score of a hit left out, if one was: never above the worst kept.
     fn left_out(&self) -> Option<f32> {
-        self.dropped.then(|| self.floor())
+        self.dropped.map(|dropped| dropped.min(self.floor()))
     }
 
     fn into_slots(self) -> impl Iterator<Item = (u32, f32)> {
@@ -305,114 +306,12 @@ pub fn matching_within(
     // Whether every candidate with an embedding was scored, so a detailed trace can give each
     // removed one its score; the approximate index scores only the lists it probes.
     let mut scored_all = false;
-    if let Some(vector) = query.vector {
-        let quantized = QuantizedQuery::new(vector);
-        let meta = index.meta();
-        let rows = index.int8_rows().filter(|rows| rows.dims() == vector.len());
-        let mut scanned = 0usize;
-        // Scores one candidate: ruled out by its int8 bound against the bar (the threshold, or
-        // the heaps' floors once full), else scored on its row and offered to the heaps. `at` is
-        // the row's position when the caller knows it (an IVF entry, whose row is int8): then
-        // the slot's meta is read only for a row whose bound reaches the lower of the two bars,
-        // so a probed list is read as its rows alone, in order.
-        // The heaps hold boosted scores and a bound is on the similarity alone: a bound is held
-        // against the bar less the most any slot gains.
-        let slack = boost.most();
-        let mut consider = |slot: u32, at: Option<usize>, best: &mut Best, high: &mut Best| {
-            let loose = bar.max(best.floor().min(high.floor())) - slack;
-            let at = match at {
-                Some(at) => Some(at),
-                None => match (meta[slot as usize].vector, rows) {
-                    (VectorKind::None, _) => return,
-                    (VectorKind::Int8, Some(rows)) => rows.position(slot as usize),
-                    _ => None, // only an f32 vector to compare: score it exactly
-                },
-            };
-            let upper = match (at, rows) {
-                (Some(at), Some(rows)) => {
-                    scanned += 1;
-                    let upper = rows.upper_bound_at(at, &quantized);
-                    if !reaches(upper, loose) {
-                        if reaches(upper, bar - slack) {
-                            // Out for the heaps' floors, not for the bar: a hit left out.
-                            let m = &meta[slot as usize];
-                            best.rule_out(m.tokens);
-                            if m.priority >= 4 {
-                                high.rule_out(m.tokens);
-                            }
-                        }
-                        return;
-                    }
-                    Some(upper)
-                }
-                _ => None,
-            };
-            let high_priority = meta[slot as usize].priority >= 4;
-            let floor = if high_priority { best.floor().min(high.floor()) } else { best.floor() };
-            if upper.is_some_and(|upper| !reaches(upper, bar.max(floor) - slack)) {
-                if upper.is_some_and(|upper| reaches(upper, bar - slack)) {
-                    let tokens = meta[slot as usize].tokens;
-                    best.rule_out(tokens);
-                    if high_priority {
-                        high.rule_out(tokens);
-                    }
-                }
-                return;
-            }
-            let score = match (at, rows) {
-                (Some(at), Some(rows)) => rows.score_at(at, vector),
-                _ => match index.similarity(slot, vector) {
-                    Some(score) => score,
-                    None => return,
-                },
-            };
-            let score = score + boost.of(slot);
-            if score >= bar {
-                let tokens = meta[slot as usize].tokens;
-                best.offer(slot, score, tokens);
-                if high_priority {
-                    high.offer(slot, score, tokens);
-                }
-            }
-        };
-        let probed: Vec<(&String, &crate::vector::ivf::Ivf)> = match scopes {
-            _ if input <= EXACT_SCAN_MAX => Vec::new(),
-            Some(scopes) => scopes.iter().filter_map(|s| index.ann.get_key_value(s)).collect(),
-            None => index.ann.iter().collect(),
-        };
-        let probed: Vec<_> = probed.into_iter().filter(|(_, ann)| ann.dims() == vector.len()).collect();
-        if probed.is_empty() {
-            scored_all = true;
-            for slot in candidates.iter() {
-                consider(slot, None, &mut best, &mut high);
-            }
-        } else {
-            // A record in two probed scopes is met twice: score it once.
-            let mut seen = SlotSet::new(index.slots.len());
-            let mut rest = candidates.clone();
-            for (scope, ann) in &probed {
-                if let Some(members) = index.ann_members(scope) {
-                    rest = rest.and_not(members);
-                }
-                for entry in ann.probe(&quantized, query.probes).flatten() {
-                    let slot = entry.slot;
-                    if candidates.contains(slot) && !seen.contains(slot) {
-                        seen.insert(slot);
-                        debug_assert!(
-                            rows.is_none_or(|r| r.key_at(entry.position as usize) == Some(slot as usize)),
-                            "the IVF entry of slot {slot} points at another row"
-                        );
-                        consider(slot, rows.map(|_| entry.position as usize), &mut best, &mut high);
-                    }
-                }
-            }
-            for slot in rest.iter() {
-                consider(slot, None, &mut best, &mut high);
-            }
+    match query.vector {
+        Some(vector) => {
+            let scan = Scan { index, candidates, scopes, vector, probes: query.probes, bar, boost };
+            scored_all = scan.run(|_| true, &mut best, &mut high, trace);
         }
-        trace.scanned += scanned;
-    } else {
-        trace.notes.push("the query has no embedding: only exact matches could pass".into());
+        None => trace.notes.push("the query has no embedding: only exact matches could pass".into()),
     }
     let (floor, floor_high) = (best.left_out(), high.left_out());
     let left_out_tokens =
@@ -457,6 +356,182 @@ pub fn matching_within(
     log.finish_by_difference(hits.len(), trace);
     word_scores.sort_unstable_by_key(|(slot, _)| *slot);
     Matched { hits, floor, floor_high, words: word_scores, bar, left_out_tokens }
+}
+
+/// What `matching_within` scanned, to scan it again (`more_within`).
+pub struct Scanned<'a> {
+    pub index: &'a TenantIndex,
+    pub candidates: &'a SlotSet,
+    pub scopes: &'a std::collections::BTreeSet<String>,
+    pub query: &'a SemanticQuery<'a>,
+    /// `Matched::bar`.
+    pub bar: f32,
+}
+
+/// The best `cap` similarity hits among the candidates that `eligible` lets in, scanned as
+/// `matching_within` scanned the same candidates (the same approximate indexes or the same exact
+/// scan, the same bar and boost), by meaning alone: a record that is not among the query's word
+/// hits ranks by its similarity in a hybrid release too. With them, when more reached the bar:
+/// the highest score a hit left out could have, and the fewest tokens one costs. What the funnel
+/// fills a block's room from (`funnel::fill`).
+pub fn more_within(
+    scanned: &Scanned<'_>,
+    cap: usize,
+    eligible: impl Fn(u32) -> bool,
+    trace: &mut Trace,
+) -> (Vec<Hit>, Option<(f32, usize)>) {
+    let Scanned { index, candidates, scopes, query, bar } = *scanned;
+    let Some(vector) = query.vector else { return (Vec::new(), None) };
+    let boost = query.lift.boost;
+    let (mut best, mut high) = (Best::new(cap), Best::new(0));
+    let scan = Scan { index, candidates, scopes: Some(scopes), vector, probes: query.probes, bar, boost };
+    scan.run(eligible, &mut best, &mut high, trace);
+    let left_out = best.left_out().zip(best.dropped_tokens.map(usize::from));
+    let hits =
+        best.into_slots().map(|(slot, score)| Hit::dense(slot, score - boost.of(slot), score)).collect();
+    (hits, left_out)
+}
+
+/// One similarity scan of the candidates into the heaps.
+struct Scan<'a> {
+    index: &'a TenantIndex,
+    candidates: &'a SlotSet,
+    /// The caller's scopes, whose approximate indexes may be probed (`None`: every scope's).
+    scopes: Option<&'a std::collections::BTreeSet<String>>,
+    vector: &'a [f32],
+    probes: Probes,
+    /// The (boosted) similarity a hit must reach.
+    bar: f32,
+    boost: Boost<'a>,
+}
+
+impl Scan<'_> {
+    /// Offers every candidate that `eligible` lets in, and that reaches the bar, to the heaps.
+    /// Whether a scan reads the approximate indexes or every row depends only on the candidates
+    /// and the scopes, so two scans of the same candidates meet the same records. Returns
+    /// whether every candidate was scored (the exact path).
+    fn run(
+        &self,
+        eligible: impl Fn(u32) -> bool,
+        best: &mut Best,
+        high: &mut Best,
+        trace: &mut Trace,
+    ) -> bool {
+        let Scan { index, candidates, scopes, vector, probes, bar, boost } = *self;
+        let input = candidates.len();
+        let quantized = QuantizedQuery::new(vector);
+        let meta = index.meta();
+        let rows = index.int8_rows().filter(|rows| rows.dims() == vector.len());
+        let mut scanned = 0usize;
+        // Scores one candidate: ruled out by its int8 bound against the bar (the threshold, or
+        // the heaps' floors once full), else scored on its row and offered to the heaps. `at` is
+        // the row's position when the caller knows it (an IVF entry, whose row is int8): then
+        // the slot's meta is read only for a row whose bound reaches the lower of the two bars,
+        // so a probed list is read as its rows alone, in order.
+        // The heaps hold boosted scores and a bound is on the similarity alone: a bound is held
+        // against the bar less the most any slot gains.
+        let slack = boost.most();
+        let mut consider = |slot: u32, at: Option<usize>, best: &mut Best, high: &mut Best| {
+            if !eligible(slot) {
+                return;
+            }
+            let loose = bar.max(best.floor().min(high.floor())) - slack;
+            let at = match at {
+                Some(at) => Some(at),
+                None => match (meta[slot as usize].vector, rows) {
+                    (VectorKind::None, _) => return,
+                    (VectorKind::Int8, Some(rows)) => rows.position(slot as usize),
+                    _ => None, // only an f32 vector to compare: score it exactly
+                },
+            };
+            let upper = match (at, rows) {
+                (Some(at), Some(rows)) => {
+                    scanned += 1;
+                    let upper = rows.upper_bound_at(at, &quantized);
+                    if !reaches(upper, loose) {
+                        if reaches(upper, bar - slack) {
+                            // Out for the heaps' floors, not for the bar: a hit left out, whose
+                            // boosted score is at most its bound plus the most any slot gains.
+                            let m = &meta[slot as usize];
+                            best.rule_out(upper + slack, m.tokens);
+                            if m.priority >= 4 {
+                                high.rule_out(upper + slack, m.tokens);
+                            }
+                        }
+                        return;
+                    }
+                    Some(upper)
+                }
+                _ => None,
+            };
+            let high_priority = meta[slot as usize].priority >= 4;
+            let floor = if high_priority { best.floor().min(high.floor()) } else { best.floor() };
+            if let Some(upper) = upper
+                && !reaches(upper, bar.max(floor) - slack)
+            {
+                if reaches(upper, bar - slack) {
+                    let tokens = meta[slot as usize].tokens;
+                    best.rule_out(upper + slack, tokens);
+                    if high_priority {
+                        high.rule_out(upper + slack, tokens);
+                    }
+                }
+                return;
+            }
+            let score = match (at, rows) {
+                (Some(at), Some(rows)) => rows.score_at(at, vector),
+                _ => match index.similarity(slot, vector) {
+                    Some(score) => score,
+                    None => return,
+                },
+            };
+            let score = score + boost.of(slot);
+            if score >= bar {
+                let tokens = meta[slot as usize].tokens;
+                best.offer(slot, score, tokens);
+                if high_priority {
+                    high.offer(slot, score, tokens);
+                }
+            }
+        };
+        let probed: Vec<(&String, &crate::vector::ivf::Ivf)> = match scopes {
+            _ if input <= EXACT_SCAN_MAX => Vec::new(),
+            Some(scopes) => scopes.iter().filter_map(|s| index.ann.get_key_value(s)).collect(),
+            None => index.ann.iter().collect(),
+        };
+        let probed: Vec<_> = probed.into_iter().filter(|(_, ann)| ann.dims() == vector.len()).collect();
+        let scored_all = probed.is_empty();
+        if scored_all {
+            for slot in candidates.iter() {
+                consider(slot, None, best, high);
+            }
+        } else {
+            // A record in two probed scopes is met twice: score it once.
+            let mut seen = SlotSet::new(index.slots.len());
+            let mut rest = candidates.clone();
+            for (scope, ann) in &probed {
+                if let Some(members) = index.ann_members(scope) {
+                    rest = rest.and_not(members);
+                }
+                for entry in ann.probe(&quantized, probes).flatten() {
+                    let slot = entry.slot;
+                    if candidates.contains(slot) && !seen.contains(slot) {
+                        seen.insert(slot);
+                        debug_assert!(
+                            rows.is_none_or(|r| r.key_at(entry.position as usize) == Some(slot as usize)),
+                            "the IVF entry of slot {slot} points at another row"
+                        );
+                        consider(slot, rows.map(|_| entry.position as usize), best, high);
+                    }
+                }
+            }
+            for slot in rest.iter() {
+                consider(slot, None, best, high);
+            }
+        }
+        trace.scanned += scanned;
+        scored_all
+    }
 }
 
 /// The hybrid step: the dense hits (exact matches and similarities at or above the threshold)

@@ -488,8 +488,8 @@ fn packing_many_hits_by_selection_packs_what_a_full_sort_packs() {
     {
         for cut in [super::cut::Cut::OFF, super::cut::Cut { relative: Some(0.7), ..super::cut::Cut::OFF }] {
             let budget = Budget { tokens, max_items, max_stubs, cut };
-            let fast = pack(&index, hits.clone(), &budget, false, &mut Trace::default());
-            let full = pack(&index, hits.clone(), &budget, true, &mut Trace::default());
+            let fast = pack(&index, &hits, &budget, false, &mut Trace::default());
+            let full = pack(&index, &hits, &budget, true, &mut Trace::default());
             assert_eq!(ids(&fast.injected), ids(&full.injected), "{tokens} {max_items} {max_stubs}");
             assert_eq!(ids(&fast.stubs), ids(&full.stubs), "{tokens} {max_items} {max_stubs}");
             assert_eq!((fast.tokens, fast.overflow), (full.tokens, full.overflow));
