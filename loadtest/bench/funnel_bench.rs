@@ -399,7 +399,7 @@ fn run_path(
             cut: settings.cut,
         };
         let t = Instant::now();
-        black_box(density::pack(index, hits, &budget, false, &mut trace).tokens);
+        black_box(density::pack(index, &hits, &budget, false, &mut trace).tokens);
         density_t.push(t.elapsed());
     }
     let n = queries.len().max(1) as f64;
