@@ -288,6 +288,49 @@ fn the_bounded_run_injects_what_the_unbounded_one_does_with_standout_boost_and_n
     }
 }
 
+/// A query along the first of 16 axes.
+fn the_axis() -> Vec<f32> {
+    let mut q = vec![0.0f32; 16];
+    q[0] = 1.0;
+    q
+}
+
+/// A public record of `tokens` whose similarity to `the_axis` is `similarity` (the rest of its
+/// vector on axis `1 + k % 15`).
+fn add_on_the_axis(index: &mut TenantIndex, id: &str, similarity: f32, k: usize, tokens: usize) {
+    let mut v = vec![0.0f32; 16];
+    v[0] = similarity;
+    v[1 + k % 15] = (1.0 - similarity * similarity).sqrt();
+    let mut it = crate::index::IndexedRecord::new(
+        record(id, &["public"], (0, OPEN_END_MS), "v1"),
+        Some(std::sync::Arc::from(v)),
+    );
+    it.tokens = tokens;
+    index.upsert(it);
+}
+
+/// A dense query along `the_axis` at 0.19, no words, no lift.
+fn dense(query: &[f32]) -> SemanticQuery<'_> {
+    SemanticQuery {
+        text: "",
+        vector: Some(query),
+        threshold: 0.19,
+        probes: Probes::ALL,
+        hybrid: None,
+        lift: crate::funnel::semantic::Lift::NONE,
+    }
+}
+
+/// The funnel over `index` for a public caller asking along `the_axis`, with a 1,000-token budget
+/// and five items: bounded (as requests run) and unbounded (a detailed trace).
+fn bounded_and_full(index: &TenantIndex) -> (FunnelOutput, FunnelOutput) {
+    let who = caller(&["public"]);
+    let s = settings(0.19, 1000, 5, 0, Retrieval::Dense);
+    let query = the_axis();
+    let sq = dense(&query);
+    (super::run(index, &who, &sq, &s, NOW, Detail::Off), super::run(index, &who, &sq, &s, NOW, Detail::Full))
+}
+
 /// A hit ruled out by the full heap's floor before it was scored is still a hit left out: when
 /// the block has room for it (few large records fill the budget, not the cap), the run must look
 /// for it rather than trust the heap. Before this was counted, the small record below went
@@ -295,41 +338,12 @@ fn the_bounded_run_injects_what_the_unbounded_one_does_with_standout_boost_and_n
 #[test]
 fn a_hit_ruled_out_by_a_full_heap_still_counts_as_left_out() {
     let mut index = TenantIndex::default();
-    let query = {
-        let mut q = vec![0.0f32; 16];
-        q[0] = 1.0;
-        q
-    };
-    let at = |similarity: f32, k: usize| {
-        let mut v = vec![0.0f32; 16];
-        v[0] = similarity;
-        v[1 + k % 15] = (1.0 - similarity * similarity).sqrt();
-        v
-    };
     // Sixty-four large records that all score well, then one small record scoring less.
     for i in 0..64 {
-        let r = record(&format!("large-{i:02}"), &["public"], (0, OPEN_END_MS), "v1");
-        let mut it =
-            crate::index::IndexedRecord::new(r, Some(std::sync::Arc::from(at(0.9 - 0.001 * i as f32, i))));
-        it.tokens = 300;
-        index.upsert(it);
+        add_on_the_axis(&mut index, &format!("large-{i:02}"), 0.9 - 0.001 * i as f32, i, 300);
     }
-    let r = record("small", &["public"], (0, OPEN_END_MS), "v1");
-    let mut it = crate::index::IndexedRecord::new(r, Some(std::sync::Arc::from(at(0.5, 3))));
-    it.tokens = 20;
-    index.upsert(it);
-    let who = caller(&["public"]);
-    let s = settings(0.19, 1000, 5, 0, Retrieval::Dense);
-    let sq = SemanticQuery {
-        text: "",
-        vector: Some(&query),
-        threshold: 0.19,
-        probes: Probes::ALL,
-        hybrid: None,
-        lift: crate::funnel::semantic::Lift::NONE,
-    };
-    let fast = super::run(&index, &who, &sq, &s, NOW, Detail::Off);
-    let full = super::run(&index, &who, &sq, &s, NOW, Detail::Full);
+    add_on_the_axis(&mut index, "small", 0.5, 3, 20);
+    let (fast, full) = bounded_and_full(&index);
     assert_eq!(injected(&full).0, ["large-00", "large-01", "large-02", "small"]);
     assert_eq!(injected(&fast), injected(&full));
 }
@@ -341,54 +355,26 @@ fn a_hit_ruled_out_by_a_full_heap_still_counts_as_left_out() {
 #[test]
 fn the_room_a_budget_leaves_is_filled_from_what_fits_it_without_packing_every_hit() {
     let mut index = TenantIndex::default();
-    let query = {
-        let mut q = vec![0.0f32; 16];
-        q[0] = 1.0;
-        q
-    };
-    let at = |similarity: f32, k: usize| {
-        let mut v = vec![0.0f32; 16];
-        v[0] = similarity;
-        v[1 + k % 15] = (1.0 - similarity * similarity).sqrt();
-        v
-    };
-    let mut add = |id: String, similarity: f32, k: usize, tokens: usize| {
-        let r = record(&id, &["public"], (0, OPEN_END_MS), "v1");
-        let mut it = crate::index::IndexedRecord::new(r, Some(std::sync::Arc::from(at(similarity, k))));
-        it.tokens = tokens;
-        index.upsert(it);
-    };
     // Three hundred large records that score well, one small one below them, a hundred medium
     // ones below that: three large records leave 100 tokens, which only the small one fits.
     for i in 0..300 {
-        add(format!("large-{i:03}"), 0.9 - 0.001 * i as f32, i, 300);
+        add_on_the_axis(&mut index, &format!("large-{i:03}"), 0.9 - 0.001 * i as f32, i, 300);
     }
-    add("small".into(), 0.5, 3, 20);
+    add_on_the_axis(&mut index, "small", 0.5, 3, 20);
     for i in 0..100 {
-        add(format!("medium-{i:03}"), 0.45 - 0.001 * i as f32, i, 200);
+        add_on_the_axis(&mut index, &format!("medium-{i:03}"), 0.45 - 0.001 * i as f32, i, 200);
     }
-    let who = caller(&["public"]);
-    let s = settings(0.19, 1000, 5, 0, Retrieval::Dense);
-    let sq = SemanticQuery {
-        text: "",
-        vector: Some(&query),
-        threshold: 0.19,
-        probes: Probes::ALL,
-        hybrid: None,
-        lift: crate::funnel::semantic::Lift::NONE,
-    };
-    let fast = super::run(&index, &who, &sq, &s, NOW, Detail::Off);
-    let full = super::run(&index, &who, &sq, &s, NOW, Detail::Full);
+    let (fast, full) = bounded_and_full(&index);
     assert_eq!(injected(&full).0, ["large-000", "large-001", "large-002", "small"]);
     assert_eq!(injected(&fast), injected(&full));
     assert!(!fast.trace.packed_every_hit);
     let mut first = Trace::default();
-    let current = fast.current.clone();
+    let (who, query) = (caller(&["public"]), the_axis());
     let bounded = semantic::matching_within(
         &index,
-        &current,
+        &fast.current,
         Some(&who.scopes),
-        &sq,
+        &dense(&query),
         TopK::for_cap(5, 0),
         false,
         &mut first,
