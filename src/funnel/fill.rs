@@ -27,8 +27,8 @@ use super::density::{self, Budget, Packed};
 use super::semantic::{self, Scanned};
 use super::trace::Trace;
 
-/// Rounds of asking for more before the funnel packs every hit instead. One is the rule on
-/// the CRM workload (docs/benchmarks.md, "A million customers").
+/// Rounds of asking for more before the funnel packs every hit instead. On the CRM workload
+/// every request settled within them (docs/benchmarks.md, "A million customers").
 const ROUNDS: usize = 4;
 /// The most hits one round asks for: the room left after a budget-ended block holds few.
 const PER_ROUND: usize = 32;

@@ -342,8 +342,8 @@ fn filled_from_the_left_out(packed: &Packed, more: usize, trace: &mut Trace) {
 enum Bounded {
     /// Packing every hit packs the same block.
     Same,
-    /// The same, but for the room the block left: a left-out hit of this many tokens or more
-    /// could fit in it (`fill`).
+    /// The same, but for the room the block left, which a left-out hit may fit: the fewest
+    /// tokens such a hit costs (`fill`).
     RoomLeft(usize),
     /// Not shown: pack every hit.
     Unproven,
@@ -354,7 +354,8 @@ enum Bounded {
 /// when the block's records all beat the floor and the block is full — it holds `max_items`
 /// records, or has less room left than the smallest left-out hit needs — no left-out hit could
 /// have been injected; and when the stubs are all there and beat the high-priority floor (or no
-/// high-priority hit was left out), no left-out hit could have been a stub.
+/// high-priority hit was left out), no left-out hit could have been a stub. When all of that holds
+/// but the block is not full, only a left-out hit that fits the room could change it: `RoomLeft`.
 fn packed_as_unbounded(
     packed: &Packed,
     budget: &Budget,
