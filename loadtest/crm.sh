@@ -5,6 +5,7 @@
 #
 #   bash loadtest/crm.sh                       # the full size (~10 min with the pool cached: 1.11M imported in ~3 min, ready in ~55 s)
 #   bash loadtest/crm.sh --customers 20000     # a scaled-down run
+#   bash loadtest/crm.sh --customers 10000 --compare a=BIN,b=BIN --rate 100 --duration 10   # builds in turn
 #   bash loadtest/crm.sh --help                # every option
 #
 # Needs PostgreSQL (scripts/services starts it; --pg-url or MEMGATE_TEST_POSTGRES_URL names an

@@ -272,12 +272,12 @@ class Run:
         self.mock = proc
         return proc
 
-    def start_memgate(self, name, db_url, ready_timeout=900):
+    def start_memgate(self, name, db_url, ready_timeout=900, binary=None):
         env = dict(os.environ, MEMGATE_DATABASE_URL=db_url, MEMGATE_LOG_LEVEL="warn,memgate=info",
                    MEMGATE_ADMIN_TOKEN=self.token, ANTHROPIC_API_KEY="sk-ant-crm-upstream")
         env.pop("MEMGATE_REDIS_URL", None)
         started = time.monotonic()
-        proc = self.procs.spawn(name, [self.bin, "serve", "--config", self.config(name), "--listen", "127.0.0.1:0",
+        proc = self.procs.spawn(name, [binary or self.bin, "serve", "--config", self.config(name), "--listen", "127.0.0.1:0",
                                        "--upstream-url", self.mock.url, "--auth-mode", "managed"], env=env, cwd=REPO)
         self.procs.wait_listening(proc, "memgate", timeout=ready_timeout)
         listening = time.monotonic() - started
@@ -566,14 +566,22 @@ class Run:
             raise P.StartError(f"loadgen {label}: {out.stderr[-800:]}")
         return json.loads(out.stdout)
 
-    def load(self, proc, key, questions):
-        runs = {}
+    def lines(self, questions):
+        """The loadgen body file of each kind: `subject<TAB>body` per question."""
+        paths = {}
         for kind in ("subject", "kb"):
-            path = os.path.join(self.work, f"{kind}.lines")
-            with open(path, "w") as f:
+            paths[kind] = os.path.join(self.work, f"{kind}.lines")
+            with open(paths[kind], "w") as f:
                 for k, subject, question, _ in questions:
                     if k == kind:
                         f.write(f"{subject}\t{data.body(question)}\n")
+        return paths
+
+    def load(self, proc, key, questions):
+        runs = {}
+        paths = self.lines(questions)
+        for kind in ("subject", "kb"):
+            path = paths[kind]
             direct = self.loadgen_run(self.mock.url, path, "sk-ant-direct", f"direct-{kind}", self.a.duration)
             self.loadgen_run(proc.url, path, key, f"warmup-{kind}", 3)
             cpu0, busy0 = P.cpu_seconds(proc.pid), P.busy_cpu_seconds()
@@ -624,6 +632,9 @@ class Run:
             else:
                 say(f"{self.db} already holds the workload ({have} records): not imported again")
             self.procs.stop(first)
+            if self.a.compare:
+                self.compare(self.a.compare)
+                return
 
             proc = self.start_memgate("memgate-serve", self.db_url)
             self.results["startup"] = {"listening_s": round(proc.listening_s, 1), "ready_s": round(proc.ready_s, 1),
@@ -648,6 +659,74 @@ class Run:
                     self.psql(f"DROP DATABASE IF EXISTS {self.db}")
                 except P.StartError as err:
                     say(str(err))
+
+    # -- comparing builds
+    def injected_ids(self, proc, key, questions):
+        """Each question sent once, one at a time, through the proxy; the ids each request
+        injected, read back from the admin API's recent requests (what the proxy path injects,
+        bounded scan and all, unlike explain's detailed run)."""
+        out = []
+        for start in range(0, len(questions), 100):
+            batch = questions[start:start + 100]
+            for kind, subject, question, _ in batch:
+                status, _ = P.http("POST", proc.url + "/v1/messages", data.body(question),
+                                   {"x-api-key": key, "anthropic-version": "2023-06-01",
+                                    "content-type": "application/json", "x-memory-subject": subject}, timeout=60)
+                if status != 200:
+                    raise P.StartError(f"a question through the proxy: {status}")
+            status, recent = self.admin(proc, "GET", f"/requests/recent?limit={len(batch)}")
+            if status != 200:
+                raise P.StartError(f"recent requests: {status} {recent}")
+            newest_first = recent["data"][:len(batch)]
+            out.extend([r["injected_ids"], r["memory_status"]] for r in reversed(newest_first))
+        return out
+
+    def compare(self, binaries):
+        """Builds against each other on the existing store: per round, each binary in turn is
+        started, asked every question once (the ids it injects), warmed up, then driven at
+        `--rate` for `--duration` s per kind with its CPU read from /proc."""
+        questions = self.questions()
+        paths = self.lines(questions)
+        rows, ids = [], {}
+        for round_ in range(1, self.a.rounds + 1):
+            for label, binary in binaries:
+                proc = self.start_memgate(f"memgate-{label}-{round_}", self.db_url, binary=binary)
+                key = self.key(proc)
+                if label not in ids:
+                    ids[label] = self.injected_ids(proc, key, questions)
+                for kind in ("subject", "kb"):
+                    self.loadgen_run(proc.url, paths[kind], key, f"warmup-{kind}", 3)
+                for kind in ("subject", "kb"):
+                    cpu0 = P.cpu_seconds(proc.pid)
+                    via = self.loadgen_run(proc.url, paths[kind], key, f"{label}-{kind}", self.a.duration)
+                    cpu = P.cpu_seconds(proc.pid) - cpu0
+                    row = {"round": round_, "build": label, "kind": kind, "count": via["count"],
+                           "errors": via["errors"], "p50_ms": via["latency_ms"]["p50"],
+                           "p99_ms": via["latency_ms"]["p99"],
+                           "memgate_cpu_ms_per_request": round(1000 * cpu / max(1, via["count"]), 3),
+                           "statuses": via.get("header_counts", {}).get("x-memory-status", {}),
+                           "rss_ready_mb": round(proc.rss_mb(), 1), "ready_s": round(proc.ready_s, 1)}
+                    rows.append(row)
+                    say(f"round {round_} {label:10} {kind:7} CPU {row['memgate_cpu_ms_per_request']} ms/request, "
+                        f"p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, errors {row['errors']}, {row['statuses']}")
+                self.procs.stop(proc)
+        first = binaries[0][0]
+        same = {label: ids[label] == ids[first] for label, _ in binaries}
+        differing = {label: [{"question": i, "text": questions[i][2], first: a, label: b}
+                             for i, (a, b) in enumerate(zip(ids[first], ids[label])) if a != b][:20]
+                     for label, _ in binaries}
+        self.results["compare"] = {"rate": self.a.rate, "duration_s": self.a.duration, "rows": rows,
+                                   "binaries": dict(binaries), "injected_identical_to_first": same,
+                                   "differing_questions": differing}
+        stamp = time.strftime("%Y-%m-%dT%H%M")
+        out = os.path.join(LOADTEST, "results", "crm", f"compare-{self.a.customers}-{stamp}.json")
+        with open(out, "w") as f:
+            json.dump(self.results, f, indent=2)
+        for label, _ in binaries:
+            print(f"  {label}: injected ids (and statuses) identical to {first}'s for all "
+                  f"{len(questions)} questions: {same[label]}"
+                  + ("" if same[label] else f" (questions {[d['question'] for d in differing[label]]})"))
+        print(f"  results: {out}")
 
     def summary(self, out):
         r = self.results
@@ -689,6 +768,20 @@ def machine():
     return info
 
 
+def builds(text):
+    """`label=path,label=path` (a bare path is labelled by its file name)."""
+    out = []
+    for part in text.split(","):
+        label, _, path = part.rpartition("=")
+        path = os.path.abspath(path)
+        if not os.access(path, os.X_OK):
+            raise argparse.ArgumentTypeError(f"{path} is not an executable memgate build")
+        out.append((label or os.path.basename(path), path))
+    if len(out) < 2:
+        raise argparse.ArgumentTypeError("name two builds or more")
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--customers", type=int, default=1_000_000)
@@ -708,6 +801,11 @@ def main():
                                                            "postgres://postgres@127.0.0.1:5432/postgres"))
     parser.add_argument("--reimport", action="store_true", help="drop the workload's database and import again")
     parser.add_argument("--drop", action="store_true", help="drop the workload's database at the end")
+    parser.add_argument("--compare", type=builds, metavar="LABEL=BIN,LABEL=BIN",
+                        help="compare memgate builds on the store instead of the one run: each in turn, "
+                             "--rounds times, at --rate for --duration s per kind; and whether they inject "
+                             "the same ids for every question")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of --compare")
     args = parser.parse_args()
     Run(args).main()
 
