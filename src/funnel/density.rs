@@ -39,6 +39,19 @@ pub struct Packed {
     pub tokens: usize,
 }
 
+impl Packed {
+    /// Injects `chosen` when the block has a place and the tokens for it; hands it back when not.
+    pub fn inject_if_it_fits(&mut self, chosen: Chosen, budget: &Budget) -> Option<Chosen> {
+        let cost = chosen.item.tokens;
+        if self.injected.len() < budget.max_items && self.tokens + cost <= budget.tokens {
+            self.tokens += cost;
+            self.injected.push(chosen);
+            return None;
+        }
+        Some(chosen)
+    }
+}
+
 /// How many of the best hits are selected and sorted first.
 const FIRST: usize = 64;
 
@@ -67,18 +80,17 @@ pub fn rank(a: &Chosen, b: &Chosen) -> Ordering {
 pub fn pack(index: &TenantIndex, hits: &[Hit], budget: &Budget, detailed: bool, trace: &mut Trace) -> Packed {
     let mut log = LayerLog::new("token_density", hits.len(), detailed);
     let mut ranked: Vec<Chosen> = hits.iter().filter_map(|hit| chosen(index, hit)).collect();
-    let order = rank;
     // With thousands of hits (a low threshold over a large tenant) only the first few are ever
     // packed: select the best `FIRST` and sort those; the rest is sorted only if packing gets
     // that far without filling the block and the stubs (a trace lists removals in rank order, so
     // a detailed run sorts everything).
     let mut sorted_upto = ranked.len();
     if !detailed && ranked.len() > FIRST {
-        ranked.select_nth_unstable_by(FIRST, order);
-        ranked[..FIRST].sort_by(order);
+        ranked.select_nth_unstable_by(FIRST, rank);
+        ranked[..FIRST].sort_by(rank);
         sorted_upto = FIRST;
     } else {
-        ranked.sort_by(order);
+        ranked.sort_by(rank);
     }
     let mut packed = Packed { injected: Vec::new(), stubs: Vec::new(), overflow: 0, tokens: 0 };
     // The best scored (not exact) record sets the cut's floor; ranked is sorted best first at
@@ -102,12 +114,12 @@ pub fn pack(index: &TenantIndex, hits: &[Hit], budget: &Budget, detailed: bool, 
                 let room = budget.max_stubs.saturating_sub(packed.stubs.len());
                 tail.retain(|c| (c.exact || c.score >= floor) && c.item.head.priority >= 4);
                 if room > 0 && !tail.is_empty() {
-                    tail.sort_by(order);
+                    tail.sort_by(rank);
                     packed.stubs.extend(tail.into_iter().take(room));
                 }
                 break;
             }
-            ranked[position..].sort_by(order);
+            ranked[position..].sort_by(rank);
             sorted_upto = ranked.len();
         }
         let steps_down = !ranked[position].exact
@@ -139,13 +151,9 @@ pub fn pack(index: &TenantIndex, hits: &[Hit], budget: &Budget, detailed: bool, 
         if !chosen.exact {
             previous = Some(chosen.score);
         }
+        let Some(chosen) = packed.inject_if_it_fits(chosen, budget) else { continue };
         let cost = chosen.item.tokens;
         let record = &chosen.item.head;
-        if packed.injected.len() < budget.max_items && packed.tokens + cost <= budget.tokens {
-            packed.tokens += cost;
-            packed.injected.push(chosen);
-            continue;
-        }
         packed.overflow += 1;
         if record.priority >= 4 && packed.stubs.len() < budget.max_stubs {
             log.remove(&record.id, || format!("did not fit ({cost} tokens); injected as a stub"));

@@ -73,11 +73,7 @@ pub fn fill(
             }
             met.insert(met.partition_point(|s| *s < slot), slot);
             more += 1;
-            if packed.injected.len() < budget.max_items && packed.tokens + chosen.item.tokens <= budget.tokens
-            {
-                packed.tokens += chosen.item.tokens;
-                packed.injected.push(chosen);
-            } else {
+            if packed.inject_if_it_fits(chosen, budget).is_some() {
                 packed.overflow += 1;
             }
         }

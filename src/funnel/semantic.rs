@@ -305,14 +305,16 @@ pub fn matching_within(
     let mut high = Best::new(top.high_priority);
     // Whether every candidate with an embedding was scored, so a detailed trace can give each
     // removed one its score; the approximate index scores only the lists it probes.
-    let mut scored_all = false;
-    match query.vector {
+    let scored_all = match query.vector {
         Some(vector) => {
             let scan = Scan { index, candidates, scopes, vector, probes: query.probes, bar, boost };
-            scored_all = scan.run(|_| true, &mut best, &mut high, trace);
+            scan.run(|_| true, &mut best, &mut high, trace)
         }
-        None => trace.notes.push("the query has no embedding: only exact matches could pass".into()),
-    }
+        None => {
+            trace.notes.push("the query has no embedding: only exact matches could pass".into());
+            false
+        }
+    };
     let (floor, floor_high) = (best.left_out(), high.left_out());
     let left_out_tokens =
         [best.dropped_tokens, high.dropped_tokens].into_iter().flatten().min().map(usize::from);
