@@ -36,8 +36,8 @@ fn tenant_of_sizes(rng: &mut Rng, vectors: &Vectors, n: usize, tokens: fn(&mut R
         let key = (i % 250 == 0).then(|| format!("ord-{i}"));
         let mut it = crate::index::IndexedRecord::new(r, Some(std::sync::Arc::from(vectors.record(rng))));
         it.tokens = tokens(rng);
-        if let Some(key) = key {
-            it.terms.push(key.into());
+        if let (Some(key), Some(arriving)) = (key, it.arriving.as_mut()) {
+            arriving.terms.push(key);
         }
         index.upsert(it);
     }

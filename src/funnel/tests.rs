@@ -73,10 +73,11 @@ pub(super) fn item(record: Record, vector: Option<Vec<f32>>, terms: &[&str]) -> 
             vector: vector.map(Arc::from),
             words: Some(crate::lexical::record_terms(crate::lexical::analyzer(), &record)),
             place: crate::index::threads::Place::of(&record.metadata),
+            terms: terms.iter().map(|t| (*t).to_owned()).collect(),
         })),
         trigger_body: None,
         tokens: 20,
-        terms: terms.iter().map(|t| std::sync::Arc::from(*t)).collect(),
+        terms: Box::default(),
     }
 }
 

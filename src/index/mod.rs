@@ -36,6 +36,7 @@
 //! records the IVF search took 6.6 ms of a 7.9 ms semantic layer (docs/benchmarks.md).
 
 pub mod bodies;
+pub mod lists;
 pub mod terms;
 #[cfg(test)]
 mod tests;
@@ -49,19 +50,13 @@ use crate::slots::SlotSet;
 use crate::vector::dot;
 use crate::vector::ivf::Ivf;
 use crate::vector::quant::Rows;
-use smallvec::SmallVec;
-use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::hash::{BuildHasher, Hash, RandomState};
+use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 /// Below this many vectors a scope has no approximate index: an exact scan is as fast.
 pub const ANN_MIN_RECORDS: usize = 8192;
-
-/// The slots under one scope or one exact term. Most hold one slot (a customer's `user:` scope,
-/// its key, its order number): up to four are kept inline, without an allocation of their own.
-pub type SlotList = SmallVec<[u32; 4]>;
 
 /// What the index keeps of a record: what the four layers, the tools' filters, the sync and a
 /// trace read. Not its content, aliases or metadata: those are the body (`bodies`), read for the
@@ -138,9 +133,8 @@ pub struct IndexedRecord {
     pub trigger_body: Option<Arc<Record>>,
     /// Approximate tokens of the record's injected line.
     pub tokens: usize,
-    /// Normalized exact terms: key, aliases and identifiers in the content; once indexed, the same
-    /// allocations as the keys of `TenantIndex::by_term`.
-    pub terms: Vec<Arc<str>>,
+    /// Once indexed, the ids of its exact terms in `TenantIndex::by_term` (to unlist it there).
+    pub terms: Box<[u32]>,
     /// What the record brings into the index, which the index consumes: `None` once indexed.
     /// Behind one pointer, so that the million records an index holds do not each keep its room.
     pub arriving: Option<Box<Arriving>>,
@@ -162,6 +156,8 @@ pub struct Arriving {
     pub words: Option<(Vec<String>, u32)>,
     /// Where the record sits in a conversation or document (`metadata.thread`, `position`).
     pub place: Option<threads::Place>,
+    /// Normalized exact terms: key, aliases and identifiers in the content (`terms`).
+    pub terms: Vec<String>,
 }
 
 impl IndexedRecord {
@@ -182,14 +178,13 @@ impl IndexedRecord {
         terms.sort();
         terms.dedup();
         terms.retain(|t| !t.is_empty());
-        let terms = terms.into_iter().map(Arc::from).collect();
         let words = Some(crate::lexical::record_terms(crate::lexical::analyzer(), &record));
         let head = RecordHead::of(&record);
         let body = Arc::new(record);
         let trigger_body = body.content.get("trigger_conditions").is_some().then(|| Arc::clone(&body));
         let place = threads::Place::of(&body.metadata);
-        let arriving = Some(Box::new(Arriving { body: Some(body), vector, words, place }));
-        IndexedRecord { head, trigger_body, tokens: tokens as usize, terms, arriving }
+        let arriving = Some(Box::new(Arriving { body: Some(body), vector, words, place, terms }));
+        IndexedRecord { head, trigger_body, tokens: tokens as usize, terms: Box::default(), arriving }
     }
 
     /// The record's body, if it brought one and has not been indexed.
@@ -257,8 +252,8 @@ pub struct TenantIndex {
     /// heads hold: a million ids are not kept twice.
     by_id: hashbrown::HashTable<u32>,
     ids: RandomState,
-    pub by_scope: HashMap<Box<str>, SlotList>,
-    pub by_term: HashMap<Arc<str>, SlotList>,
+    pub by_scope: lists::SlotLists,
+    pub by_term: lists::SlotLists,
     /// The tenant, type and schema names the heads share (`RecordHead::tenant`); a name no head
     /// holds any more is dropped on removal, or by the sweep at `names_sweep_at` entries.
     names: HashSet<Arc<str>>,
@@ -412,7 +407,7 @@ impl TenantIndex {
         self.remove(&item.head.id);
         // The index keeps one copy of the embedding (the int8 row) and of the words (the lexical
         // postings), and no body: the slot holds the head, its terms and token count.
-        let Arriving { vector, words, place, .. } = item.arriving.take().map(|a| *a).unwrap_or_default();
+        let Arriving { vector, words, place, terms, .. } = item.arriving.take().map(|a| *a).unwrap_or_default();
         item.head.tenant = self.intern(&item.head.tenant);
         item.head.record_type = self.intern(&item.head.record_type);
         item.head.schema_version = self.intern(&item.head.schema_version);
@@ -424,19 +419,7 @@ impl TenantIndex {
                 (self.slots.len() - 1) as u32
             }
         };
-        // Listed under each exact term; a term the tenant already has is the table's allocation.
-        for term in &mut item.terms {
-            match self.by_term.entry(Arc::clone(term)) {
-                std::collections::hash_map::Entry::Occupied(listed) => {
-                    *term = Arc::clone(listed.key());
-                    listed.into_mut().push(slot);
-                }
-                std::collections::hash_map::Entry::Vacant(new) => {
-                    new.insert(smallvec::smallvec![slot]);
-                }
-            }
-        }
-        item.terms.shrink_to_fit();
+        item.terms = terms.iter().filter_map(|term| self.by_term.list(term, slot)).collect();
         let item = Arc::new(item);
         let record = &item.head;
         let kind = self.place_vector(slot, vector.as_ref());
@@ -458,12 +441,7 @@ impl TenantIndex {
             self.triggered.insert(slot);
         }
         for scope in &item.head.scope {
-            match self.by_scope.get_mut(scope.as_str()) {
-                Some(list) => list.push(slot),
-                None => {
-                    self.by_scope.insert(scope.as_str().into(), smallvec::smallvec![slot]);
-                }
-            }
+            self.by_scope.list(scope, slot);
         }
         if let Some(vector) = vector.as_deref().filter(|_| kind == VectorKind::Int8) {
             self.list_in_ann(slot, &item.head.scope, vector);
@@ -574,7 +552,7 @@ impl TenantIndex {
         (self.int8_rows, self.int8, self.f32_only, self.odd) = (Some(rows), int8, f32_only, odd);
         self.ann.clear();
         self.ann_members.clear();
-        let scopes: Vec<String> = self.by_scope.keys().map(|scope| scope.to_string()).collect();
+        let scopes: Vec<String> = self.by_scope.iter().map(|(scope, _)| scope.to_owned()).collect();
         for scope in scopes {
             self.maybe_rebuild_ann(&scope);
         }
@@ -587,10 +565,10 @@ impl TenantIndex {
         let (slot, _) = entry.remove();
         let Some(item) = self.slots[slot as usize].take() else { return };
         for scope in &item.head.scope {
-            unlist(&mut self.by_scope, scope, slot);
+            self.by_scope.unlist_text(scope, slot);
         }
         for term in &item.terms {
-            unlist(&mut self.by_term, term, slot);
+            self.by_term.unlist(*term, slot);
         }
         self.release_names(&item.head);
         for scope in &item.head.scope {
@@ -703,16 +681,6 @@ impl TenantIndex {
         }
         self.ann.insert(scope.to_owned(), ivf);
         self.ann_members.insert(scope.to_owned(), members);
-    }
-}
-
-/// Takes `slot` out of `key`'s list, and the list out of `map` once empty.
-fn unlist<K: Borrow<str> + Hash + Eq>(map: &mut HashMap<K, SlotList>, key: &str, slot: u32) {
-    if let Some(list) = map.get_mut(key) {
-        list.retain(|s| *s != slot);
-        if list.is_empty() {
-            map.remove(key);
-        }
     }
 }
 
