@@ -357,7 +357,8 @@ async fn bench(
                 scanned += out.trace.scanned;
                 if let Some(wanted) = wanted {
                     asked += 1;
-                    wanted_found += usize::from(out.packed.injected.iter().any(|c| c.item.head.id == wanted));
+                    wanted_found +=
+                        usize::from(out.packed.injected.iter().any(|c| *c.item.head.id == *wanted));
                 }
             }
         }

@@ -248,7 +248,7 @@ pub fn run(
             .iter()
             .chain(&packed.stubs)
             .map(|chosen| trace::Ranked {
-                id: chosen.item.head.id.clone(),
+                id: chosen.item.head.id.to_string(),
                 score: chosen.score.min(2.0),
                 exact: chosen.exact,
                 similarity: chosen.similarity,
@@ -300,7 +300,7 @@ fn admitted_by_the_semantic_layer(index: &TenantIndex, hits: &[Hit], trace: &mut
     let admitted: Vec<&str> = hits
         .iter()
         .filter(|hit| hit.neighbours.is_some_and(|n| n.admitted))
-        .filter_map(|hit| index.slots[hit.slot as usize].as_ref().map(|item| item.head.id.as_str()))
+        .filter_map(|hit| index.slots[hit.slot as usize].as_ref().map(|item| &*item.head.id))
         .collect();
     if admitted.is_empty() {
         return;

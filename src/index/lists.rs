@@ -283,14 +283,19 @@ mod tests {
         let full = terms.text.len();
         for (i, (term, id)) in ids.iter().enumerate() {
             if i % 10 != 0 {
-                let slot = term.trim_start_matches("customer:u-").trim_end_matches(":profile").parse().expect("slot");
+                let slot = term
+                    .trim_start_matches("customer:u-")
+                    .trim_end_matches(":profile")
+                    .parse()
+                    .expect("slot");
                 terms.unlist(*id, slot);
             }
         }
         assert!(terms.text.len() < full / 2, "compacted: {} of {full} bytes", terms.text.len());
         assert!(terms.text.len() <= 2 * (terms.text.len() - terms.waste));
         for (i, (term, _)) in ids.iter().enumerate() {
-            let slot: u32 = term.trim_start_matches("customer:u-").trim_end_matches(":profile").parse().expect("slot");
+            let slot: u32 =
+                term.trim_start_matches("customer:u-").trim_end_matches(":profile").parse().expect("slot");
             let expected = if i % 10 == 0 { BTreeSet::from([slot]) } else { BTreeSet::new() };
             assert_eq!(listed(&terms, term), expected, "{term}");
         }

@@ -282,12 +282,12 @@ impl MemoryService {
             missing.entry(&*head.tenant).or_default().push(position);
         }
         for (tenant, positions) in missing {
-            let ids: Vec<&str> = positions.iter().map(|p| heads[*p].id.as_str()).collect();
+            let ids: Vec<&str> = positions.iter().map(|p| &*heads[*p].id).collect();
             let mut found: HashMap<String, Record> =
                 self.store.get_records(tenant, &ids).await?.into_iter().map(|r| (r.id.clone(), r)).collect();
             for position in positions {
                 let head = heads[position];
-                let Some(record) = found.remove(&head.id).filter(|record| head.admits(record)) else {
+                let Some(record) = found.remove(&*head.id).filter(|record| head.admits(record)) else {
                     continue;
                 };
                 let record = Arc::new(record);
@@ -345,7 +345,7 @@ impl MemoryService {
                     .map(|(item, _)| {
                         let head = &item.head;
                         let tokens = u32::try_from(item.tokens).unwrap_or(u32::MAX);
-                        (head.tenant.to_string(), head.id.clone(), head.revision, tokens)
+                        (head.tenant.to_string(), head.id.to_string(), head.revision, tokens)
                     })
                     .collect();
                 loader.add(items);
@@ -702,7 +702,7 @@ impl MemoryService {
         candidates.iter().zip(bodies).find_map(|((head, similarity), body)| {
             let body = body?;
             same_figures_and_negations(&new_text, &passage_text(&body))
-                .then(|| (head.id.clone(), *similarity))
+                .then(|| (head.id.to_string(), *similarity))
         })
     }
 

@@ -338,8 +338,8 @@ impl Recaller {
         Ok(Recalled {
             body: Bytes::from(injected.body),
             status: MemoryStatus::Ok,
-            injected_ids: items.iter().map(|c| c.item.head.id.clone()).collect(),
-            stub_ids: stub_items.iter().map(|c| c.item.head.id.clone()).collect(),
+            injected_ids: items.iter().map(|c| c.item.head.id.to_string()).collect(),
+            stub_ids: stub_items.iter().map(|c| c.item.head.id.to_string()).collect(),
             tokens,
             block: Some(block),
             placed_in: Some(injected.placed_in),

@@ -154,7 +154,7 @@ pub(super) async fn search(
     if found.is_empty() {
         return nothing();
     }
-    let ids: Vec<String> = found.iter().map(|(item, _)| item.head.id.clone()).collect();
+    let ids: Vec<String> = found.iter().map(|(item, _)| item.head.id.to_string()).collect();
     memories.note_accesses(tenant, &ids);
     // Bodies before waking: a woken record's stored status no longer matches its head.
     let bodies = with_bodies(SEARCH, memories, found.clone()).await?;
@@ -193,8 +193,10 @@ async fn wake<'a>(
     caller: &ToolCaller,
     items: impl Iterator<Item = &'a Arc<IndexedRecord>>,
 ) {
-    let dormant: Vec<String> =
-        items.filter(|item| item.head.status == Status::Dormant).map(|item| item.head.id.clone()).collect();
+    let dormant: Vec<String> = items
+        .filter(|item| item.head.status == Status::Dormant)
+        .map(|item| item.head.id.to_string())
+        .collect();
     if !dormant.is_empty() {
         let actor = caller.author.as_deref().unwrap_or("tool");
         memories.wake(&caller.caller.tenant, &dormant, actor).await;
@@ -213,7 +215,7 @@ pub(super) async fn get(
     let Some(item) = readable_record(memories, caller, release, id) else {
         return Err(ToolResult::error(format!("memory_get: no record {:?} that you can read", shown_id(id))));
     };
-    memories.note_accesses(&caller.caller.tenant, std::slice::from_ref(&item.head.id));
+    memories.note_accesses(&caller.caller.tenant, &[item.head.id.to_string()]);
     let body = with_bodies(GET, memories, vec![(Arc::clone(&item), ())]).await?.pop();
     wake(memories, caller, std::iter::once(&item)).await;
     let Some((record, ())) = body else {
@@ -250,7 +252,7 @@ pub(super) async fn list(
             .iter()
             .filter_map(|slot| index.slots[slot as usize].clone())
             .filter(|item| record_type.is_none_or(|wanted| *item.head.record_type == *wanted))
-            .filter(|item| !mine || item.head.author == caller.author)
+            .filter(|item| !mine || item.head.author.as_deref() == caller.author.as_deref())
             .collect()
     };
     let total = records.len();
