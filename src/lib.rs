@@ -15,7 +15,7 @@
 //! | state | `state` | what one running memgate holds, built from the config; handed to the edge |
 //! | turn | `turn` | one Messages turn, without HTTP: begin (route the release, recall, shadows) and settle (rollout outcome, access counts, triggers, console history, observation), returning a report the edge renders |
 //! | services | `recall`, `rollout`, `console`, `tools`, `observer` | the memory step of a request; releases and the canary; the console's history and data; the memory tools agents call; learning from finished exchanges |
-//! | domain | `memory`, `identity`, `triggers`, `upstream`, `funnel`, `inject`, `query`, `lexical`, `index`, `embed`, `body`, `fanout`, `observability`, `slots`, `vector` | records and their checks, callers, trigger actions, the upstream client (which also knows `http`), the four layers, the block and its placement, the person's words, the indexes, the model, body checks, replicas' fan-out, metrics |
+//! | domain | `memory`, `identity`, `triggers`, `upstream`, `funnel`, `inject`, `query`, `lexical`, `index`, `embed`, `body`, `fanout`, `observability`, `slots`, `texts`, `vector` | records and their checks, callers, trigger actions, the upstream client (which also knows `http`), the four layers, the block and its placement, the person's words, the indexes, texts by id, the model, body checks, replicas' fan-out, metrics |
 //! | store | `store` | SQLite and PostgreSQL, the only place that knows SQL (sqlx) |
 //! | base | `record`, `config`, `error`, `clock`, `hash`, `assets`, `client_addr`, `allowed_hosts`, `cpu`, `tasks`, `allocator` | plain values and rules everything above shares: the record, the settled configuration, error codes, time, digests, the bundled files, client addresses, hosts, CPU slots, task starts, the allocator |
 //!
@@ -54,6 +54,7 @@ pub mod slots;
 pub mod state;
 pub mod store;
 pub mod tasks;
+pub mod texts;
 pub mod tools;
 pub mod triggers;
 pub mod turn;

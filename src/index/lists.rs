@@ -3,18 +3,14 @@
 //! email or a key find its record without a score).
 //!
 //! Most of those texts belong to one record: a customer profile brings its `user:` scope, its
-//! key, its email and its order number. As maps from a `Box<str>` or `Arc<str>` per text to its
-//! slots, with each record holding its terms' `Arc`s, that cost ~430 bytes a profile at a million
-//! profiles (each text's allocation, the map's entry and its spare room, the record's list of
-//! pointers), a quarter of what a replica held per record. Here each text is kept once, back to
-//! back in one buffer, the table holds only ids, and a record keeps its terms' ids (4 bytes each)
-//! for its removal. Text a removed entry leaves behind is reclaimed by compacting the buffer once
-//! it is at least half waste, so the buffer stays within twice what the live texts need.
+//! key, its email and its order number. As maps from a `Box<str>` or `Arc<str>` per text to a
+//! `SmallVec` of slots, with each record holding its terms' `Arc`s, that cost an allocation per
+//! text, a 40-byte entry with the map's spare room, and the record's list of pointers. Here the
+//! texts are `TextIds` (one buffer, 4-byte ids), a text's one slot is held as itself in a
+//! `u32`, only texts of several slots have a list, and a record keeps its terms' ids (4 bytes
+//! each) for its removal.
 
-use std::hash::{BuildHasher, RandomState};
-
-/// Waste below this many bytes is not worth a compaction.
-const COMPACT_AT_LEAST: usize = 64 * 1024;
+use crate::texts::TextIds;
 
 /// `SlotLists::slots` holds an id's one slot as itself, a list of several as `MANY | k` (the list
 /// is `many[k]`), and a free id as `FREE`. Slots stay below `MANY`: a tenant of 2³¹ records does
@@ -22,69 +18,38 @@ const COMPACT_AT_LEAST: usize = 64 * 1024;
 const MANY: u32 = 1 << 31;
 const FREE: u32 = u32::MAX;
 
-/// Where a text sits in `SlotLists::text`.
-#[derive(Debug, Clone, Copy, Default)]
-struct Span {
-    start: u32,
-    len: u32,
-}
-
 #[derive(Default)]
 pub struct SlotLists {
-    /// Ids, hashed (with `hasher`) by their text.
-    ids: hashbrown::HashTable<u32>,
-    hasher: RandomState,
-    /// Every listed text, back to back, with the waste of removed ones until compacted.
-    text: String,
-    /// Id → its text in `text`.
-    spans: Vec<Span>,
-    /// Id → its slot, or where its slots are (`MANY`), or `FREE`. One slot, the common case (a
-    /// customer's scope, key, email, order number), costs 4 bytes and no list.
+    texts: TextIds,
+    /// Text id → its slot, or where its slots are (`MANY`), or `FREE`.
     slots: Vec<u32>,
     /// The lists of texts with more than one slot; an empty one is free for reuse.
     many: Vec<Vec<u32>>,
     free_many: Vec<u32>,
-    /// Ids whose text went, for reuse.
-    free: Vec<u32>,
-    /// Bytes of `text` that no listed text uses.
-    waste: usize,
-}
-
-fn text_of<'a>(text: &'a str, spans: &[Span], id: u32) -> &'a str {
-    let span = spans[id as usize];
-    &text[span.start as usize..(span.start + span.len) as usize]
 }
 
 impl SlotLists {
     /// The slots listed under `text` (an exact term normalized as `terms::normalize` gives it).
     pub fn get(&self, text: &str) -> Option<&[u32]> {
-        self.id(text).map(|id| self.listed(id))
+        self.texts.get(text).map(|id| self.listed(id))
     }
 
     pub fn contains_key(&self, text: &str) -> bool {
-        self.id(text).is_some()
+        self.texts.get(text).is_some()
     }
 
     /// Every listed text with its slots, in no order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &[u32])> {
-        let (text, spans) = (&self.text, &self.spans);
-        (0..self.slots.len() as u32)
-            .filter(|id| self.slots[*id as usize] != FREE)
-            .map(move |id| (text_of(text, spans, id), self.listed(id)))
+        self.texts.iter().map(|(id, text)| (text, self.listed(id)))
     }
 
     /// How many distinct texts are listed.
     pub fn len(&self) -> usize {
-        self.ids.len()
+        self.texts.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ids.is_empty()
-    }
-
-    fn id(&self, text: &str) -> Option<u32> {
-        let (all, spans) = (&self.text, &self.spans);
-        self.ids.find(self.hasher.hash_one(text), |id| text_of(all, spans, *id) == text).copied()
+        self.texts.is_empty()
     }
 
     fn listed(&self, id: u32) -> &[u32] {
@@ -96,37 +61,20 @@ impl SlotLists {
     }
 
     /// Lists `slot` under `text` and gives the text's id, for `unlist`. `None` (not listed) for a
-    /// slot of `MANY` or more, or when the buffer cannot address more text (4 GiB in one tenant).
+    /// slot of `MANY` or more, or when `TextIds` can take no more text.
     pub fn list(&mut self, text: &str, slot: u32) -> Option<u32> {
         if slot >= MANY {
             return None;
         }
-        if let Some(id) = self.id(text) {
-            return self.add(id, slot).then_some(id);
+        let id = self.texts.intern(text)?;
+        if id as usize == self.slots.len() {
+            self.slots.push(FREE);
         }
-        if u32::try_from(self.text.len() + text.len()).is_err() {
-            self.compact();
+        if self.slots[id as usize] == FREE {
+            self.slots[id as usize] = slot;
+            return Some(id);
         }
-        let start = u32::try_from(self.text.len()).ok()?;
-        let len = u32::try_from(text.len()).ok().filter(|len| start.checked_add(*len).is_some())?;
-        let span = Span { start, len };
-        let id = match self.free.pop() {
-            Some(id) => {
-                self.spans[id as usize] = span;
-                self.slots[id as usize] = slot;
-                id
-            }
-            None => {
-                let id = u32::try_from(self.spans.len()).ok().filter(|id| *id < FREE)?;
-                self.spans.push(span);
-                self.slots.push(slot);
-                id
-            }
-        };
-        self.text.push_str(text);
-        let (hasher, all, spans) = (&self.hasher, &self.text, &self.spans);
-        self.ids.insert_unique(hasher.hash_one(text), id, |id| hasher.hash_one(text_of(all, spans, *id)));
-        Some(id)
+        self.add(id, slot).then_some(id)
     }
 
     /// Adds `slot` to the listed id's slots: a second slot makes them a list.
@@ -153,7 +101,7 @@ impl SlotLists {
 
     /// Takes `slot` off the slots of `text`.
     pub fn unlist_text(&mut self, text: &str, slot: u32) {
-        if let Some(id) = self.id(text) {
+        if let Some(id) = self.texts.get(text) {
             self.unlist(id, slot);
         }
     }
@@ -181,34 +129,8 @@ impl SlotLists {
             one if one != slot => return,
             _ => {}
         }
-        let (all, spans) = (&self.text, &self.spans);
-        let hash = self.hasher.hash_one(text_of(all, spans, id));
-        if let Ok(entry) = self.ids.find_entry(hash, |other| *other == id) {
-            entry.remove();
-        }
-        self.waste += self.spans[id as usize].len as usize;
-        self.spans[id as usize] = Span::default();
         self.slots[id as usize] = FREE;
-        self.free.push(id);
-        if self.waste >= COMPACT_AT_LEAST && 2 * self.waste >= self.text.len() {
-            self.compact();
-        }
-    }
-
-    /// Rewrites `text` with the listed texts only. Their ids, and so the table's hashes and the
-    /// records' lists of ids, stay as they are.
-    fn compact(&mut self) {
-        let mut text = String::with_capacity(self.text.len() - self.waste);
-        for (span, held) in self.spans.iter_mut().zip(&self.slots) {
-            if *held == FREE {
-                continue;
-            }
-            let start = text.len() as u32;
-            text.push_str(&self.text[span.start as usize..(span.start + span.len) as usize]);
-            span.start = start;
-        }
-        self.text = text;
-        self.waste = 0;
+        self.texts.remove(id);
     }
 }
 
@@ -270,35 +192,5 @@ mod tests {
         assert_eq!(listed(&terms, "bob@example.com"), BTreeSet::from([2]));
         terms.unlist(b, 2);
         assert_eq!(terms.len(), 1);
-    }
-
-    #[test]
-    fn the_text_of_removed_terms_is_reclaimed_and_the_rest_still_found() {
-        let mut terms = SlotLists::default();
-        let mut ids = BTreeMap::new();
-        for i in 0..20_000u32 {
-            let term = format!("customer:u-{i}:profile");
-            ids.insert(term.clone(), terms.list(&term, i).expect("listed"));
-        }
-        let full = terms.text.len();
-        for (i, (term, id)) in ids.iter().enumerate() {
-            if i % 10 != 0 {
-                let slot = term
-                    .trim_start_matches("customer:u-")
-                    .trim_end_matches(":profile")
-                    .parse()
-                    .expect("slot");
-                terms.unlist(*id, slot);
-            }
-        }
-        assert!(terms.text.len() < full / 2, "compacted: {} of {full} bytes", terms.text.len());
-        assert!(terms.text.len() <= 2 * (terms.text.len() - terms.waste));
-        for (i, (term, _)) in ids.iter().enumerate() {
-            let slot: u32 =
-                term.trim_start_matches("customer:u-").trim_end_matches(":profile").parse().expect("slot");
-            let expected = if i % 10 == 0 { BTreeSet::from([slot]) } else { BTreeSet::new() };
-            assert_eq!(listed(&terms, term), expected, "{term}");
-        }
-        assert_eq!(terms.len(), 2_000);
     }
 }

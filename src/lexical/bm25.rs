@@ -22,9 +22,9 @@
 
 use super::analyzer::Analyzer;
 use crate::slots::SlotSet;
+use crate::texts::TextIds;
 use smallvec::SmallVec;
 use std::cell::RefCell;
-use std::hash::{BuildHasher, RandomState};
 
 /// One term's postings. Most terms of a million customer profiles (a name, an order number, an
 /// email) are in one record: up to four postings are kept inline, without an allocation.
@@ -110,16 +110,12 @@ pub struct LexicalHit {
 pub struct LexicalIndex {
     analyzer: Analyzer,
     params: Bm25Params,
-    /// Term → id. The table holds the ids alone and hashes (with `hasher`) the term `words`
-    /// holds for each: a term is kept once.
-    dictionary: hashbrown::HashTable<u32>,
-    hasher: RandomState,
-    /// Term id → the term (empty for a free id).
-    words: Vec<Box<str>>,
+    /// Term ↔ id: each term's text once, in one buffer (most of a CRM's terms are one
+    /// customer's name, email or order number). An id goes when its postings and personal count
+    /// empty, and is reused.
+    dictionary: TextIds,
     /// Term id → postings, `slot << 8 | tf`, unordered.
     postings: Vec<Postings>,
-    /// Term ids whose postings emptied, for reuse.
-    free_ids: Vec<u32>,
     /// Slot → its distinct term ids, each with where its posting is in that term's list (so a
     /// removal takes it out without scanning a list every record of a common word is in);
     /// `None` for a slot without a record.
@@ -201,8 +197,7 @@ impl LexicalIndex {
 
     /// The id of `term`, if a record holds it.
     fn term(&self, term: &str) -> Option<u32> {
-        let words = &self.words;
-        self.dictionary.find(self.hasher.hash_one(term), |id| *words[*id as usize] == *term).copied()
+        self.dictionary.get(term)
     }
 
     pub fn contains(&self, slot: u32) -> bool {
@@ -249,7 +244,10 @@ impl LexicalIndex {
         let mut i = 0;
         while i < terms.len() {
             let run = terms[i..].iter().take_while(|t| **t == terms[i]).count();
-            let id = self.term_id(&terms[i]);
+            let Some(id) = self.term_id(&terms[i]) else {
+                i += run;
+                continue;
+            };
             let tf = run.min(255) as u32;
             match reach {
                 Reach::Shared => {
@@ -279,26 +277,15 @@ impl LexicalIndex {
         true
     }
 
-    fn term_id(&mut self, term: &str) -> u32 {
-        if let Some(id) = self.term(term) {
-            return id;
+    /// The id of `term`, given one if it is new; `None` when the dictionary can take no more
+    /// text (4 GiB of distinct terms): the term is then left out of the record.
+    fn term_id(&mut self, term: &str) -> Option<u32> {
+        let id = self.dictionary.intern(term)?;
+        if id as usize == self.postings.len() {
+            self.postings.push(Postings::new());
+            self.personal_df.push(0);
         }
-        let id = match self.free_ids.pop() {
-            Some(id) => {
-                self.words[id as usize] = term.into();
-                self.personal_df[id as usize] = 0;
-                id
-            }
-            None => {
-                self.words.push(term.into());
-                self.postings.push(Postings::new());
-                self.personal_df.push(0);
-                (self.words.len() - 1) as u32
-            }
-        };
-        let (hasher, words) = (&self.hasher, &self.words);
-        self.dictionary.insert_unique(hasher.hash_one(term), id, |id| hasher.hash_one(&*words[*id as usize]));
-        id
+        Some(id)
     }
 
     /// Takes the record at `slot` out; nothing if the slot holds none.
@@ -315,13 +302,7 @@ impl LexicalIndex {
             let list = &mut self.postings[*id as usize];
             if list.is_empty() && self.personal_df[*id as usize] == 0 {
                 *list = Postings::new();
-                let word = std::mem::take(&mut self.words[*id as usize]);
-                if let Ok(entry) =
-                    self.dictionary.find_entry(self.hasher.hash_one(&*word), |other| other == id)
-                {
-                    entry.remove();
-                }
-                self.free_ids.push(*id);
+                self.dictionary.remove(*id);
             }
         }
         self.live -= 1;
@@ -439,22 +420,14 @@ impl LexicalIndex {
 
     /// Bytes held by the index's own structures (capacities, not what the allocator rounds to).
     pub fn heap_bytes(&self) -> usize {
-        let words: usize = self.words.iter().map(|w| w.len() + size_of::<Box<str>>()).sum();
-        // The dictionary holds a u32 and a control byte per bucket; its terms are `words`.
-        let dictionary = self.dictionary.capacity() * (4 + 1);
+        let dictionary = self.dictionary.heap_bytes();
         let postings: usize =
             self.postings.iter().filter(|p| p.spilled()).map(|p| p.capacity() * 4).sum::<usize>()
                 + self.postings.capacity() * size_of::<Postings>();
         let docs: usize = self.docs.iter().flatten().map(|d| d.len() * 8).sum::<usize>()
             + self.docs.capacity() * size_of::<Option<DocTerms>>();
         let personal = self.personal_df.capacity() * 4 + self.personal.heap_bytes();
-        words
-            + dictionary
-            + postings
-            + docs
-            + personal
-            + self.lengths.capacity() * 4
-            + self.free_ids.capacity() * 4
+        dictionary + postings + docs + personal + self.lengths.capacity() * 4
     }
 }
 
