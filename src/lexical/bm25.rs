@@ -30,12 +30,19 @@ use std::cell::RefCell;
 /// email) are in one record: up to four postings are kept inline, without an allocation.
 type Postings = SmallVec<[u32; 4]>;
 
-/// A record's distinct term ids, each with its posting's position in that term's list; for a
-/// personal record (no postings), each with its term frequency instead.
-type DocTerms = Box<[(u32, u32)]>;
+/// A record's distinct terms. A shared record's are pairs, flattened: a term id, then where the
+/// record's posting is in that term's list. A personal record (no postings) holds one `id << 8 |
+/// tf` a term: half the bytes, for what most records of a CRM are (a customer's profile, ~15
+/// distinct terms).
+type DocTerms = Box<[u32]>;
 
 /// The largest slot a posting can hold (24 bits; the low 8 hold the term frequency).
 pub const MAX_SLOT: u32 = (1 << 24) - 1;
+
+/// The largest term id a personal record's terms can hold (24 bits, as `MAX_SLOT`): a term
+/// given a larger id (past 16.7 million distinct terms in the tenant) is left out of personal
+/// records.
+pub const MAX_PERSONAL_TERM: u32 = (1 << 24) - 1;
 
 /// A query scores with at most this many of its distinct terms, the rarest in the tenant: a
 /// pasted document as a question must not read every posting list of the index.
@@ -252,13 +259,14 @@ impl LexicalIndex {
             match reach {
                 Reach::Shared => {
                     let list = &mut self.postings[id as usize];
-                    ids.push((id, list.len() as u32));
+                    ids.extend([id, list.len() as u32]);
                     list.push(slot << 8 | tf);
                 }
-                Reach::Personal => {
+                Reach::Personal if id <= MAX_PERSONAL_TERM => {
                     self.personal_df[id as usize] += 1;
-                    ids.push((id, tf));
+                    ids.push(id << 8 | tf);
                 }
+                Reach::Personal => self.drop_if_unheld(id),
             }
             i += run;
         }
@@ -291,23 +299,30 @@ impl LexicalIndex {
     /// Takes the record at `slot` out; nothing if the slot holds none.
     pub fn remove(&mut self, slot: u32) {
         let Some(ids) = self.docs.get_mut(slot as usize).and_then(Option::take) else { return };
-        let personal = self.personal.contains(slot);
-        self.personal.remove(slot);
-        for (id, at) in ids.iter() {
-            if personal {
-                self.personal_df[*id as usize] -= 1;
-            } else {
-                self.take_posting(*id, *at as usize, slot);
+        if self.personal.contains(slot) {
+            self.personal.remove(slot);
+            for id in ids.iter().map(|packed| packed >> 8) {
+                self.personal_df[id as usize] -= 1;
+                self.drop_if_unheld(id);
             }
-            let list = &mut self.postings[*id as usize];
-            if list.is_empty() && self.personal_df[*id as usize] == 0 {
-                *list = Postings::new();
-                self.dictionary.remove(*id);
+        } else {
+            for pair in ids.chunks_exact(2) {
+                self.take_posting(pair[0], pair[1] as usize, slot);
+                self.drop_if_unheld(pair[0]);
             }
         }
         self.live -= 1;
         self.total_length -= u64::from(self.lengths[slot as usize]);
         self.lengths[slot as usize] = 0;
+    }
+
+    /// Frees term `id` once no record holds it.
+    fn drop_if_unheld(&mut self, id: u32) {
+        let list = &mut self.postings[id as usize];
+        if list.is_empty() && self.personal_df[id as usize] == 0 {
+            *list = Postings::new();
+            self.dictionary.remove(id);
+        }
     }
 
     /// Takes `slot`'s posting at `at` out of term `id`'s list; the list's last posting moves into
@@ -318,8 +333,8 @@ impl LexicalIndex {
             list.swap_remove(at);
             if let Some(moved) = list.get(at) {
                 let theirs = self.docs.get_mut((moved >> 8) as usize).and_then(Option::as_mut);
-                if let Some(entry) = theirs.and_then(|t| t.iter_mut().find(|(term, _)| *term == id)) {
-                    entry.1 = at as u32;
+                if let Some(pair) = theirs.and_then(|t| t.chunks_exact_mut(2).find(|pair| pair[0] == id)) {
+                    pair[1] = at as u32;
                 }
             }
         }
@@ -386,8 +401,8 @@ impl LexicalIndex {
                 let Some(doc) = &self.docs[slot as usize] else { continue };
                 for (df, id) in &terms {
                     let Some(id) = id else { continue };
-                    if let Some((_, tf)) = doc.iter().find(|(term, _)| term == id) {
-                        add(slot, *tf, idf(*df));
+                    if let Some(packed) = doc.iter().find(|packed| *packed >> 8 == *id) {
+                        add(slot, packed & 0xff, idf(*df));
                     }
                 }
             }
@@ -424,7 +439,7 @@ impl LexicalIndex {
         let postings: usize =
             self.postings.iter().filter(|p| p.spilled()).map(|p| p.capacity() * 4).sum::<usize>()
                 + self.postings.capacity() * size_of::<Postings>();
-        let docs: usize = self.docs.iter().flatten().map(|d| d.len() * 8).sum::<usize>()
+        let docs: usize = self.docs.iter().flatten().map(|d| d.len() * 4).sum::<usize>()
             + self.docs.capacity() * size_of::<Option<DocTerms>>();
         let personal = self.personal_df.capacity() * 4 + self.personal.heap_bytes();
         dictionary + postings + docs + personal + self.lengths.capacity() * 4
@@ -489,11 +504,11 @@ mod tests {
             for (slot, doc) in index.docs.iter().enumerate() {
                 let Some(doc) = doc else { continue };
                 if index.personal.contains(slot as u32) {
-                    doc.iter().for_each(|(id, _)| personal_df[*id as usize] += 1);
+                    doc.iter().for_each(|packed| personal_df[(packed >> 8) as usize] += 1);
                 } else {
-                    shared_terms += doc.len();
-                    for (id, at) in doc.iter() {
-                        assert_eq!(index.postings[*id as usize][*at as usize] >> 8, slot as u32);
+                    shared_terms += doc.len() / 2;
+                    for pair in doc.chunks_exact(2) {
+                        assert_eq!(index.postings[pair[0] as usize][pair[1] as usize] >> 8, slot as u32);
                     }
                 }
             }
