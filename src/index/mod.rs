@@ -420,6 +420,13 @@ impl TenantIndex {
         if let Some(author) = item.head.author.take() {
             item.head.author = Some(self.intern(&author));
         }
+        // The strings a head keeps were made on whichever thread analyzed the record, among that
+        // analysis' short-lived allocations (its words, its body); copied here, on the one thread
+        // that inserts, they sit together, and the pages the analysis used empty once it is freed
+        // and go back to the system (`release_free_memory` after a load).
+        item.head.id = Box::from(&*item.head.id);
+        item.head.key = item.head.key.as_deref().map(Box::from);
+        item.head.scope = item.head.scope.iter().map(|scope| scope.as_str().to_owned()).collect();
         let slot = match self.free.pop() {
             Some(slot) => slot,
             None => {

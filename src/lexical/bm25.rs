@@ -21,14 +21,10 @@
 //! Sizes and times at 10,000 and 100,000 records: docs/hybrid-retrieval.md.
 
 use super::analyzer::Analyzer;
+use super::postings::PostingLists;
 use crate::slots::SlotSet;
 use crate::texts::TextIds;
-use smallvec::SmallVec;
 use std::cell::RefCell;
-
-/// One term's postings. Most terms of a million customer profiles (a name, an order number, an
-/// email) are in one record: up to four postings are kept inline, without an allocation.
-type Postings = SmallVec<[u32; 4]>;
 
 /// A record's distinct terms. A shared record's are pairs, flattened: a term id, then where the
 /// record's posting is in that term's list. A personal record (no postings) holds one `id << 8 |
@@ -121,8 +117,9 @@ pub struct LexicalIndex {
     /// customer's name, email or order number). An id goes when its postings and personal count
     /// empty, and is reused.
     dictionary: TextIds,
-    /// Term id → postings, `slot << 8 | tf`, unordered.
-    postings: Vec<Postings>,
+    /// Term id → postings, `slot << 8 | tf`, unordered; none for most terms of a CRM (its
+    /// customers' words are personal).
+    postings: PostingLists,
     /// Slot → its distinct term ids, each with where its posting is in that term's list (so a
     /// removal takes it out without scanning a list every record of a common word is in);
     /// `None` for a slot without a record.
@@ -199,7 +196,7 @@ impl LexicalIndex {
 
     /// How many records hold the term `id`: its postings and the personal records.
     fn df(&self, id: u32) -> usize {
-        self.postings[id as usize].len() + self.personal_df[id as usize] as usize
+        self.postings.get(id).len() + self.personal_df[id as usize] as usize
     }
 
     /// The id of `term`, if a record holds it.
@@ -258,9 +255,8 @@ impl LexicalIndex {
             let tf = run.min(255) as u32;
             match reach {
                 Reach::Shared => {
-                    let list = &mut self.postings[id as usize];
-                    ids.extend([id, list.len() as u32]);
-                    list.push(slot << 8 | tf);
+                    let at = self.postings.push(id, slot << 8 | tf);
+                    ids.extend([id, at]);
                 }
                 Reach::Personal if id <= MAX_PERSONAL_TERM => {
                     self.personal_df[id as usize] += 1;
@@ -289,9 +285,9 @@ impl LexicalIndex {
     /// text (4 GiB of distinct terms): the term is then left out of the record.
     fn term_id(&mut self, term: &str) -> Option<u32> {
         let id = self.dictionary.intern(term)?;
-        if id as usize == self.postings.len() {
-            self.postings.push(Postings::new());
+        if id as usize == self.personal_df.len() {
             self.personal_df.push(0);
+            self.postings.cover(self.personal_df.len());
         }
         Some(id)
     }
@@ -318,9 +314,7 @@ impl LexicalIndex {
 
     /// Frees term `id` once no record holds it.
     fn drop_if_unheld(&mut self, id: u32) {
-        let list = &mut self.postings[id as usize];
-        if list.is_empty() && self.personal_df[id as usize] == 0 {
-            *list = Postings::new();
+        if self.postings.get(id).is_empty() && self.personal_df[id as usize] == 0 {
             self.dictionary.remove(id);
         }
     }
@@ -328,14 +322,10 @@ impl LexicalIndex {
     /// Takes `slot`'s posting at `at` out of term `id`'s list; the list's last posting moves into
     /// the hole, and its record's entry follows it.
     fn take_posting(&mut self, id: u32, at: usize, slot: u32) {
-        let list = &mut self.postings[id as usize];
-        if list.get(at).is_some_and(|p| p >> 8 == slot) {
-            list.swap_remove(at);
-            if let Some(moved) = list.get(at) {
-                let theirs = self.docs.get_mut((moved >> 8) as usize).and_then(Option::as_mut);
-                if let Some(pair) = theirs.and_then(|t| t.chunks_exact_mut(2).find(|pair| pair[0] == id)) {
-                    pair[1] = at as u32;
-                }
+        if let Some(moved) = self.postings.take(id, at, slot) {
+            let theirs = self.docs.get_mut((moved >> 8) as usize).and_then(Option::as_mut);
+            if let Some(pair) = theirs.and_then(|t| t.chunks_exact_mut(2).find(|pair| pair[0] == id)) {
+                pair[1] = at as u32;
             }
         }
     }
@@ -390,7 +380,7 @@ impl LexicalIndex {
             for (df, id) in &terms {
                 let Some(id) = id else { continue };
                 let weight = idf(*df);
-                for posting in self.postings[*id as usize].iter() {
+                for posting in self.postings.get(*id) {
                     let slot = posting >> 8;
                     if candidates.contains(slot) {
                         add(slot, posting & 0xff, weight);
@@ -436,9 +426,7 @@ impl LexicalIndex {
     /// Bytes held by the index's own structures (capacities, not what the allocator rounds to).
     pub fn heap_bytes(&self) -> usize {
         let dictionary = self.dictionary.heap_bytes();
-        let postings: usize =
-            self.postings.iter().filter(|p| p.spilled()).map(|p| p.capacity() * 4).sum::<usize>()
-                + self.postings.capacity() * size_of::<Postings>();
+        let postings = self.postings.heap_bytes();
         let docs: usize = self.docs.iter().flatten().map(|d| d.len() * 4).sum::<usize>()
             + self.docs.capacity() * size_of::<Option<DocTerms>>();
         let personal = self.personal_df.capacity() * 4 + self.personal.heap_bytes();
@@ -508,12 +496,18 @@ mod tests {
                 } else {
                     shared_terms += doc.len() / 2;
                     for pair in doc.chunks_exact(2) {
-                        assert_eq!(index.postings[pair[0] as usize][pair[1] as usize] >> 8, slot as u32);
+                        assert_eq!(index.postings.get(pair[0])[pair[1] as usize] >> 8, slot as u32);
                     }
                 }
             }
             assert_eq!(personal_df, index.personal_df);
-            assert_eq!(index.postings.iter().map(|p| p.len()).sum::<usize>(), shared_terms);
+            let lists = (0..index.personal_df.len() as u32).map(|id| index.postings.get(id).len());
+            assert_eq!(lists.clone().sum::<usize>(), shared_terms);
+            assert_eq!(
+                index.postings.in_use(),
+                lists.filter(|n| *n > 0).count(),
+                "a list a term with postings"
+            );
         }
         assert!(index.personal.iter().count() > 20, "the mix holds personal records");
         let mut everyone = LexicalIndex::default();

@@ -33,6 +33,7 @@
 pub mod analyzer;
 pub mod bm25;
 pub mod fusion;
+mod postings;
 pub mod stopwords;
 
 pub use analyzer::{Analyzer, AnalyzerOptions};
