@@ -258,8 +258,8 @@ pub struct TenantIndex {
     ids: RandomState,
     pub by_scope: lists::SlotLists,
     pub by_term: lists::SlotLists,
-    /// The tenant, type, schema and author names the heads share (`RecordHead::tenant`); a name no head
-    /// holds any more is dropped on removal, or by the sweep at `names_sweep_at` entries.
+    /// The tenant, type, schema and author names the heads share (`RecordHead::tenant`); a name
+    /// no head holds any more is dropped on removal, or by the sweep at `names_sweep_at` entries.
     names: HashSet<Arc<str>>,
     names_sweep_at: usize,
     /// Per scope of at least `ANN_MIN_RECORDS` records, its approximate index over the int8 rows.
