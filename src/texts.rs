@@ -48,8 +48,12 @@ fn text_of<'a>(text: &'a str, spans: &[Span], id: u32) -> &'a str {
 impl TextIds {
     /// The id of `text`, if it has one.
     pub fn get(&self, text: &str) -> Option<u32> {
+        self.find(self.hasher.hash_one(text), text)
+    }
+
+    fn find(&self, hash: u64, text: &str) -> Option<u32> {
         let (all, spans) = (&self.text, &self.spans);
-        self.ids.find(self.hasher.hash_one(text), |id| text_of(all, spans, *id) == text).copied()
+        self.ids.find(hash, |id| text_of(all, spans, *id) == text).copied()
     }
 
     /// The text of `id` (empty for a free one).
@@ -82,7 +86,8 @@ impl TextIds {
     /// it) or `bound()` (its owner grows its arrays). `None` when the buffer cannot address more
     /// text (4 GiB) or ids run out.
     pub fn intern(&mut self, text: &str) -> Option<u32> {
-        if let Some(id) = self.get(text) {
+        let hash = self.hasher.hash_one(text);
+        if let Some(id) = self.find(hash, text) {
             return Some(id);
         }
         if u32::try_from(self.text.len() + text.len()).is_err() {
@@ -104,7 +109,7 @@ impl TextIds {
         };
         self.text.push_str(text);
         let (hasher, all, spans) = (&self.hasher, &self.text, &self.spans);
-        self.ids.insert_unique(hasher.hash_one(text), id, |id| hasher.hash_one(text_of(all, spans, *id)));
+        self.ids.insert_unique(hash, id, |id| hasher.hash_one(text_of(all, spans, *id)));
         Some(id)
     }
 

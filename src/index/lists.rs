@@ -34,10 +34,6 @@ impl SlotLists {
         self.texts.get(text).map(|id| self.listed(id))
     }
 
-    pub fn contains_key(&self, text: &str) -> bool {
-        self.texts.get(text).is_some()
-    }
-
     /// Every listed text with its slots, in no order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &[u32])> {
         self.texts.iter().map(|(id, text)| (text, self.listed(id)))

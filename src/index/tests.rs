@@ -59,7 +59,7 @@ fn check(index: &TenantIndex, model: &Model) {
         let expected: BTreeSet<String> =
             model.iter().filter(|(_, (s, _, _))| *s == scope).map(|(id, _)| id.clone()).collect();
         assert_eq!(listed(index.by_scope.get(scope.as_str())), expected, "scope {scope}");
-        assert_eq!(index.by_scope.contains_key(scope.as_str()), !expected.is_empty());
+        assert_eq!(index.by_scope.get(scope.as_str()).is_some(), !expected.is_empty());
     }
     for key in (0u8..6).map(|k| format!("key-{k}")) {
         let expected: BTreeSet<String> = model
