@@ -46,7 +46,7 @@ fn check(index: &TenantIndex, model: &Model) {
     for id in (0u8..24).map(|i| format!("r{i}")).filter(|id| !model.contains_key(id)) {
         assert!(index.get(&id).is_none(), "{id} was removed but is still found");
     }
-    let listed = |slots: Option<&[u32]>| -> BTreeSet<String> {
+    let listed = |slots: Option<super::lists::Listed>| -> BTreeSet<String> {
         slots
             .into_iter()
             .flatten()

@@ -424,7 +424,10 @@ async fn a_large_import_is_read_on_every_core_and_reported_and_indexed_in_line_o
     assert_eq!(index.len(), count);
     for n in [1, 1_500, count] {
         let slot = index.slot_of(&format!("big-{n:05}")).expect("every imported record is indexed");
-        let listed = index.by_term.get(&format!("ord-{n:06}")).map(|slots| slots.to_vec());
+        let listed = index
+            .by_term
+            .get(&format!("ord-{n:06}"))
+            .map(|slots| slots.iter().copied().collect::<Vec<u32>>());
         assert_eq!(listed, Some(vec![slot]), "big-{n:05} is listed under its order number");
     }
 }

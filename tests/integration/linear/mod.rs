@@ -17,6 +17,7 @@
 mod conditions;
 mod envelope;
 mod imports;
+mod index;
 mod lexical;
 mod query;
 mod render;
