@@ -125,7 +125,7 @@ impl Bench {
     /// An indexed record's body: the eval's index caches every one.
     fn body(&self, item: &IndexedRecord) -> Arc<Record> {
         let head = &item.head;
-        self.index.bodies().get(&head.tenant, &head.id, head.revision).expect("the eval caches every body")
+        self.index.bodies().get(&head.tenant, head.id(), head.revision).expect("the eval caches every body")
     }
 
     /// The funnel for one question, then the block rendered, trimmed to `block_limit` tokens.
@@ -147,7 +147,7 @@ impl Bench {
             let top: Vec<&IndexedRecord> = records.iter().take(fb.docs).map(|r| r.as_ref()).collect();
             let top_vectors: Vec<Arc<[f32]>> = top
                 .iter()
-                .filter_map(|r| idx.slot_of(&r.head.id).and_then(|slot| idx.vector(slot)))
+                .filter_map(|r| idx.slot_of(r.head.id()).and_then(|slot| idx.vector(slot)))
                 .collect();
             let top_vectors: Vec<&[f32]> = top_vectors.iter().map(|v| &**v).collect();
             let top_bodies: Vec<Arc<Record>> = top.iter().map(|r| self.body(r)).collect();

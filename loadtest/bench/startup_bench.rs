@@ -358,7 +358,7 @@ async fn bench(
                 if let Some(wanted) = wanted {
                     asked += 1;
                     wanted_found +=
-                        usize::from(out.packed.injected.iter().any(|c| *c.item.head.id == *wanted));
+                        usize::from(out.packed.injected.iter().any(|c| c.item.head.id() == &*wanted));
                 }
             }
         }

@@ -67,7 +67,7 @@ fn settings(
 }
 
 fn injected(out: &FunnelOutput) -> (Vec<String>, Vec<String>) {
-    let ids = |c: &[super::density::Chosen]| c.iter().map(|c| c.item.head.id.to_string()).collect();
+    let ids = |c: &[super::density::Chosen]| c.iter().map(|c| c.item.head.id().to_string()).collect();
     (ids(&out.packed.injected), ids(&out.packed.stubs))
 }
 
@@ -126,7 +126,7 @@ fn compare(
                     };
                     let packed = super::density::pack(index, &all, &budget, false, &mut Trace::default());
                     let ids = |c: &[super::density::Chosen]| -> Vec<String> {
-                        c.iter().map(|c| c.item.head.id.to_string()).collect()
+                        c.iter().map(|c| c.item.head.id().to_string()).collect()
                     };
                     assert_eq!(injected(&fast), (ids(&packed.injected), ids(&packed.stubs)), "{context}");
                     let mut first = Trace::default();

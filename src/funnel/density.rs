@@ -74,7 +74,7 @@ pub fn rank(a: &Chosen, b: &Chosen) -> Ordering {
         .total_cmp(&a.score)
         .then(b.item.head.priority.cmp(&a.item.head.priority))
         .then(b.item.head.updated_at_ms.cmp(&a.item.head.updated_at_ms))
-        .then(a.item.head.id.cmp(&b.item.head.id))
+        .then(a.item.head.id().cmp(b.item.head.id()))
 }
 
 pub fn pack(index: &TenantIndex, hits: &[Hit], budget: &Budget, detailed: bool, trace: &mut Trace) -> Packed {
@@ -135,7 +135,7 @@ pub fn pack(index: &TenantIndex, hits: &[Hit], budget: &Budget, detailed: bool, 
                     break;
                 }
                 let score = chosen.score;
-                log.remove(&chosen.item.head.id, || match previous {
+                log.remove(chosen.item.head.id(), || match previous {
                     Some(previous) if steps_down => {
                         format!("score {score:.3} is below the cut (a step down from {previous:.3})")
                     }
@@ -156,10 +156,10 @@ pub fn pack(index: &TenantIndex, hits: &[Hit], budget: &Budget, detailed: bool, 
         let record = &chosen.item.head;
         packed.overflow += 1;
         if record.priority >= 4 && packed.stubs.len() < budget.max_stubs {
-            log.remove(&record.id, || format!("did not fit ({cost} tokens); injected as a stub"));
+            log.remove(record.id(), || format!("did not fit ({cost} tokens); injected as a stub"));
             packed.stubs.push(chosen);
         } else {
-            log.remove(&record.id, || format!("did not fit ({cost} tokens, priority {})", record.priority));
+            log.remove(record.id(), || format!("did not fit ({cost} tokens, priority {})", record.priority));
         }
     }
     log.finish(packed.injected.len() + packed.stubs.len(), trace);

@@ -56,7 +56,7 @@ fn injected(index: &TenantIndex, caller: &Caller, settings: &FunnelSettings) -> 
         lift: Lift::NONE,
     };
     let out = super::run(index, caller, &semantic, settings, NOW, Detail::Off);
-    out.packed.injected.iter().map(|c| (c.item.head.id.to_string(), c.score)).collect()
+    out.packed.injected.iter().map(|c| (c.item.head.id().to_string(), c.score)).collect()
 }
 
 fn ids(got: &[(String, f32)]) -> Vec<&str> {

@@ -160,7 +160,7 @@ pub fn run(
             set.iter()
                 .filter_map(|slot| index.slots[slot as usize].as_ref())
                 .take(trace::MAX_LISTED)
-                .map(|item| trace::Kept::id(&item.head.id))
+                .map(|item| trace::Kept::id(item.head.id()))
                 .collect()
         };
         let scored: Vec<trace::Kept> = hits
@@ -172,7 +172,7 @@ pub fn run(
                 score: (!hit.exact).then_some(hit.similarity),
                 neighbour: hit.neighbours.is_some_and(|n| n.admitted).then_some(true),
                 exact: Some(hit.exact),
-                ..trace::Kept::id(&item.head.id)
+                ..trace::Kept::id(item.head.id())
             })
             .collect();
         for (layer, kept) in [("scope", ids(&visible)), ("temporal", ids(&current)), ("semantic", scored)] {
@@ -237,7 +237,7 @@ pub fn run(
             .take(trace::MAX_LISTED)
             .map(|chosen| trace::Kept {
                 tokens: Some(chosen.item.tokens),
-                ..trace::Kept::id(&chosen.item.head.id)
+                ..trace::Kept::id(chosen.item.head.id())
             })
             .collect();
     }
@@ -248,7 +248,7 @@ pub fn run(
             .iter()
             .chain(&packed.stubs)
             .map(|chosen| trace::Ranked {
-                id: chosen.item.head.id.to_string(),
+                id: chosen.item.head.id().to_string(),
                 score: chosen.score.min(2.0),
                 exact: chosen.exact,
                 similarity: chosen.similarity,
@@ -300,7 +300,7 @@ fn admitted_by_the_semantic_layer(index: &TenantIndex, hits: &[Hit], trace: &mut
     let admitted: Vec<&str> = hits
         .iter()
         .filter(|hit| hit.neighbours.is_some_and(|n| n.admitted))
-        .filter_map(|hit| index.slots[hit.slot as usize].as_ref().map(|item| &*item.head.id))
+        .filter_map(|hit| index.slots[hit.slot as usize].as_ref().map(|item| item.head.id()))
         .collect();
     if admitted.is_empty() {
         return;

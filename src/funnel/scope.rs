@@ -33,7 +33,7 @@ pub fn visible(index: &TenantIndex, caller: &Caller, detail: Detail, trace: &mut
                 break;
             }
             if let Some(item) = item {
-                log.remove(&item.head.id, || "no scope in common with the caller".into());
+                log.remove(item.head.id(), || "no scope in common with the caller".into());
             }
         }
     }

@@ -348,7 +348,7 @@ pub fn matching_within(
                 format!("; words {normalized:.3} below {:.3}", h.min_lexical)
             });
             let words = words.unwrap_or_default();
-            log.remove(&item.head.id, || match score {
+            log.remove(item.head.id(), || match score {
                 Some(score) => format!("similarity {score:.3} below {bar:.3}{words}"),
                 None if !index.has_vector(slot) => format!("no embedding yet{words}"),
                 None => format!("similarity below {bar:.3}{words}"),

@@ -77,7 +77,7 @@ fn valid(
             } else {
                 format!("schema {} is not read by this release", record.schema_version)
             };
-            log.remove(&record.id, || reason);
+            log.remove(record.id(), || reason);
         }
     }
     log.finish_by_difference(kept.len(), trace);

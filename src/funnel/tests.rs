@@ -74,8 +74,8 @@ pub(super) fn item(record: Record, vector: Option<Vec<f32>>, terms: &[&str]) -> 
             words: Some(crate::lexical::record_terms(crate::lexical::analyzer(), &record)),
             place: crate::index::threads::Place::of(&record.metadata),
             terms: terms.iter().map(|t| (*t).to_owned()).collect(),
+            trigger_body: None,
         })),
-        trigger_body: None,
         tokens: 20,
         terms: Box::default(),
     }
@@ -341,7 +341,7 @@ fn detailed_trace_keeps_counts_and_reasons() {
         [pair("far", "similarity 0.000 below 0.800".into()), pair("unembedded", "no embedding yet".into())]
     );
     let injected: Vec<(&str, f32, bool)> =
-        out.packed.injected.iter().map(|c| (&*c.item.head.id, c.similarity, c.exact)).collect();
+        out.packed.injected.iter().map(|c| (c.item.head.id(), c.similarity, c.exact)).collect();
     let similarity = |id: &str| index.slot_of(id).and_then(|slot| index.similarity(slot, &query));
     assert!((similarity("close").unwrap_or(0.0) - dot(&query, &close)).abs() < 2e-3);
     assert_eq!(
@@ -436,7 +436,7 @@ fn hybrid_retrieval_passes_strong_word_matches_and_explains_each_rankings_part()
         super::run(&index, &caller(&["public"]), &query, &settings(retrieval), NOW, Detail::Full)
     };
     let ids = |out: &super::FunnelOutput| -> Vec<String> {
-        out.packed.injected.iter().map(|c| c.item.head.id.to_string()).collect()
+        out.packed.injected.iter().map(|c| c.item.head.id().to_string()).collect()
     };
 
     let dense = run(super::Retrieval::Dense);
@@ -483,7 +483,7 @@ fn packing_many_hits_by_selection_packs_what_a_full_sort_packs() {
         })
         .collect();
     let ids = |chosen: &[super::density::Chosen]| {
-        chosen.iter().map(|c| c.item.head.id.to_string()).collect::<Vec<_>>()
+        chosen.iter().map(|c| c.item.head.id().to_string()).collect::<Vec<_>>()
     };
     for (tokens, max_items, max_stubs) in
         [(3000, 5, 3), (150, 5, 3), (0, 5, 3), (100_000, 200, 0), (3000, 0, 2), (800, 3, 50)]
@@ -575,7 +575,7 @@ fn the_cut_passes_a_clear_answer_alone_and_a_broad_question_several() {
                 density.removed
             );
         }
-        out.packed.injected.iter().map(|c| c.item.head.id.to_string()).collect()
+        out.packed.injected.iter().map(|c| c.item.head.id().to_string()).collect()
     };
     let refund_question = at(1.0, 1);
     let order_question: Vec<f32> = (0..dims).map(|d| if d == 5 { 1.0 } else { 0.0 }).collect();

@@ -44,7 +44,10 @@ pub struct SlotLists {
 struct Many {
     slots: Vec<u32>,
     holes: usize,
-    /// Slot → its position in `slots`, once the list has outgrown `SEARCHED`.
+    /// Slot → its position in `slots`, once the list has outgrown `SEARCHED`. Boxed: most
+    /// lists are short (an order number two records name), and a `HashMap` inline would
+    /// double each one's size for the few that grow.
+    #[allow(clippy::box_collection)]
     at: Option<Box<HashMap<u32, u32>>>,
 }
 

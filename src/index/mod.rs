@@ -66,19 +66,23 @@ pub const ANN_MIN_RECORDS: usize = 8192;
 pub struct RecordHead {
     /// The tenant, type, schema version and author are the same few names for a tenant's million
     /// records: each is allocated once per tenant (`TenantIndex::insert` shares them) and not per
-    /// record. Other strings are boxed, not `String`s: a head in its `Arc` then takes the
-    /// allocator's 224-byte size class, not the 256-byte one (`a_head_fits_its_size_class`).
+    /// record. The id and key share one allocation, the scopes are boxed, and a record's
+    /// trigger body is kept beside it (`TenantIndex::triggered`): a head in its `Arc` then takes
+    /// the allocator's 192-byte size class (`a_head_fits_its_size_class`).
     pub tenant: Arc<str>,
-    pub id: Box<str>,
+    /// The id, then the key if there is one (`id`, `key`).
+    id_key: Box<str>,
     pub record_type: Arc<str>,
     pub schema_version: Arc<str>,
-    pub scope: Vec<String>,
+    pub scope: Box<[Box<str>]>,
     pub valid_from_ms: i64,
     pub valid_until_ms: i64,
     pub priority: u8,
-    pub key: Option<Box<str>>,
-    pub revision: i64,
     pub status: Status,
+    /// Where the id ends in `id_key`, and whether a key follows it.
+    id_len: u32,
+    keyed: bool,
+    pub revision: i64,
     pub updated_at_ms: i64,
     /// `Record::change_seq`: which of two writes of a record is newer.
     pub change_seq: i64,
@@ -88,22 +92,46 @@ pub struct RecordHead {
 
 impl RecordHead {
     pub fn of(record: &Record) -> RecordHead {
+        let mut id_key = String::with_capacity(record.id.len() + record.key.as_ref().map_or(0, String::len));
+        id_key.push_str(&record.id);
+        id_key.push_str(record.key.as_deref().unwrap_or_default());
         RecordHead {
             tenant: Arc::from(record.tenant.as_str()),
-            id: record.id.as_str().into(),
+            id_key: id_key.into_boxed_str(),
             record_type: Arc::from(record.record_type.as_str()),
             schema_version: Arc::from(record.schema_version.as_str()),
-            scope: record.scope.clone(),
+            scope: record.scope.iter().map(|scope| Box::from(scope.as_str())).collect(),
             valid_from_ms: record.valid_from_ms,
             valid_until_ms: record.valid_until_ms,
             priority: record.priority,
-            key: record.key.as_deref().map(Box::from),
-            revision: record.revision,
             status: record.status,
+            // Ids are at most 128 bytes (`checks::envelope`): far below `u32`.
+            id_len: u32::try_from(record.id.len()).unwrap_or(u32::MAX),
+            keyed: record.key.is_some(),
+            revision: record.revision,
             updated_at_ms: record.updated_at_ms,
             change_seq: record.change_seq,
             author: record.author.as_deref().map(Arc::from),
         }
+    }
+
+    pub fn id(&self) -> &str {
+        self.id_key.get(..self.id_len as usize).unwrap_or(&self.id_key)
+    }
+
+    pub fn key(&self) -> Option<&str> {
+        self.keyed.then(|| self.id_key.get(self.id_len as usize..).unwrap_or_default())
+    }
+
+    /// Whether the record's scopes are exactly `scopes`.
+    pub fn has_scopes(&self, scopes: &[String]) -> bool {
+        self.scope.len() == scopes.len() && self.scope.iter().zip(scopes).all(|(a, b)| **a == **b)
+    }
+
+    /// The head's strings made again, here: see `TenantIndex::insert`.
+    fn reallocate_strings(&mut self) {
+        self.id_key = Box::from(&*self.id_key);
+        self.scope = self.scope.iter().map(|scope| Box::from(&**scope)).collect();
     }
 
     pub fn is_valid_at(&self, now_ms: i64) -> bool {
@@ -116,9 +144,9 @@ impl RecordHead {
     /// revision that moved the record elsewhere is not shown: the index is about to catch up.
     pub fn admits(&self, record: &Record) -> bool {
         record.tenant == *self.tenant
-            && *record.id == *self.id
+            && record.id == self.id()
             && record.revision >= self.revision
-            && record.scope == self.scope
+            && self.has_scopes(&record.scope)
             && record.status == self.status
             && record.valid_from_ms == self.valid_from_ms
             && record.valid_until_ms == self.valid_until_ms
@@ -131,10 +159,6 @@ impl RecordHead {
 /// One record as the funnel sees it.
 pub struct IndexedRecord {
     pub head: RecordHead,
-    /// The whole record, kept by the index, when it carries `trigger_conditions`: those are
-    /// evaluated against every request that can see the record, with no store read on the way;
-    /// they are few.
-    pub trigger_body: Option<Arc<Record>>,
     /// Approximate tokens of the record's injected line.
     pub tokens: usize,
     /// Once indexed, the ids of its exact terms in `TenantIndex::by_term` (to unlist it there).
@@ -162,6 +186,9 @@ pub struct Arriving {
     pub place: Option<threads::Place>,
     /// Normalized exact terms: key, aliases and identifiers in the content (`terms`).
     pub terms: Vec<String>,
+    /// The whole record, when it carries `trigger_conditions`: the index keeps it
+    /// (`TenantIndex::triggered`).
+    pub trigger_body: Option<Arc<Record>>,
 }
 
 impl IndexedRecord {
@@ -187,8 +214,9 @@ impl IndexedRecord {
         let body = Arc::new(record);
         let trigger_body = body.content.get("trigger_conditions").is_some().then(|| Arc::clone(&body));
         let place = threads::Place::of(&body.metadata);
-        let arriving = Some(Box::new(Arriving { body: Some(body), vector, words, place, terms }));
-        IndexedRecord { head, trigger_body, tokens: tokens as usize, terms: Box::default(), arriving }
+        let arriving =
+            Some(Box::new(Arriving { body: Some(body), vector, words, place, terms, trigger_body }));
+        IndexedRecord { head, tokens: tokens as usize, terms: Box::default(), arriving }
     }
 
     /// The record's body, if it brought one and has not been indexed.
@@ -282,9 +310,10 @@ pub struct TenantIndex {
     int8: usize,
     /// The records' words, by slot, for the lexical ranking of hybrid releases (`lexical`).
     pub lexical: LexicalIndex,
-    /// Slots whose records carry `trigger_conditions`: the few that `triggers` evaluates, so a
-    /// request does not look into every visible record for them.
-    pub triggered: std::collections::BTreeSet<u32>,
+    /// The records that carry `trigger_conditions`, whole, by slot: the few that `triggers`
+    /// evaluates against every request that can see them, with no store read on the way, and
+    /// without looking into every visible record for them.
+    pub triggered: BTreeMap<u32, Arc<Record>>,
     /// The records that say which conversation or document they belong to, in order there.
     pub threads: threads::Threads,
 }
@@ -337,7 +366,7 @@ impl TenantIndex {
     /// The slot holding record `id`.
     pub fn slot_of(&self, id: &str) -> Option<u32> {
         let slots = &self.slots;
-        let holds = |slot: &u32| slots[*slot as usize].as_ref().is_some_and(|item| &*item.head.id == id);
+        let holds = |slot: &u32| slots[*slot as usize].as_ref().is_some_and(|item| item.head.id() == id);
         self.by_id.find(self.ids.hash_one(id), holds).copied()
     }
 
@@ -409,10 +438,10 @@ impl TenantIndex {
 
     /// Adds or replaces a record without considering an approximate-index rebuild.
     fn insert(&mut self, mut item: IndexedRecord) {
-        self.remove(&item.head.id);
+        self.remove(item.head.id());
         // The index keeps one copy of the embedding (the int8 row) and of the words (the lexical
         // postings), and no body: the slot holds the head, its terms and token count.
-        let Arriving { vector, words, place, terms, .. } =
+        let Arriving { vector, words, place, terms, trigger_body, .. } =
             item.arriving.take().map(|a| *a).unwrap_or_default();
         item.head.tenant = self.intern(&item.head.tenant);
         item.head.record_type = self.intern(&item.head.record_type);
@@ -424,9 +453,7 @@ impl TenantIndex {
         // analysis' short-lived allocations (its words, its body); copied here, on the one thread
         // that inserts, they sit together, and the pages the analysis used empty once it is freed
         // and go back to the system (`release_free_memory` after a load).
-        item.head.id = Box::from(&*item.head.id);
-        item.head.key = item.head.key.as_deref().map(Box::from);
-        item.head.scope = item.head.scope.iter().map(|scope| scope.as_str().to_owned()).collect();
+        item.head.reallocate_strings();
         let slot = match self.free.pop() {
             Some(slot) => slot,
             None => {
@@ -453,8 +480,8 @@ impl TenantIndex {
             vector: kind,
             tokens: u16::try_from(item.tokens).unwrap_or(u16::MAX),
         };
-        if item.trigger_body.is_some() {
-            self.triggered.insert(slot);
+        if let Some(body) = trigger_body {
+            self.triggered.insert(slot, body);
         }
         for scope in &item.head.scope {
             self.by_scope.list(scope, slot);
@@ -462,7 +489,7 @@ impl TenantIndex {
         if let Some(vector) = vector.as_deref().filter(|_| kind == VectorKind::Int8) {
             self.list_in_ann(slot, &item.head.scope, vector);
         }
-        let hash = self.ids.hash_one(&*item.head.id);
+        let hash = self.ids.hash_one(item.head.id());
         if let Some((words, length)) = words {
             let reach = crate::lexical::Reach::of(&item.head.scope);
             self.lexical.upsert_reached(slot, words, length, reach);
@@ -473,7 +500,7 @@ impl TenantIndex {
         self.slots[slot as usize] = Some(item);
         let (ids, slots) = (&self.ids, &self.slots);
         let rehash =
-            |slot: &u32| slots[*slot as usize].as_ref().map_or(0, |item| ids.hash_one(&*item.head.id));
+            |slot: &u32| slots[*slot as usize].as_ref().map_or(0, |item| ids.hash_one(item.head.id()));
         self.by_id.insert_unique(hash, slot, rehash);
         self.live += 1;
         self.requantize_if_most_are(vector.as_ref().map(|v| v.len()));
@@ -502,14 +529,14 @@ impl TenantIndex {
     /// Adds `slot`'s int8 row to the approximate indexes of its scopes that have one; the rest
     /// is scanned exactly. A new row goes where `Rows::set` put it (a free position or the end),
     /// and its entry to the end of its list: read out of order until the next rebuild.
-    fn list_in_ann(&mut self, slot: u32, scopes: &[String], vector: &[f32]) {
+    fn list_in_ann(&mut self, slot: u32, scopes: &[Box<str>], vector: &[f32]) {
         let Some(position) = self.int8_rows.as_ref().and_then(|rows| rows.position(slot as usize)) else {
             return;
         };
         for scope in scopes {
-            if let Some(ann) = self.ann.get_mut(scope) {
+            if let Some(ann) = self.ann.get_mut(&**scope) {
                 ann.insert(slot, position as u32, vector);
-                if let Some(members) = self.ann_members.get_mut(scope) {
+                if let Some(members) = self.ann_members.get_mut(&**scope) {
                     members.insert_growing(slot);
                 }
             }
@@ -576,7 +603,7 @@ impl TenantIndex {
 
     pub fn remove(&mut self, id: &str) {
         let slots = &self.slots;
-        let holds = |slot: &u32| slots[*slot as usize].as_ref().is_some_and(|item| &*item.head.id == id);
+        let holds = |slot: &u32| slots[*slot as usize].as_ref().is_some_and(|item| item.head.id() == id);
         let Ok(entry) = self.by_id.find_entry(self.ids.hash_one(id), holds) else { return };
         let (slot, _) = entry.remove();
         let Some(item) = self.slots[slot as usize].take() else { return };
@@ -588,10 +615,10 @@ impl TenantIndex {
         }
         self.release_names(&item.head);
         for scope in &item.head.scope {
-            if let Some(ann) = self.ann.get_mut(scope) {
+            if let Some(ann) = self.ann.get_mut(&**scope) {
                 ann.remove(slot);
             }
-            if let Some(members) = self.ann_members.get_mut(scope) {
+            if let Some(members) = self.ann_members.get_mut(&**scope) {
                 members.remove(slot);
             }
         }
@@ -765,7 +792,8 @@ impl MemoryIndex {
     /// are kept out, so the
     /// funnel never spends time on them. Returns whether it applied.
     pub fn upsert(&self, mut item: IndexedRecord) -> bool {
-        let (tenant, id, seq) = (item.head.tenant.clone(), item.head.id.clone(), item.head.change_seq);
+        let (tenant, id, seq) =
+            (item.head.tenant.clone(), Box::<str>::from(item.head.id()), item.head.change_seq);
         if self.removed_at(&tenant, &id).is_some_and(|removed| removed >= seq) {
             return false;
         }

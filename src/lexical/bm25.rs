@@ -55,9 +55,12 @@ pub enum Reach {
 
 impl Reach {
     /// `Personal` when every scope is a `user:` or `agent:` one.
-    pub fn of(scopes: &[String]) -> Reach {
+    pub fn of<S: AsRef<str>>(scopes: &[S]) -> Reach {
         let personal = !scopes.is_empty()
-            && scopes.iter().all(|scope| scope.starts_with("user:") || scope.starts_with("agent:"));
+            && scopes
+                .iter()
+                .map(AsRef::as_ref)
+                .all(|scope| scope.starts_with("user:") || scope.starts_with("agent:"));
         if personal { Reach::Personal } else { Reach::Shared }
     }
 }

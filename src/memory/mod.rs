@@ -276,26 +276,26 @@ impl MemoryService {
     pub async fn bodies(&self, heads: &[&RecordHead]) -> Result<Vec<Option<Arc<Record>>>, StoreError> {
         let cache = self.index.bodies();
         let mut out: Vec<Option<Arc<Record>>> =
-            heads.iter().map(|head| cache.get(&head.tenant, &head.id, head.revision)).collect();
+            heads.iter().map(|head| cache.get(&head.tenant, head.id(), head.revision)).collect();
         let mut missing: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for (position, head) in heads.iter().enumerate().filter(|(position, _)| out[*position].is_none()) {
             missing.entry(&*head.tenant).or_default().push(position);
         }
         for (tenant, positions) in missing {
-            let ids: Vec<&str> = positions.iter().map(|p| &*heads[*p].id).collect();
+            let ids: Vec<&str> = positions.iter().map(|p| heads[*p].id()).collect();
             let mut found: HashMap<String, Record> =
                 self.store.get_records(tenant, &ids).await?.into_iter().map(|r| (r.id.clone(), r)).collect();
             for position in positions {
                 let head = heads[position];
-                let Some(record) = found.remove(&*head.id).filter(|record| head.admits(record)) else {
+                let Some(record) = found.remove(head.id()).filter(|record| head.admits(record)) else {
                     continue;
                 };
                 let record = Arc::new(record);
                 if record.revision == head.revision {
                     cache.insert(Arc::clone(&record));
                     // Removed from the index while it was read: its body must not stay behind.
-                    if !self.index.has_revision(tenant, &head.id, head.revision) {
-                        cache.remove(tenant, &head.id, head.revision);
+                    if !self.index.has_revision(tenant, head.id(), head.revision) {
+                        cache.remove(tenant, head.id(), head.revision);
                     }
                 }
                 out[position] = Some(record);
@@ -345,7 +345,7 @@ impl MemoryService {
                     .map(|(item, _)| {
                         let head = &item.head;
                         let tokens = u32::try_from(item.tokens).unwrap_or(u32::MAX);
-                        (head.tenant.to_string(), head.id.to_string(), head.revision, tokens)
+                        (head.tenant.to_string(), head.id().to_string(), head.revision, tokens)
                     })
                     .collect();
                 loader.add(items);
@@ -671,8 +671,8 @@ impl MemoryService {
                 let Some(item) = index.slots[*slot as usize].as_ref() else { continue };
                 let head = &item.head;
                 if *head.record_type != *envelope.record_type
-                    || head.scope != envelope.scope
-                    || head.key.is_some()
+                    || !head.has_scopes(&envelope.scope)
+                    || head.key().is_some()
                     || author.is_some_and(|author| head.author.as_deref() != author)
                 {
                     continue;
@@ -686,7 +686,7 @@ impl MemoryService {
             }
             candidates
         };
-        candidates.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.id.cmp(&b.0.id)));
+        candidates.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.id().cmp(b.0.id())));
         candidates.truncate(TWIN_CANDIDATES);
         let heads: Vec<&RecordHead> = candidates.iter().map(|(head, _)| head).collect();
         let bodies = match self.bodies(&heads).await {
@@ -702,7 +702,7 @@ impl MemoryService {
         candidates.iter().zip(bodies).find_map(|((head, similarity), body)| {
             let body = body?;
             same_figures_and_negations(&new_text, &passage_text(&body))
-                .then(|| (head.id.to_string(), *similarity))
+                .then(|| (head.id().to_string(), *similarity))
         })
     }
 

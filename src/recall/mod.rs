@@ -278,8 +278,8 @@ impl Recaller {
                 index
                     .triggered
                     .iter()
-                    .filter(|slot| output.current.contains(**slot))
-                    .filter_map(|slot| index.slots[*slot as usize].as_ref()?.trigger_body.clone())
+                    .filter(|(slot, _)| output.current.contains(**slot))
+                    .map(|(_, body)| Arc::clone(body))
                     .collect()
             } else {
                 Vec::new()
@@ -338,8 +338,8 @@ impl Recaller {
         Ok(Recalled {
             body: Bytes::from(injected.body),
             status: MemoryStatus::Ok,
-            injected_ids: items.iter().map(|c| c.item.head.id.to_string()).collect(),
-            stub_ids: stub_items.iter().map(|c| c.item.head.id.to_string()).collect(),
+            injected_ids: items.iter().map(|c| c.item.head.id().to_string()).collect(),
+            stub_ids: stub_items.iter().map(|c| c.item.head.id().to_string()).collect(),
             tokens,
             block: Some(block),
             placed_in: Some(injected.placed_in),

@@ -154,7 +154,7 @@ pub(super) async fn search(
     if found.is_empty() {
         return nothing();
     }
-    let ids: Vec<String> = found.iter().map(|(item, _)| item.head.id.to_string()).collect();
+    let ids: Vec<String> = found.iter().map(|(item, _)| item.head.id().to_string()).collect();
     memories.note_accesses(tenant, &ids);
     // Bodies before waking: a woken record's stored status no longer matches its head.
     let bodies = with_bodies(SEARCH, memories, found.clone()).await?;
@@ -195,7 +195,7 @@ async fn wake<'a>(
 ) {
     let dormant: Vec<String> = items
         .filter(|item| item.head.status == Status::Dormant)
-        .map(|item| item.head.id.to_string())
+        .map(|item| item.head.id().to_string())
         .collect();
     if !dormant.is_empty() {
         let actor = caller.author.as_deref().unwrap_or("tool");
@@ -215,7 +215,7 @@ pub(super) async fn get(
     let Some(item) = readable_record(memories, caller, release, id) else {
         return Err(ToolResult::error(format!("memory_get: no record {:?} that you can read", shown_id(id))));
     };
-    memories.note_accesses(&caller.caller.tenant, &[item.head.id.to_string()]);
+    memories.note_accesses(&caller.caller.tenant, &[item.head.id().to_string()]);
     let body = with_bodies(GET, memories, vec![(Arc::clone(&item), ())]).await?.pop();
     wake(memories, caller, std::iter::once(&item)).await;
     let Some((record, ())) = body else {
@@ -257,7 +257,7 @@ pub(super) async fn list(
     };
     let total = records.len();
     records.sort_by(|a, b| {
-        b.head.updated_at_ms.cmp(&a.head.updated_at_ms).then_with(|| a.head.id.cmp(&b.head.id))
+        b.head.updated_at_ms.cmp(&a.head.updated_at_ms).then_with(|| a.head.id().cmp(b.head.id()))
     });
     let shown_items: Vec<(Arc<IndexedRecord>, ())> =
         records.iter().skip(offset).take(limit).map(|item| (Arc::clone(item), ())).collect();

@@ -181,7 +181,13 @@ pub(super) async fn update(
         patch.insert("status".into(), json!(status.as_str()));
     }
     let record = memories
-        .update(&caller.caller.tenant, &item.head.id, &Value::Object(patch), Some(item.head.revision), author)
+        .update(
+            &caller.caller.tenant,
+            item.head.id(),
+            &Value::Object(patch),
+            Some(item.head.revision),
+            author,
+        )
         .await
         .map_err(|err| refusal(UPDATE, err))?;
     Ok(ToolResult::ok(format!(
@@ -204,7 +210,7 @@ pub(super) async fn delete(
     let id = input.text("id")?;
     let item = changeable(DELETE, memories, caller, release, id)?;
     let record = memories
-        .delete(&caller.caller.tenant, &item.head.id, author)
+        .delete(&caller.caller.tenant, item.head.id(), author)
         .await
         .map_err(|err| refusal(DELETE, err))?;
     Ok(ToolResult::ok(format!("Deleted {}.", record.id)))

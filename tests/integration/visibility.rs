@@ -120,7 +120,7 @@ async fn no_caller_ever_sees_another_tenants_or_another_scopes_records() {
                         &mut Trace::default(),
                     )
                     .into_iter()
-                    .map(|slot| index.slots[slot as usize].as_ref().unwrap().head.id.to_string())
+                    .map(|slot| index.slots[slot as usize].as_ref().unwrap().head.id().to_string())
                     .collect()
                 }
             };
