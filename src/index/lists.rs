@@ -62,26 +62,27 @@ impl Many {
 
     /// Adds `slot` unless it is listed already (a record naming a scope twice is listed once).
     fn push(&mut self, slot: u32) {
-        if self.at.is_none() {
-            if self.slots.contains(&slot) {
-                return;
-            }
-            if self.slots.len() >= SEARCHED {
-                self.at = Some(Box::new(self.positions()));
-            }
+        if self.at.is_none() && self.slots.len() >= SEARCHED {
+            self.at = Some(Box::new(self.positions()));
         }
-        if let Some(at) = &mut self.at {
-            match at.entry(slot) {
-                Entry::Occupied(_) => return,
-                Entry::Vacant(entry) => entry.insert(self.slots.len() as u32),
-            };
+        let listed = match &mut self.at {
+            Some(at) => match at.entry(slot) {
+                Entry::Occupied(_) => true,
+                Entry::Vacant(entry) => {
+                    entry.insert(self.slots.len() as u32);
+                    false
+                }
+            },
+            None => self.slots.contains(&slot),
+        };
+        if !listed {
+            self.slots.push(slot);
         }
-        self.slots.push(slot);
     }
 
+    /// Where each slot is; only asked of a list without holes (they exist only while `at` does).
     fn positions(&self) -> HashMap<u32, u32> {
-        let held = self.slots.iter().enumerate().filter(|(_, slot)| **slot != FREE);
-        held.map(|(position, slot)| (*slot, position as u32)).collect()
+        self.slots.iter().enumerate().map(|(position, slot)| (*slot, position as u32)).collect()
     }
 
     fn take(&mut self, slot: u32) {

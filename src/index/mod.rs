@@ -125,7 +125,7 @@ impl RecordHead {
 
     /// Whether the record's scopes are exactly `scopes`.
     pub fn has_scopes(&self, scopes: &[String]) -> bool {
-        self.scope.len() == scopes.len() && self.scope.iter().zip(scopes).all(|(a, b)| **a == **b)
+        self.scope.iter().map(|scope| &**scope).eq(scopes.iter().map(String::as_str))
     }
 
     /// The head's strings made again, here: see `TenantIndex::insert`.
