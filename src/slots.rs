@@ -84,6 +84,22 @@ impl SlotSet {
         out
     }
 
+    /// Adds every slot of `other`, word by word through its summary (a slot beyond this set's
+    /// capacity is left out, as `insert` leaves it).
+    pub fn union_with(&mut self, other: &SlotSet) {
+        for (s, marks) in other.summary.iter().enumerate() {
+            for mark in Bits(*marks) {
+                let w = s * 64 + mark as usize;
+                let word = other.words[w];
+                let Some(mine) = self.words.get_mut(w).filter(|_| word != 0) else { continue };
+                if *mine == 0 {
+                    self.summary[w / 64] |= 1 << (w % 64);
+                }
+                *mine |= word;
+            }
+        }
+    }
+
     /// The slots of this set that are not in `other`, word by word.
     pub fn and_not(&self, other: &SlotSet) -> SlotSet {
         self.map_words(|w, word| word & !other.words.get(w).copied().unwrap_or(0))
@@ -259,6 +275,38 @@ mod tests {
         removed.insert(3);
         removed.remove(3);
         assert!(removed.is_empty() && removed == SlotSet::new(200));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_union_holds_what_inserting_each_slot_holds(
+            capacity in 0usize..2000,
+            mine in proptest::collection::vec(0u32..2100, 0..200),
+            theirs in proptest::collection::vec(0u32..2100, 0..200),
+            taken in proptest::collection::vec(0u32..2100, 0..50),
+        ) {
+            let mut other = SlotSet::new(0);
+            for slot in &theirs {
+                other.insert_growing(*slot);
+            }
+            // Slots taken off leave the summary marked: the union must skip what is now empty.
+            for slot in &taken {
+                other.remove(*slot);
+            }
+            let (mut union, mut expected) = (SlotSet::new(capacity), SlotSet::new(capacity));
+            for slot in &mine {
+                union.insert(*slot);
+                expected.insert(*slot);
+            }
+            union.union_with(&other);
+            for slot in other.iter() {
+                expected.insert(slot);
+            }
+            proptest::prop_assert_eq!(union.iter().collect::<Vec<_>>(), expected.iter().collect::<Vec<_>>());
+            proptest::prop_assert_eq!(union.len(), expected.len());
+            // The summary marks every word in use: a filter (which reads through it) keeps all.
+            proptest::prop_assert_eq!(union.filter(|_| true).len(), expected.len());
+        }
     }
 
     #[test]

@@ -485,7 +485,7 @@ fn run_funnel(
     };
     let out = funnel::run(index, caller, &query, settings, now, Detail::Off);
     let body = |h: &memgate::index::RecordHead| {
-        bodies.get(&h.tenant, h.id(), h.revision).expect("the eval caches every body")
+        bodies.get(h.tenant(), h.id(), h.revision).expect("the eval caches every body")
     };
     (out.packed.injected.iter().map(|c| body(&c.item.head)).collect(), out.packed.tokens)
 }

@@ -125,7 +125,7 @@ impl Bench {
     /// An indexed record's body: the eval's index caches every one.
     fn body(&self, item: &IndexedRecord) -> Arc<Record> {
         let head = &item.head;
-        self.index.bodies().get(&head.tenant, head.id(), head.revision).expect("the eval caches every body")
+        self.index.bodies().get(head.tenant(), head.id(), head.revision).expect("the eval caches every body")
     }
 
     /// The funnel for one question, then the block rendered, trimmed to `block_limit` tokens.

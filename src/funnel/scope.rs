@@ -1,7 +1,8 @@
 //! Layer: scope. A record is visible to a caller iff it is in the caller's tenant and one of its
 //! scopes is among the caller's (`Caller::can_see`). Deny by default: the candidates are built
 //! only from the caller's own scopes, so a record no scope admits is never even looked at. The
-//! caller's scope lists are merged into a bitset (`SlotSet`), which also removes repeats.
+//! caller's scope lists are merged into a bitset (`SlotSet`), which also removes repeats; a large
+//! scope (`public`) is merged a word at a time from the bitset the index keeps of it.
 //!
 //! What this layer removed is the one part of a trace that is about records the caller may not
 //! see: only an admin's trace (`Detail::Full`) names them, and metrics (`Detail::Off`) count them.
@@ -17,8 +18,13 @@ use crate::slots::SlotSet;
 pub fn visible(index: &TenantIndex, caller: &Caller, detail: Detail, trace: &mut Trace) -> SlotSet {
     let mut visible = SlotSet::new(index.slots.len());
     for scope in &caller.scopes {
-        for slot in index.by_scope.get(scope.as_str()).into_iter().flatten() {
-            visible.insert(*slot);
+        match index.scope_set(scope) {
+            Some(set) => visible.union_with(set),
+            None => {
+                for slot in index.by_scope.get(scope.as_str()).into_iter().flatten() {
+                    visible.insert(*slot);
+                }
+            }
         }
     }
     if detail == Detail::Visible {

@@ -75,7 +75,7 @@ fn valid(
             } else if now_ms >= record.valid_until_ms {
                 format!("expired at {}", format_ms(record.valid_until_ms))
             } else {
-                format!("schema {} is not read by this release", record.schema_version)
+                format!("schema {} is not read by this release", record.schema_version())
             };
             log.remove(record.id(), || reason);
         }

@@ -213,17 +213,20 @@ fn scope_and_temporal_bitsets_equal_a_naive_filter_after_removals_and_slot_reuse
         let vector = (rng.below(4) != 0).then(|| vec![1.0, 0.0]);
         index.upsert(item(record(&id, &own, (from, until), schemas[rng.below(3)]), vector, &[]));
     };
-    for i in 0..3000 {
+    // Enough records that `public` and the teams keep bitsets beside their lists
+    // (`TenantIndex::scope_set`), which the removals and rewrites must keep in step.
+    for i in 0..6000 {
         write(&mut index, &mut rng, format!("r{i}"));
     }
+    assert!(index.scope_set("public").is_some());
     for round in 0..3 {
-        for _ in 0..700 {
-            index.remove(&format!("r{}", rng.below(3000)));
+        for _ in 0..1400 {
+            index.remove(&format!("r{}", rng.below(6000)));
         }
-        for _ in 0..500 {
+        for _ in 0..1000 {
             // Rewrites of existing ids (new scope and validity) and new ids reusing free slots.
             let id = if rng.below(2) == 0 {
-                format!("r{}", rng.below(3000))
+                format!("r{}", rng.below(6000))
             } else {
                 format!("n{round}-{}", rng.next())
             };
@@ -241,7 +244,7 @@ fn scope_and_temporal_bitsets_equal_a_naive_filter_after_removals_and_slot_reuse
             let visible = scope::visible(&index, &caller, Detail::Full, &mut trace);
             let expected: Vec<u32> = (0..index.slots.len() as u32)
                 .filter(|s| {
-                    index.slots[*s as usize].as_ref().is_some_and(|i| caller.can_see("t", &i.head.scope))
+                    index.slots[*s as usize].as_ref().is_some_and(|i| caller.can_see("t", i.head.scopes()))
                 })
                 .collect();
             assert_eq!(visible.iter().collect::<Vec<_>>(), expected, "round {round} caller {who:?}");
@@ -256,7 +259,7 @@ fn scope_and_temporal_bitsets_equal_a_naive_filter_after_removals_and_slot_reuse
                         r.is_some_and(|r| {
                             r.valid_from_ms <= now
                                 && now < r.valid_until_ms
-                                && read.iter().any(|v| **v == *r.schema_version)
+                                && read.iter().any(|v| **v == *r.schema_version())
                         })
                     })
                     .collect();

@@ -202,8 +202,8 @@ impl Caller {
     }
 
     /// The scope rule of the funnel: same tenant, and at least one scope in common.
-    pub fn can_see<S: AsRef<str>>(&self, tenant: &str, record_scopes: &[S]) -> bool {
-        tenant == self.tenant && record_scopes.iter().any(|scope| self.scopes.contains(scope.as_ref()))
+    pub fn can_see<S: AsRef<str>>(&self, tenant: &str, record_scopes: impl IntoIterator<Item = S>) -> bool {
+        tenant == self.tenant && record_scopes.into_iter().any(|scope| self.scopes.contains(scope.as_ref()))
     }
 }
 

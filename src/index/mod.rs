@@ -56,82 +56,138 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+/// Whether a scope of `size` records among `slots` keeps a bitset beside its list
+/// (`TenantIndex::scope_sets`): when it is large, and the bitset (a bit a slot) is no larger
+/// than the list (4 bytes a record), so that the sets of a tenant never outweigh its lists.
+fn wants_scope_set(size: usize, slots: usize) -> bool {
+    size >= SCOPE_SET_MIN_RECORDS.max(slots / 32)
+}
+
+/// Below this many records a scope's list is walked slot by slot, which is as fast.
+const SCOPE_SET_MIN_RECORDS: usize = 1024;
+
 /// Below this many vectors a scope has no approximate index: an exact scan is as fast.
 pub const ANN_MIN_RECORDS: usize = 8192;
 
 /// What the index keeps of a record: what the four layers, the tools' filters, the sync and a
 /// trace read. Not its content, aliases or metadata: those are the body (`bodies`), read for the
 /// few records a request uses.
+///
+/// A tenant's million customer profiles keep a million of these, so a head is two pointers and
+/// its numbers: the names it shares with the tenant's other heads of the same type, schema and
+/// author (`HeadNames`, one allocation for all of them: `TenantIndex::insert` shares it), and
+/// its own strings, the id, key and scopes, in one allocation (`text`). In its `Arc` with the
+/// rest of `IndexedRecord` it then takes the allocator's 128-byte size class
+/// (`a_head_fits_its_size_class`); as five shared names and two boxes it took 192, and as
+/// separate strings 256.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordHead {
-    /// The tenant, type, schema version and author are the same few names for a tenant's million
-    /// records: each is allocated once per tenant (`TenantIndex::insert` shares them) and not per
-    /// record. The id and key share one allocation, the scopes are boxed, and a record's
-    /// trigger body is kept beside it (`TenantIndex::triggered`): a head in its `Arc` then takes
-    /// the allocator's 192-byte size class (`a_head_fits_its_size_class`).
-    pub tenant: Arc<str>,
-    /// The id, then the key if there is one (`id`, `key`).
-    id_key: Box<str>,
-    pub record_type: Arc<str>,
-    pub schema_version: Arc<str>,
-    pub scope: Box<[Box<str>]>,
+    names: Arc<HeadNames>,
+    /// The id, then the key if there is one, then each scope followed by `SCOPE_END` (`id`,
+    /// `key`, `scopes`).
+    text: Box<str>,
     pub valid_from_ms: i64,
     pub valid_until_ms: i64,
-    pub priority: u8,
-    pub status: Status,
-    /// Where the id ends in `id_key`, and whether a key follows it.
-    id_len: u32,
-    keyed: bool,
     pub revision: i64,
     pub updated_at_ms: i64,
     /// `Record::change_seq`: which of two writes of a record is newer.
     pub change_seq: i64,
-    /// Shared with every head of the same author, as the names above.
-    pub author: Option<Arc<str>>,
+    /// Where the id and the key end in `text`.
+    id_end: u32,
+    key_end: u32,
+    pub priority: u8,
+    pub status: Status,
+    keyed: bool,
 }
+
+/// The names a head shares with every head of its tenant, type, schema version and author
+/// (`RecordHead::names`).
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct HeadNames {
+    tenant: Box<str>,
+    record_type: Box<str>,
+    schema_version: Box<str>,
+    author: Option<Box<str>>,
+}
+
+/// Ends each scope in `RecordHead::text`. A scope never holds one (`record::is_valid_scope`
+/// refuses control characters); a record that somehow did is kept without that scope, so it is
+/// seen by fewer callers, never by more.
+const SCOPE_END: char = '\n';
 
 impl RecordHead {
     pub fn of(record: &Record) -> RecordHead {
-        let mut id_key = String::with_capacity(record.id.len() + record.key.as_ref().map_or(0, String::len));
-        id_key.push_str(&record.id);
-        id_key.push_str(record.key.as_deref().unwrap_or_default());
+        let key = record.key.as_deref().unwrap_or_default();
+        let scopes = record.scope.iter().filter(|scope| !scope.contains(SCOPE_END));
+        let mut text = String::with_capacity(
+            record.id.len() + key.len() + scopes.clone().map(|scope| scope.len() + 1).sum::<usize>(),
+        );
+        text.push_str(&record.id);
+        text.push_str(key);
+        for scope in scopes {
+            text.push_str(scope);
+            text.push(SCOPE_END);
+        }
         RecordHead {
-            tenant: Arc::from(record.tenant.as_str()),
-            id_key: id_key.into_boxed_str(),
-            record_type: Arc::from(record.record_type.as_str()),
-            schema_version: Arc::from(record.schema_version.as_str()),
-            scope: record.scope.iter().map(|scope| Box::from(scope.as_str())).collect(),
+            names: Arc::new(HeadNames {
+                tenant: Box::from(record.tenant.as_str()),
+                record_type: Box::from(record.record_type.as_str()),
+                schema_version: Box::from(record.schema_version.as_str()),
+                author: record.author.as_deref().map(Box::from),
+            }),
+            text: text.into_boxed_str(),
             valid_from_ms: record.valid_from_ms,
             valid_until_ms: record.valid_until_ms,
-            priority: record.priority,
-            status: record.status,
-            // Ids are at most 128 bytes (`checks::envelope`): far below `u32`.
-            id_len: u32::try_from(record.id.len()).unwrap_or(u32::MAX),
-            keyed: record.key.is_some(),
             revision: record.revision,
             updated_at_ms: record.updated_at_ms,
             change_seq: record.change_seq,
-            author: record.author.as_deref().map(Arc::from),
+            // Ids are at most 128 bytes and keys 256 characters (`checks::envelope`): far below
+            // `u32`.
+            id_end: u32::try_from(record.id.len()).unwrap_or(u32::MAX),
+            key_end: u32::try_from(record.id.len() + key.len()).unwrap_or(u32::MAX),
+            priority: record.priority,
+            status: record.status,
+            keyed: record.key.is_some(),
         }
     }
 
+    pub fn tenant(&self) -> &str {
+        &self.names.tenant
+    }
+
+    pub fn record_type(&self) -> &str {
+        &self.names.record_type
+    }
+
+    pub fn schema_version(&self) -> &str {
+        &self.names.schema_version
+    }
+
+    pub fn author(&self) -> Option<&str> {
+        self.names.author.as_deref()
+    }
+
     pub fn id(&self) -> &str {
-        self.id_key.get(..self.id_len as usize).unwrap_or(&self.id_key)
+        self.text.get(..self.id_end as usize).unwrap_or_default()
     }
 
     pub fn key(&self) -> Option<&str> {
-        self.keyed.then(|| self.id_key.get(self.id_len as usize..).unwrap_or_default())
+        self.keyed.then(|| self.text.get(self.id_end as usize..self.key_end as usize).unwrap_or_default())
+    }
+
+    /// Who may see the record: its scopes, in the record's order.
+    pub fn scopes(&self) -> std::str::SplitTerminator<'_, char> {
+        self.text.get(self.key_end as usize..).unwrap_or_default().split_terminator(SCOPE_END)
     }
 
     /// Whether the record's scopes are exactly `scopes`.
     pub fn has_scopes(&self, scopes: &[String]) -> bool {
-        self.scope.iter().map(|scope| &**scope).eq(scopes.iter().map(String::as_str))
+        self.scopes().eq(scopes.iter().map(String::as_str))
     }
 
-    /// The head's strings made again, here: see `TenantIndex::insert`.
+    /// The head's own strings made again, here: see `TenantIndex::insert`.
     fn reallocate_strings(&mut self) {
-        self.id_key = Box::from(&*self.id_key);
-        self.scope = self.scope.iter().map(|scope| Box::from(&**scope)).collect();
+        self.text = Box::from(&*self.text);
     }
 
     pub fn is_valid_at(&self, now_ms: i64) -> bool {
@@ -143,15 +199,15 @@ impl RecordHead {
     /// funnel decided by (scope, status, validity, type, schema, priority) unchanged. A later
     /// revision that moved the record elsewhere is not shown: the index is about to catch up.
     pub fn admits(&self, record: &Record) -> bool {
-        record.tenant == *self.tenant
+        record.tenant == self.tenant()
             && record.id == self.id()
             && record.revision >= self.revision
             && self.has_scopes(&record.scope)
             && record.status == self.status
             && record.valid_from_ms == self.valid_from_ms
             && record.valid_until_ms == self.valid_until_ms
-            && record.record_type == *self.record_type
-            && record.schema_version == *self.schema_version
+            && record.record_type == self.record_type()
+            && record.schema_version == self.schema_version()
             && record.priority == self.priority
     }
 }
@@ -286,15 +342,20 @@ pub struct TenantIndex {
     ids: RandomState,
     pub by_scope: lists::SlotLists,
     pub by_term: lists::SlotLists,
-    /// The tenant, type, schema and author names the heads share (`RecordHead::tenant`); a name
-    /// no head holds any more is dropped on removal, or by the sweep at `names_sweep_at` entries.
-    names: HashSet<Arc<str>>,
+    /// The names the heads share (`HeadNames`); names no head holds any more are dropped on
+    /// removal, or by the sweep at `names_sweep_at` entries.
+    names: HashSet<Arc<HeadNames>>,
     names_sweep_at: usize,
     /// Per scope of at least `ANN_MIN_RECORDS` records, its approximate index over the int8 rows.
     pub ann: BTreeMap<String, Ivf>,
     /// Per scope of `ann`, its records as a bitset: what a scan of the caller's other scopes
     /// leaves out (`SlotSet::and_not`), since the scope's IVF covers it.
     ann_members: HashMap<String, SlotSet>,
+    /// Per large scope (`wants_scope_set`), its records as a bitset, kept in step with
+    /// `by_scope`: the scope layer adds it to a caller's visible set a word at a time. Slot by
+    /// slot, `public`'s 100,000 records were ~17 % of a request's funnel CPU (perf,
+    /// docs/benchmarks.md); as words they are ~1,600 ORs.
+    scope_sets: HashMap<Box<str>, SlotSet>,
     /// Embeddings of another length than `int8_rows` (`VectorKind::F32Only`), by slot.
     odd: HashMap<u32, Arc<[f32]>>,
     live: usize,
@@ -341,6 +402,12 @@ impl TenantIndex {
         &self.schemas
     }
 
+    /// The records of `scope` as a bitset, if it is large enough to keep one (`scope_sets`);
+    /// else its list is the way (`by_scope`).
+    pub fn scope_set(&self, scope: &str) -> Option<&SlotSet> {
+        self.scope_sets.get(scope)
+    }
+
     /// The records of `scope`, if it has an approximate index.
     pub fn ann_members(&self, scope: &str) -> Option<&SlotSet> {
         self.ann_members.get(scope)
@@ -371,7 +438,7 @@ impl TenantIndex {
     }
 
     /// The shared allocation of `name` in this tenant (`names`).
-    fn intern(&mut self, name: &Arc<str>) -> Arc<str> {
+    fn intern(&mut self, name: &Arc<HeadNames>) -> Arc<HeadNames> {
         if let Some(shared) = self.names.get(&**name) {
             return Arc::clone(shared);
         }
@@ -384,15 +451,10 @@ impl TenantIndex {
         Arc::clone(name)
     }
 
-    /// Drops the names of `head`, about to go, that no other head holds.
+    /// Drops the names of `head`, about to go, if no other head holds them.
     fn release_names(&mut self, head: &RecordHead) {
-        let names: SmallVec<[&Arc<str>; 4]> =
-            [&head.tenant, &head.record_type, &head.schema_version].into_iter().chain(&head.author).collect();
-        for name in &names {
-            let held_here = names.iter().filter(|other| Arc::ptr_eq(other, name)).count();
-            if Arc::strong_count(name) == held_here + 1 {
-                self.names.remove(&**name);
-            }
+        if Arc::strong_count(&head.names) == 2 {
+            self.names.remove(&*head.names);
         }
     }
 
@@ -429,7 +491,7 @@ impl TenantIndex {
     /// Adds or replaces a record (its body, if it came with one, is not kept: `MemoryIndex`
     /// gives it to the body cache).
     pub fn upsert(&mut self, item: IndexedRecord) {
-        let scopes = item.head.scope.clone();
+        let scopes: SmallVec<[Box<str>; 2]> = item.head.scopes().map(Box::from).collect();
         self.insert(item);
         for scope in &scopes {
             self.maybe_rebuild_ann(scope);
@@ -443,12 +505,7 @@ impl TenantIndex {
         // postings), and no body: the slot holds the head, its terms and token count.
         let Arriving { vector, words, place, terms, trigger_body, .. } =
             item.arriving.take().map(|a| *a).unwrap_or_default();
-        item.head.tenant = self.intern(&item.head.tenant);
-        item.head.record_type = self.intern(&item.head.record_type);
-        item.head.schema_version = self.intern(&item.head.schema_version);
-        if let Some(author) = item.head.author.take() {
-            item.head.author = Some(self.intern(&author));
-        }
+        item.head.names = self.intern(&item.head.names);
         // The strings a head keeps were made on whichever thread analyzed the record, among that
         // analysis' short-lived allocations (its words, its body); copied here, on the one thread
         // that inserts, they sit together, and the pages the analysis used empty once it is freed
@@ -466,7 +523,7 @@ impl TenantIndex {
         let item = Arc::new(item);
         let record = &item.head;
         let kind = self.place_vector(slot, vector.as_ref());
-        let schema = self.schema_id(&record.schema_version);
+        let schema = self.schema_id(record.schema_version());
         self.meta[slot as usize] = SlotMeta {
             valid_from_ms: record.valid_from_ms,
             valid_until_ms: record.valid_until_ms,
@@ -483,15 +540,16 @@ impl TenantIndex {
         if let Some(body) = trigger_body {
             self.triggered.insert(slot, body);
         }
-        for scope in &item.head.scope {
+        for scope in item.head.scopes() {
             self.by_scope.list(scope, slot);
+            self.follow_scope_set(scope, Some(slot));
         }
         if let Some(vector) = vector.as_deref().filter(|_| kind == VectorKind::Int8) {
-            self.list_in_ann(slot, &item.head.scope, vector);
+            self.list_in_ann(slot, item.head.scopes(), vector);
         }
         let hash = self.ids.hash_one(item.head.id());
         if let Some((words, length)) = words {
-            let reach = crate::lexical::Reach::of(&item.head.scope);
+            let reach = crate::lexical::Reach::of(item.head.scopes());
             self.lexical.upsert_reached(slot, words, length, reach);
         }
         if let Some(place) = place {
@@ -504,6 +562,31 @@ impl TenantIndex {
         self.by_id.insert_unique(hash, slot, rehash);
         self.live += 1;
         self.requantize_if_most_are(vector.as_ref().map(|v| v.len()));
+    }
+
+    /// Keeps `scope`'s bitset in step with its list, which just gained `added` (or lost a slot):
+    /// made once the scope is large (`wants_scope_set`), dropped once it is well below that.
+    fn follow_scope_set(&mut self, scope: &str, added: Option<u32>) {
+        let size = self.by_scope.get(scope).map_or(0, |slots| slots.len());
+        let slots = self.slots.len();
+        match self.scope_sets.get_mut(scope) {
+            Some(_) if !wants_scope_set(2 * size, slots) => {
+                self.scope_sets.remove(scope);
+            }
+            Some(set) => {
+                if let Some(slot) = added {
+                    set.insert_growing(slot);
+                }
+            }
+            None if wants_scope_set(size, slots) => {
+                let mut set = SlotSet::new(slots);
+                for slot in self.by_scope.get(scope).into_iter().flatten() {
+                    set.insert(*slot);
+                }
+                self.scope_sets.insert(Box::from(scope), set);
+            }
+            None => {}
+        }
     }
 
     /// Stores `slot`'s embedding in the form the scans use; what `SlotMeta::vector` becomes.
@@ -529,14 +612,14 @@ impl TenantIndex {
     /// Adds `slot`'s int8 row to the approximate indexes of its scopes that have one; the rest
     /// is scanned exactly. A new row goes where `Rows::set` put it (a free position or the end),
     /// and its entry to the end of its list: read out of order until the next rebuild.
-    fn list_in_ann(&mut self, slot: u32, scopes: &[Box<str>], vector: &[f32]) {
+    fn list_in_ann<'a>(&mut self, slot: u32, scopes: impl Iterator<Item = &'a str>, vector: &[f32]) {
         let Some(position) = self.int8_rows.as_ref().and_then(|rows| rows.position(slot as usize)) else {
             return;
         };
         for scope in scopes {
-            if let Some(ann) = self.ann.get_mut(&**scope) {
+            if let Some(ann) = self.ann.get_mut(scope) {
                 ann.insert(slot, position as u32, vector);
-                if let Some(members) = self.ann_members.get_mut(&**scope) {
+                if let Some(members) = self.ann_members.get_mut(scope) {
                     members.insert_growing(slot);
                 }
             }
@@ -554,16 +637,14 @@ impl TenantIndex {
     /// Gives the record in `slot`, indexed without an embedding, its embedding (the backfill):
     /// its head, words and terms stay as they are.
     fn set_slot_vector(&mut self, slot: u32, vector: &Arc<[f32]>) {
-        let Some(scopes) = self.slots[slot as usize].as_ref().map(|item| item.head.scope.clone()) else {
-            return;
-        };
+        let Some(item) = self.slots[slot as usize].clone() else { return };
         let kind = self.place_vector(slot, Some(vector));
         self.meta[slot as usize].vector = kind;
         if kind == VectorKind::Int8 {
-            self.list_in_ann(slot, &scopes, vector);
+            self.list_in_ann(slot, item.head.scopes(), vector);
         }
         self.requantize_if_most_are(Some(vector.len()));
-        for scope in &scopes {
+        for scope in item.head.scopes() {
             self.maybe_rebuild_ann(scope);
         }
     }
@@ -607,18 +688,22 @@ impl TenantIndex {
         let Ok(entry) = self.by_id.find_entry(self.ids.hash_one(id), holds) else { return };
         let (slot, _) = entry.remove();
         let Some(item) = self.slots[slot as usize].take() else { return };
-        for scope in &item.head.scope {
+        for scope in item.head.scopes() {
             self.by_scope.unlist_text(scope, slot);
+            self.follow_scope_set(scope, None);
+            if let Some(set) = self.scope_sets.get_mut(scope) {
+                set.remove(slot);
+            }
         }
         for term in &item.terms {
             self.by_term.unlist(*term, slot);
         }
         self.release_names(&item.head);
-        for scope in &item.head.scope {
-            if let Some(ann) = self.ann.get_mut(&**scope) {
+        for scope in item.head.scopes() {
+            if let Some(ann) = self.ann.get_mut(scope) {
                 ann.remove(slot);
             }
-            if let Some(members) = self.ann_members.get_mut(&**scope) {
+            if let Some(members) = self.ann_members.get_mut(scope) {
                 members.remove(slot);
             }
         }
@@ -793,7 +878,7 @@ impl MemoryIndex {
     /// funnel never spends time on them. Returns whether it applied.
     pub fn upsert(&self, mut item: IndexedRecord) -> bool {
         let (tenant, id, seq) =
-            (item.head.tenant.clone(), Box::<str>::from(item.head.id()), item.head.change_seq);
+            (Box::<str>::from(item.head.tenant()), Box::<str>::from(item.head.id()), item.head.change_seq);
         if self.removed_at(&tenant, &id).is_some_and(|removed| removed >= seq) {
             return false;
         }
@@ -959,11 +1044,11 @@ impl Loader {
                     self.bodies.push(body);
                 }
             }
-            match self.by_tenant.get_mut(&*item.head.tenant) {
+            match self.by_tenant.get_mut(item.head.tenant()) {
                 Some(index) => index.insert(item),
                 None => {
                     let mut index = TenantIndex::default();
-                    let tenant = item.head.tenant.to_string();
+                    let tenant = item.head.tenant().to_owned();
                     index.insert(item);
                     self.by_tenant.insert(tenant, index);
                 }

@@ -105,12 +105,13 @@ pub enum Reach {
 
 impl Reach {
     /// `Personal` when every scope is a `user:` or `agent:` one.
-    pub fn of<S: AsRef<str>>(scopes: &[S]) -> Reach {
-        let personal = !scopes.is_empty()
-            && scopes
-                .iter()
-                .map(AsRef::as_ref)
-                .all(|scope| scope.starts_with("user:") || scope.starts_with("agent:"));
+    pub fn of<S: AsRef<str>>(scopes: impl IntoIterator<Item = S>) -> Reach {
+        let mut scopes = scopes.into_iter().peekable();
+        let personal = scopes.peek().is_some()
+            && scopes.all(|scope| {
+                let scope = scope.as_ref();
+                scope.starts_with("user:") || scope.starts_with("agent:")
+            });
         if personal { Reach::Personal } else { Reach::Shared }
     }
 }

@@ -276,10 +276,10 @@ impl MemoryService {
     pub async fn bodies(&self, heads: &[&RecordHead]) -> Result<Vec<Option<Arc<Record>>>, StoreError> {
         let cache = self.index.bodies();
         let mut out: Vec<Option<Arc<Record>>> =
-            heads.iter().map(|head| cache.get(&head.tenant, head.id(), head.revision)).collect();
+            heads.iter().map(|head| cache.get(head.tenant(), head.id(), head.revision)).collect();
         let mut missing: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for (position, head) in heads.iter().enumerate().filter(|(position, _)| out[*position].is_none()) {
-            missing.entry(&*head.tenant).or_default().push(position);
+            missing.entry(head.tenant()).or_default().push(position);
         }
         for (tenant, positions) in missing {
             let ids: Vec<&str> = positions.iter().map(|p| heads[*p].id()).collect();
@@ -345,7 +345,7 @@ impl MemoryService {
                     .map(|(item, _)| {
                         let head = &item.head;
                         let tokens = u32::try_from(item.tokens).unwrap_or(u32::MAX);
-                        (head.tenant.to_string(), head.id().to_string(), head.revision, tokens)
+                        (head.tenant().to_owned(), head.id().to_string(), head.revision, tokens)
                     })
                     .collect();
                 loader.add(items);
@@ -670,10 +670,10 @@ impl MemoryService {
             for slot in index.by_scope.get(first_scope.as_str()).into_iter().flatten() {
                 let Some(item) = index.slots[*slot as usize].as_ref() else { continue };
                 let head = &item.head;
-                if *head.record_type != *envelope.record_type
+                if head.record_type() != envelope.record_type
                     || !head.has_scopes(&envelope.scope)
                     || head.key().is_some()
-                    || author.is_some_and(|author| head.author.as_deref() != author)
+                    || author.is_some_and(|author| head.author() != author)
                 {
                     continue;
                 }

@@ -28,10 +28,10 @@ const LIST_MAX: u64 = 50;
 /// now, of a schema version the release reads), with dormant records readable too: the tools
 /// find what injection no longer offers, and reading one makes it active again (`wake`).
 pub(super) fn readable(caller: &ToolCaller, release: &Release, record: &RecordHead, now: i64) -> bool {
-    caller.caller.can_see(&record.tenant, &record.scope)
+    caller.caller.can_see(record.tenant(), record.scopes())
         && record.status.is_indexed()
         && record.is_valid_at(now)
-        && release.funnel.schema_versions.iter().any(|v| **v == *record.schema_version)
+        && release.funnel.schema_versions.iter().any(|v| **v == *record.schema_version())
 }
 
 /// One record as a result line: what a model needs to use and cite it.
@@ -122,7 +122,7 @@ pub(super) async fn search(
             temporal::findable(&index, &visible, now_ms(), &release.funnel.schema_versions, &mut trace);
         let current = match record_type {
             Some(wanted) => current.filter(|slot| {
-                index.slots[slot as usize].as_ref().is_some_and(|item| *item.head.record_type == *wanted)
+                index.slots[slot as usize].as_ref().is_some_and(|item| item.head.record_type() == wanted)
             }),
             None => current,
         };
@@ -251,8 +251,8 @@ pub(super) async fn list(
         current
             .iter()
             .filter_map(|slot| index.slots[slot as usize].clone())
-            .filter(|item| record_type.is_none_or(|wanted| *item.head.record_type == *wanted))
-            .filter(|item| !mine || item.head.author.as_deref() == caller.author.as_deref())
+            .filter(|item| record_type.is_none_or(|wanted| item.head.record_type() == wanted))
+            .filter(|item| !mine || item.head.author() == caller.author.as_deref())
             .collect()
     };
     let total = records.len();

@@ -142,7 +142,7 @@ fn changeable(
     let Some(item) = readable_record(memories, caller, release, id) else {
         return Err(ToolResult::error(format!("{tool}: no record {:?} that you can read", shown_id(id))));
     };
-    if !caller.may_change(item.head.author.as_deref()) {
+    if !caller.may_change(item.head.author()) {
         return Err(ToolResult::refused(format!(
             "{tool}: {} was written by someone else, and you may change or delete only records you wrote; nothing was changed",
             shown_id(id)

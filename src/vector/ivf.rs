@@ -83,8 +83,9 @@ pub struct Ivf {
     /// chooses which lists to scan, so its small error (~0.01) costs no correctness.
     centroid_rows: Rows,
     lists: Vec<List>,
-    /// slot → (list, position in list), for removal.
-    where_is: HashMap<u32, (usize, usize)>,
+    /// slot → (list, position in list), for removal. As `u32`s: lists and their lengths are
+    /// counted in slots, which are `u32`s.
+    where_is: HashMap<u32, (u32, u32)>,
     /// How many vectors the index was built with.
     pub built_with: usize,
 }
@@ -224,15 +225,15 @@ impl Ivf {
     fn push(&mut self, slot: u32, position: u32, c: usize) {
         let list = &mut self.lists[c];
         list.entries.push(Entry { slot, position });
-        self.where_is.insert(slot, (c, list.entries.len() - 1));
+        self.where_is.insert(slot, (c as u32, (list.entries.len() - 1) as u32));
     }
 
     /// Removes by swapping the list's last entry into the hole.
     pub fn remove(&mut self, slot: u32) {
         let Some((c, pos)) = self.where_is.remove(&slot) else { return };
-        let list = &mut self.lists[c];
-        list.entries.swap_remove(pos);
-        if let Some(moved) = list.entries.get(pos) {
+        let list = &mut self.lists[c as usize];
+        list.entries.swap_remove(pos as usize);
+        if let Some(moved) = list.entries.get(pos as usize) {
             self.where_is.insert(moved.slot, (c, pos));
         }
     }

@@ -134,8 +134,13 @@ async fn two_tenants_with_the_same_id_each_read_their_own_body(db: TestDb) {
                 Some("Ring twice.")
             );
             // A head of one tenant never reads the other's body, whatever else matches.
-            let mut forged = head(memories, &acme, "pref-delivery");
-            forged.tenant = format!("initech-{cache}").into();
+            let acme_head = head(memories, &acme, "pref-delivery");
+            let acme_body = memories.bodies(&[&acme_head]).await.unwrap().remove(0).expect("acme's body");
+            let mut forged = (*acme_body).clone();
+            forged.tenant = format!("initech-{cache}");
+            let forged = RecordHead::of(&forged);
+            assert_eq!(forged.id(), acme_head.id());
+            assert_eq!(forged.revision, acme_head.revision);
             assert_eq!(memories.bodies(&[&forged]).await.unwrap(), vec![None]);
         }
     }

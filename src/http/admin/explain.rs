@@ -176,7 +176,7 @@ fn summaries(state: &AppState, tenant: &str, recalled: &crate::recall::Recalled)
             let r = &item.head;
             (
                 id.to_owned(),
-                json!({"type": r.record_type, "key": r.key(), "priority": r.priority, "scope": r.scope,
+                json!({"type": r.record_type(), "key": r.key(), "priority": r.priority, "scope": r.scopes().collect::<Vec<_>>(),
                     "tokens": item.tokens, "status": r.status.as_str()}),
             )
         })

@@ -223,14 +223,26 @@ async fn shared_query_embeddings_are_per_tenant_and_name_no_question() {
         let pattern = format!("{prefix}:qvec:*");
         async move { redis::cmd("KEYS").arg(&pattern).query_async::<Vec<String>>(&mut redis).await.unwrap() }
     };
-    let earlier = keys(&redis).await;
     let question = "Which warehouse ships my order to Norway?";
-    explain_in(&a, "acme", question).await;
-    let new = eventually(Duration::from_secs(10), "A's vector in Redis", || async {
-        let found: Vec<String> = keys(&redis).await.into_iter().filter(|k| !earlier.contains(k)).collect();
-        (found.len() == 1).then_some(found)
-    })
-    .await;
+    // On a loaded machine a question's embedding can outlast the request's budget (the request
+    // goes on without it, and nothing is shared) or come before A's Redis connection is up: ask
+    // again until its vector is there.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let new = 'shared: loop {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for A's vector in Redis");
+        let earlier = keys(&redis).await;
+        explain_in(&a, "acme", question).await;
+        let asked = tokio::time::Instant::now();
+        while asked.elapsed() < Duration::from_secs(2) {
+            let found: Vec<String> =
+                keys(&redis).await.into_iter().filter(|k| !earlier.contains(k)).collect();
+            if !found.is_empty() {
+                assert_eq!(found.len(), 1, "one question, one shared vector: {found:?}");
+                break 'shared found;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
     let digest: String = Sha256::digest(question.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
     assert!(
         !new[0].contains(&digest) && !new[0].contains("Norway") && !new[0].contains("acme"),
