@@ -683,7 +683,7 @@ class Run:
 
     def compare(self, binaries):
         """Builds against each other on the existing store: per round, each binary in turn is
-        started, asked every question once (the ids it injects), warmed up, then driven at
+        started, warmed up, asked every question once (the ids it injects), then driven at
         `--rate` for `--duration` s per kind with its CPU read from /proc."""
         questions = self.questions()
         paths = self.lines(questions)
@@ -692,10 +692,15 @@ class Run:
             for label, binary in binaries:
                 proc = self.start_memgate(f"memgate-{label}-{round_}", self.db_url, binary=binary)
                 key = self.key(proc)
+                # Warmed first (every question at least once), so that what is compared is the
+                # ranking: a replica just started can answer its first questions `degraded` (no
+                # query embedding within the budget), one build or the other.
+                for kind in ("subject", "kb"):
+                    asked = sum(1 for q in questions if q[0] == kind)
+                    self.loadgen_run(proc.url, paths[kind], key, f"warmup-{kind}",
+                                     max(3, math.ceil(asked / max(1, self.a.rate))))
                 if label not in ids:
                     ids[label] = self.injected_ids(proc, key, questions)
-                for kind in ("subject", "kb"):
-                    self.loadgen_run(proc.url, paths[kind], key, f"warmup-{kind}", 3)
                 for kind in ("subject", "kb"):
                     cpu0 = P.cpu_seconds(proc.pid)
                     via = self.loadgen_run(proc.url, paths[kind], key, f"{label}-{kind}", self.a.duration)
