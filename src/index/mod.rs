@@ -542,7 +542,7 @@ impl TenantIndex {
         }
         for scope in item.head.scopes() {
             self.by_scope.list(scope, slot);
-            self.follow_scope_set(scope, Some(slot));
+            self.follow_scope_set(scope, slot, true);
         }
         if let Some(vector) = vector.as_deref().filter(|_| kind == VectorKind::Int8) {
             self.list_in_ann(slot, item.head.scopes(), vector);
@@ -564,20 +564,17 @@ impl TenantIndex {
         self.requantize_if_most_are(vector.as_ref().map(|v| v.len()));
     }
 
-    /// Keeps `scope`'s bitset in step with its list, which just gained `added` (or lost a slot):
-    /// made once the scope is large (`wants_scope_set`), dropped once it is well below that.
-    fn follow_scope_set(&mut self, scope: &str, added: Option<u32>) {
+    /// Keeps `scope`'s bitset in step with its list, which `slot` just joined (`listed`) or
+    /// left: made once the scope is large (`wants_scope_set`), dropped once it is well below that.
+    fn follow_scope_set(&mut self, scope: &str, slot: u32, listed: bool) {
         let size = self.by_scope.get(scope).map_or(0, |slots| slots.len());
         let slots = self.slots.len();
         match self.scope_sets.get_mut(scope) {
             Some(_) if !wants_scope_set(2 * size, slots) => {
                 self.scope_sets.remove(scope);
             }
-            Some(set) => {
-                if let Some(slot) = added {
-                    set.insert_growing(slot);
-                }
-            }
+            Some(set) if listed => set.insert_growing(slot),
+            Some(set) => set.remove(slot),
             None if wants_scope_set(size, slots) => {
                 let mut set = SlotSet::new(slots);
                 for slot in self.by_scope.get(scope).into_iter().flatten() {
@@ -690,10 +687,7 @@ impl TenantIndex {
         let Some(item) = self.slots[slot as usize].take() else { return };
         for scope in item.head.scopes() {
             self.by_scope.unlist_text(scope, slot);
-            self.follow_scope_set(scope, None);
-            if let Some(set) = self.scope_sets.get_mut(scope) {
-                set.remove(slot);
-            }
+            self.follow_scope_set(scope, slot, false);
         }
         for term in &item.terms {
             self.by_term.unlist(*term, slot);
