@@ -17,7 +17,7 @@
 //! | services | `recall`, `rollout`, `console`, `tools`, `observer` | the memory step of a request; releases and the canary; the console's history and data; the memory tools agents call; learning from finished exchanges |
 //! | domain | `memory`, `identity`, `triggers`, `upstream`, `funnel`, `inject`, `query`, `lexical`, `index`, `embed`, `body`, `fanout`, `observability`, `slots`, `texts`, `vector` | records and their checks, callers, trigger actions, the upstream client (which also knows `http`), the four layers, the block and its placement, the person's words, the indexes, texts by id, the model, body checks, replicas' fan-out, metrics |
 //! | store | `store` | SQLite and PostgreSQL, the only place that knows SQL (sqlx) |
-//! | base | `record`, `config`, `error`, `clock`, `hash`, `assets`, `client_addr`, `allowed_hosts`, `cpu`, `tasks`, `allocator` | plain values and rules everything above shares: the record, the settled configuration, error codes, time, digests, the bundled files, client addresses, hosts, CPU slots, task starts, the allocator |
+//! | base | `record`, `config`, `error`, `clock`, `hash`, `assets`, `client_addr`, `allowed_hosts`, `cpu`, `tasks`, `workers`, `allocator` | plain values and rules everything above shares: the record, the settled configuration, error codes, time, digests, the bundled files, client addresses, hosts, CPU slots, task starts, the threads that serve connections, the allocator |
 //!
 //! Words, one meaning each: a **record** is one stored item (`record::Record`: a fact, a profile,
 //! an SOP), and the store's calls say so (`create_record`, `list_records`); **memory** is what a
@@ -60,6 +60,7 @@ pub mod triggers;
 pub mod turn;
 pub mod upstream;
 pub mod vector;
+pub mod workers;
 
 pub use http::build_app;
 pub use state::AppState;

@@ -8,7 +8,8 @@
 //! process exits anyway.
 //!
 //! Connections (`connection`): hyper's server, HTTP/1 and HTTP/2, with TCP_NODELAY, the client's
-//! address on each request, and deadlines on a request's headers and on an idle connection.
+//! address on each request, and deadlines on a request's headers and on an idle connection;
+//! each served on one of the `workers`, a single-threaded runtime per core.
 
 mod connection;
 
@@ -52,6 +53,7 @@ pub async fn run(
         None => None,
     };
     let admin_addr = admin_listener.as_ref().map(TcpListener::local_addr).transpose()?;
+    let workers = std::sync::Arc::new(crate::workers::Workers::start()?);
     tracing::info!(%addr, ?admin_addr, upstream = %config.upstream.base_url, auth_mode = ?config.identity.mode, "memgate listening");
     on_ready(addr, admin_addr);
 
@@ -183,13 +185,20 @@ pub async fn run(
                 hosts,
                 timeouts,
                 async move { stop_admin.cancelled().await },
+                workers.clone(),
             );
             (build_public_app(state), Some(loops.spawn(admin_server)))
         }
         _ => (build_app(state), None),
     };
-    let server =
-        connection::serve(listener, app, config.allowed_hosts.for_listener(addr), timeouts, signalled);
+    let server = connection::serve(
+        listener,
+        app,
+        config.allowed_hosts.for_listener(addr),
+        timeouts,
+        signalled,
+        workers.clone(),
+    );
 
     let grace = config.shutdown.grace;
     let deadline = async move {
@@ -222,6 +231,8 @@ pub async fn run(
     let _ = tokio::time::timeout(grace, background.wait()).await;
     drop(deliveries);
     drop(extractions);
+    // Last: what is still on the workers now is detached work that ends with what it serves.
+    drop(workers);
     tracing::info!("memgate stopped");
     Ok(())
 }

@@ -1,5 +1,5 @@
-//! The upstream client: one pooled `reqwest::Client` for the process, three timeouts and no
-//! total one. Connect and first-byte timeouts bound the wait for an answer's headers; the body is
+//! The upstream client: a pooled `reqwest::Client` for each server worker and one for the rest
+//! of the process, three timeouts and no total one. Connect and first-byte timeouts bound the wait for an answer's headers; the body is
 //! relayed chunk by chunk as it arrives, and only a silence longer than the idle timeout ends it,
 //! so a long stream is never cut while events (Anthropic's `ping`s included) keep coming.
 //!
@@ -13,6 +13,7 @@ pub mod wire;
 use crate::config::UpstreamConfig;
 use crate::error::{ApiError, ErrorKind, StartupError};
 use crate::observability::UpstreamLatency;
+use crate::workers;
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Method, Response};
 use bytes::Bytes;
@@ -21,7 +22,11 @@ use headers::downstream_response_headers;
 use std::time::{Duration, Instant};
 
 pub struct Upstream {
-    client: reqwest::Client,
+    /// One client, with its own pool of connections, per server worker (`workers::current`),
+    /// then one for every other thread. A pooled connection is served by a task on the runtime
+    /// that opened it: a request that took one opened by another worker would wake that
+    /// worker's thread for each of its reads and writes, which is what the workers avoid.
+    clients: Box<[reqwest::Client]>,
     /// The upstream's base URL, parsed once; `base_path` is its path without the trailing `/`.
     base: reqwest::Url,
     base_path: String,
@@ -39,20 +44,24 @@ pub struct UpstreamRequest {
 
 impl Upstream {
     pub fn new(config: &UpstreamConfig) -> Result<Upstream, StartupError> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .pool_idle_timeout(config.pool_idle_timeout)
-            .pool_max_idle_per_host(config.pool_max_idle_per_host)
-            .tcp_nodelay(true)
-            // A gateway relays answers as they are; a redirect is the client's to follow.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|err| StartupError::UpstreamClient(err.to_string()))?;
+        let clients = (0..=workers::count())
+            .map(|_| {
+                reqwest::Client::builder()
+                    .connect_timeout(config.connect_timeout)
+                    .pool_idle_timeout(config.pool_idle_timeout)
+                    .pool_max_idle_per_host(config.pool_max_idle_per_host)
+                    .tcp_nodelay(true)
+                    // A gateway relays answers as they are; a redirect is the client's to follow.
+                    .redirect(reqwest::redirect::Policy::none())
+                    .build()
+                    .map_err(|err| StartupError::UpstreamClient(err.to_string()))
+            })
+            .collect::<Result<_, _>>()?;
         let base = reqwest::Url::parse(&config.base_url)
             .map_err(|err| StartupError::UpstreamClient(format!("{}: {err}", config.base_url)))?;
         let base_path = base.path().trim_end_matches('/').to_owned();
         Ok(Upstream {
-            client,
+            clients,
             base,
             base_path,
             first_byte_timeout: config.first_byte_timeout,
@@ -65,7 +74,7 @@ impl Upstream {
     pub async fn send(&self, request: UpstreamRequest) -> Result<Response<Body>, ApiError> {
         let url = self.url_for(&request.path_and_query);
         let started = Instant::now();
-        let mut builder = self.client.request(request.method, url).headers(request.headers);
+        let mut builder = self.client().request(request.method, url).headers(request.headers);
         if let Some(body) = request.body {
             builder = builder.body(body);
         }
@@ -105,6 +114,12 @@ impl Upstream {
 }
 
 impl Upstream {
+    /// This thread's client: its worker's, or the one for every other thread.
+    fn client(&self) -> &reqwest::Client {
+        let last = self.clients.len() - 1;
+        &self.clients[workers::current().map_or(last, |worker| worker.min(last))]
+    }
+
     /// The upstream URL of a caller's path and query: the base URL with its path and query set.
     /// The same URL as parsing the two joined, without parsing the scheme and host (and their
     /// IDNA rules) again on every request (2 % of a pass-through's CPU in its profile).
@@ -176,8 +191,71 @@ fn with_idle_timeout(
 
 #[cfg(test)]
 mod tests {
-    use super::Upstream;
+    use super::{Upstream, UpstreamRequest};
     use crate::config::UpstreamConfig;
+    use crate::workers::{self, Workers};
+    use axum::http::{HeaderMap, Method};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_util::task::TaskTracker;
+
+    /// An upstream that answers every request head with a short 200 and counts its connections.
+    async fn counting_upstream(tasks: &TaskTracker) -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let (count, inner) = (accepted.clone(), tasks.clone());
+        tasks.spawn(async move {
+            while let Ok((mut tcp, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                inner.spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while let Ok(read @ 1..) = tcp.read(&mut buf).await {
+                        head.extend_from_slice(&buf[..read]);
+                        if head.windows(4).any(|w| w == b"\r\n\r\n") {
+                            head.clear();
+                            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                            if tcp.write_all(answer).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (url, accepted)
+    }
+
+    #[tokio::test]
+    async fn each_worker_sends_through_connections_of_its_own_and_keeps_them() {
+        let tasks = TaskTracker::new();
+        let (base_url, accepted) = counting_upstream(&tasks).await;
+        let upstream =
+            Arc::new(Upstream::new(&UpstreamConfig { base_url, ..UpstreamConfig::default() }).unwrap());
+        let workers = Workers::start().unwrap();
+        let sent = TaskTracker::new();
+        // One request at a time, each worker in turn, twice round: a pool shared by the workers
+        // would open one connection and lend it to all of them.
+        for _ in 0..workers::count() * 2 {
+            let upstream = upstream.clone();
+            let (done, finished) = tokio::sync::oneshot::channel();
+            workers.spawn(&sent, async move {
+                let request = UpstreamRequest {
+                    method: Method::GET,
+                    path_and_query: "/v1/models".to_owned(),
+                    headers: HeaderMap::new(),
+                    body: None,
+                };
+                let answer = upstream.send(request).await.unwrap();
+                let body = axum::body::to_bytes(answer.into_body(), 1024).await.unwrap();
+                done.send(body).unwrap();
+            });
+            assert_eq!(finished.await.unwrap(), "ok");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), workers::count());
+    }
 
     #[test]
     fn a_request_goes_to_the_url_that_joining_base_path_and_query_names() {

@@ -19,6 +19,7 @@
 //! and `serve` returns once the last one has closed.
 
 use crate::allowed_hosts::AllowedHosts;
+use crate::workers::Workers;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
@@ -50,12 +51,14 @@ pub struct Timeouts {
 }
 
 /// Serves `app` on `listener` until `signal` resolves, then lets the open connections finish.
+/// Each connection is served on one of `workers`, in turn.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     hosts: AllowedHosts,
     timeouts: Timeouts,
     signal: impl Future<Output = ()>,
+    workers: Arc<Workers>,
 ) {
     let connections = TaskTracker::new();
     let finish = CancellationToken::new();
@@ -72,8 +75,23 @@ pub async fn serve(
             () = &mut signal => break,
         };
         no_delay(&tcp);
+        // Accepted on this runtime, served on a worker's: the socket leaves this runtime's
+        // reactor and joins the worker's there.
+        let tcp = match tcp.into_std() {
+            Ok(tcp) => tcp,
+            Err(err) => {
+                tracing::debug!(error = %err, %remote, "could not hand a connection to a worker");
+                continue;
+            }
+        };
         let connection = Connection { app: app.clone(), hosts: hosts.clone(), remote, timeouts };
-        connections.spawn(connection.serve(tcp, finish.clone()));
+        let finish = finish.clone();
+        workers.spawn(&connections, async move {
+            match TcpStream::from_std(tcp) {
+                Ok(tcp) => connection.serve(tcp, finish).await,
+                Err(err) => tracing::debug!(error = %err, %remote, "a worker could not take a connection"),
+            }
+        });
     }
     drop(listener);
     finish.cancel();
