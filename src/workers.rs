@@ -6,9 +6,14 @@
 //! connection task, a handler, and the upstream client's connection task, and each wake-up of
 //! one by another could land on the other worker thread, which the runtime then wakes from
 //! sleep to steal it (a futex and a context switch). At 1,000 pass-through requests a second on
-//! 2 cores that took a quarter of memgate's CPU per request (233 → 175 µs with one worker thread,
-//! docs/benchmarks.md, "Pass-through"). On its own thread, with its own pool of upstream
-//! connections (`Upstream`, by `current`), a request wakes only the thread it is on.
+//! 2 cores that was a sixth to a quarter of memgate's CPU per request: 226 → 186 µs (medians,
+//! alternating with nginx's 76; docs/benchmarks.md, "One runtime per core"). On its own thread,
+//! with its own pool of upstream connections (`Upstream`, by `current`), a request wakes only
+//! the thread it is on.
+//!
+//! The price: a connection never moves. A client that sends everything over one connection
+//! (HTTP/2 multiplexing, or a pool that hands most requests to its most recent connection) is
+//! served by one core; many connections, as load balancers and SDK pools open, spread evenly.
 //!
 //! What runs here: the connections, their requests, and what a request starts (its tasks,
 //! timers, and connections to the upstream, the store or Redis opened while it runs). The
