@@ -54,20 +54,32 @@ pub fn current() -> Option<usize> {
 
 impl Workers {
     /// Starts `count()` workers, each a thread named `memgate-worker-N` running its own runtime.
+    /// If one cannot start, those already running stop (`Drop`) and the error is returned.
+    /// Each runtime is built, run and dropped on its own thread: a runtime cannot be dropped
+    /// inside another one's task, where this is called.
     pub fn start() -> std::io::Result<Workers> {
-        let stop = CancellationToken::new();
-        let mut handles = Vec::new();
+        let mut workers =
+            Workers { handles: Vec::new(), next: AtomicUsize::new(0), stop: CancellationToken::new() };
         for index in 0..count() {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            handles.push(runtime.handle().clone());
-            let stop = stop.clone();
+            let (started, handle) = std::sync::mpsc::sync_channel(1);
+            let stop = workers.stop.clone();
             std::thread::Builder::new().name(format!("memgate-worker-{index}")).spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(runtime) => runtime,
+                    Err(err) => {
+                        let _ = started.send(Err(err));
+                        return;
+                    }
+                };
+                let _ = started.send(Ok(runtime.handle().clone()));
                 CURRENT.with(|current| current.set(Some(index)));
                 runtime.block_on(stop.cancelled());
-                drop(runtime);
             })?;
+            let handle =
+                handle.recv().map_err(|_| std::io::Error::other("a worker thread ended as it started"))?;
+            workers.handles.push(handle?);
         }
-        Ok(Workers { handles, next: AtomicUsize::new(0), stop })
+        Ok(workers)
     }
 
     /// Runs `task` on the next worker, in turn, tracked by `tracker`.
