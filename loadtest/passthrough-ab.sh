@@ -7,7 +7,7 @@
 # pass-through gateway in front of it (SQLite, auth passthrough, log level info as shipped) and
 # nginx (loadtest/peers/nginx.conf.in; NGINX=0 leaves it out), then, ROUNDS times, for each in
 # turn: WARM seconds of load unmeasured, then DUR seconds at RATE requests/s (open loop,
-# `loadgen`, the harness's small non-streaming body), and prints the server's CPU per request
+# `loadgen`, loadtest/bodies/small.json), and prints the server's CPU per request
 # (utime + stime from /proc, nginx's workers included), the mock's, and p50 / p99.
 # Knobs: RATE (1000), DUR (15), WARM (3), ROUNDS (3), NGINX (1), LOADGEN (the loadgen example;
 # default target/release/examples/loadgen), PERF_NAME=<label> (perf record that one's first
@@ -23,8 +23,6 @@ if [[ -z "${MEMGATE_MODEL_DIR:-}" || -z "${ORT_DYLIB_PATH:-}" ]]; then
     source "$repo/.assets/env.sh"
 fi
 work=$(mktemp -d)
-python3 -c "import sys; sys.path.insert(0, '$repo/loadtest/harness'); import data; \
-open('$work/small.json', 'w').write(data.body('Where is my order 12345? It was due yesterday.'))"
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 wait_for() { # url: polls up to 60 s
@@ -68,7 +66,7 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 for round in $(seq 1 "$ROUNDS"); do
     for name in "${names[@]}"; do
         args=(--url "http://127.0.0.1:${port[$name]}/v1/messages" --rate "$RATE" --header "anthropic-version: 2023-06-01"
-            --header "x-api-key: sk-ant-bench-caller" --body-file "$work/small.json" --json)
+            --header "x-api-key: sk-ant-bench-caller" --body-file "$repo/loadtest/bodies/small.json" --json)
         "$LOADGEN" --label warm-up --duration "$WARM" "${args[@]}" >/dev/null
         recorder=""
         if [[ "${PERF_NAME:-}" == "$name" && $round == 1 ]]; then

@@ -1,7 +1,8 @@
 //! The upstream client: a pooled `reqwest::Client` for each server worker and one for the rest
-//! of the process, three timeouts and no total one. Connect and first-byte timeouts bound the wait for an answer's headers; the body is
-//! relayed chunk by chunk as it arrives, and only a silence longer than the idle timeout ends it,
-//! so a long stream is never cut while events (Anthropic's `ping`s included) keep coming.
+//! of the process, three timeouts and no total one. Connect and first-byte timeouts bound the
+//! wait for an answer's headers; the body is relayed chunk by chunk as it arrives, and only a
+//! silence longer than the idle timeout ends it, so a long stream is never cut while events
+//! (Anthropic's `ping`s included) keep coming.
 //!
 //! Cancellation: the answer body owns the upstream response. When the client goes away, hyper
 //! drops that body, which drops the upstream response, which closes the upstream connection
