@@ -41,11 +41,6 @@ impl Boost<'_> {
     pub fn of(&self, slot: u32) -> f32 {
         if self.amount != 0.0 && self.slots.binary_search(&slot).is_ok() { self.amount } else { 0.0 }
     }
-
-    /// The most any slot gains (what a bound on the similarity alone must allow for).
-    pub fn most(&self) -> f32 {
-        if self.slots.is_empty() { 0.0 } else { self.amount.max(0.0) }
-    }
 }
 
 /// A release's standout rule (`cut_standout`, `standout_floor`).
@@ -106,9 +101,8 @@ mod tests {
         let boost = Boost { slots: &[3, 9], amount: 0.1 };
         assert_eq!(boost.of(3), 0.1);
         assert_eq!(boost.of(4), 0.0);
-        assert_eq!(boost.most(), 0.1);
-        assert_eq!(Boost::NONE.most(), 0.0);
-        assert_eq!(Boost { slots: &[], amount: 0.1 }.most(), 0.0);
+        assert_eq!(Boost::NONE.of(3), 0.0);
+        assert_eq!(Boost { slots: &[3], amount: 0.0 }.of(3), 0.0);
     }
 
     #[test]

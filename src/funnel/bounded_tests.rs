@@ -348,6 +348,61 @@ fn a_hit_ruled_out_by_a_full_heap_still_counts_as_left_out() {
     assert_eq!(injected(&fast), injected(&full));
 }
 
+/// The scan scores candidates in the order of their int8 bounds, best first, and stops where no
+/// bound reaches the heaps' floors. Records added worst first — each would beat the floor the
+/// earlier ones set, were they scored in slot order — cost the exact scores of about the best
+/// few, not one each; the heaps keep the best, and the run injects what scoring every hit does.
+#[test]
+fn the_scan_scores_the_best_bounds_first_and_stops_at_the_floor() {
+    let mut index = TenantIndex::default();
+    let n = 2000;
+    for i in 0..n {
+        add_on_the_axis(&mut index, &format!("r{i:04}"), 0.2 + 0.7 * i as f32 / n as f32, i, 50);
+    }
+    let (fast, full) = bounded_and_full(&index);
+    assert_eq!(injected(&fast), injected(&full));
+    assert_eq!(injected(&full).0, ["r1999", "r1998", "r1997", "r1996", "r1995"]);
+    let mut trace = Trace::default();
+    let (who, query) = (caller(&["public"]), the_axis());
+    let top = TopK::for_cap(5, 0);
+    let bounded = semantic::matching_within(
+        &index,
+        &fast.current,
+        Some(&who.scopes),
+        &dense(&query),
+        top,
+        false,
+        &mut trace,
+    );
+    assert_eq!(trace.scanned, n, "every candidate is bounded");
+    assert!(
+        trace.scored < 3 * top.best,
+        "{} of {n} candidates scored exactly, for {} kept",
+        trace.scored,
+        top.best
+    );
+    let mut kept: Vec<&str> = bounded
+        .hits
+        .iter()
+        .filter_map(|h| index.slots[h.slot as usize].as_ref())
+        .map(|r| r.head.id())
+        .collect();
+    kept.sort_unstable();
+    let best: Vec<String> = (n - top.best..n).map(|i| format!("r{i:04}")).collect();
+    assert_eq!(kept, best);
+
+    // A subject's request boosts its own records: each bound carries its own slot's boost, not
+    // the most any slot gains, or every row within the boost of the floor would be scored too.
+    let own = [index.slot_of("r0100").unwrap_or(u32::MAX)];
+    let mut boosted = dense(&query);
+    boosted.lift.boost = super::background::Boost { slots: &own, amount: 0.1 };
+    let mut trace = Trace::default();
+    let bounded =
+        semantic::matching_within(&index, &fast.current, Some(&who.scopes), &boosted, top, false, &mut trace);
+    assert!(trace.scored < 3 * top.best, "{} scored with a boost", trace.scored);
+    assert_eq!(bounded.hits.len(), top.best);
+}
+
 /// A block the budget ends, with room for a small record the bounded scan left out: the run
 /// finds it by scanning again for what fits the room — the one record of 20 tokens, not the
 /// hundreds of large ones — instead of scoring and packing every hit again, and injects what

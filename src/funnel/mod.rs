@@ -27,6 +27,7 @@
 //! the hits, and for the ids and reasons of a detailed trace.
 
 pub mod background;
+mod best;
 pub mod cut;
 pub mod density;
 pub mod feedback;
@@ -221,6 +222,7 @@ pub fn run(
             &mut again,
         );
         trace.scanned += again.scanned;
+        trace.scored += again.scored;
         trace.packed_every_hit = true;
         let (all, _) = with_neighbours(index, &current, query, settings, all);
         admitted_by_the_semantic_layer(index, &all, &mut again);

@@ -14,8 +14,9 @@
 //! The layer keeps a bounded number of similarity hits (`TopK`: a few times the density layer's
 //! item cap), in two small heaps during the scan — the best overall and the best of priority 4–5
 //! (the density layer's stubs) — so its cost does not grow with how many records pass a low
-//! threshold: once a heap is full, its worst score becomes the bar a candidate's bound must
-//! reach. Exact matches and word hits are kept as before. What the heaps left out scored at most
+//! threshold: candidates are scored in the order of their int8 bounds, best first, and once a
+//! heap is full its worst score is the bar a candidate's bound must reach, so the scan stops
+//! after about the best few (`best`). Exact matches and word hits are kept as before. What the heaps left out scored at most
 //! their floor (`Matched::floor`), which lets the funnel check that packing the kept hits packed
 //! what packing every hit would (`funnel::run`).
 //!
@@ -32,6 +33,7 @@
 //! part, which `explain` shows.
 
 use super::background::{self, Boost, Standout};
+use super::best::{Best, NO_ROW, Pending};
 use super::trace::{LayerLog, Trace};
 use crate::index::terms::query_phrases;
 use crate::index::{TenantIndex, VectorKind};
@@ -173,89 +175,6 @@ pub struct Matched {
     /// When a heap left a hit out: the fewest tokens such a hit costs (its record's token count
     /// as `SlotMeta` keeps it). A block with less room than that could not have taken any of them.
     pub left_out_tokens: Option<usize>,
-}
-
-/// A bounded heap of the best (score, slot) pairs, each with its record's token count.
-struct Best {
-    cap: usize,
-    heap: std::collections::BinaryHeap<std::cmp::Reverse<(Score, u32, u16)>>,
-    /// The highest score (or bound on it) of a hit it left out; none left out: `None`.
-    dropped: Option<f32>,
-    /// The fewest tokens of a hit it left out.
-    dropped_tokens: Option<u16>,
-}
-
-/// An f32 ordered by `total_cmp`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Score(f32);
-
-impl Eq for Score {}
-
-impl PartialOrd for Score {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Score {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&other.0)
-    }
-}
-
-impl Best {
-    fn new(cap: usize) -> Best {
-        Best { cap, heap: std::collections::BinaryHeap::new(), dropped: None, dropped_tokens: None }
-    }
-
-    /// The score a new entry must beat: the worst kept once full.
-    fn floor(&self) -> f32 {
-        match self.heap.peek() {
-            Some(std::cmp::Reverse((Score(worst), _, _))) if self.heap.len() >= self.cap => *worst,
-            _ if self.cap == 0 => f32::INFINITY,
-            _ => f32::NEG_INFINITY,
-        }
-    }
-
-    fn offer(&mut self, slot: u32, score: f32, tokens: u16) {
-        if self.cap == 0 {
-            return; // not kept apart at all (`TopK::ALL`): the other heap holds every hit
-        }
-        if self.heap.len() < self.cap {
-            self.heap.push(std::cmp::Reverse((Score(score), slot, tokens)));
-        } else {
-            let (left, left_tokens) = if score > self.floor() {
-                let evicted = self.heap.pop().map(|std::cmp::Reverse((Score(s), _, t))| (s, t));
-                self.heap.push(std::cmp::Reverse((Score(score), slot, tokens)));
-                evicted.unwrap_or((score, tokens))
-            } else {
-                (score, tokens)
-            };
-            self.leave_out(left, left_tokens);
-        }
-    }
-
-    /// A hit the bar admits but this full heap's floor ruled out before it was scored, by
-    /// `bound` on its score: left out all the same.
-    fn rule_out(&mut self, bound: f32, tokens: u16) {
-        if self.cap > 0 && self.heap.len() >= self.cap {
-            self.leave_out(bound, tokens);
-        }
-    }
-
-    fn leave_out(&mut self, score: f32, tokens: u16) {
-        self.dropped = Some(self.dropped.map_or(score, |s| s.max(score)));
-        self.dropped_tokens = Some(self.dropped_tokens.map_or(tokens, |t| t.min(tokens)));
-    }
-
-    /// The highest score of a hit left out, if one was: never above the worst kept.
-    fn left_out(&self) -> Option<f32> {
-        self.dropped.map(|dropped| dropped.min(self.floor()))
-    }
-
-    fn into_slots(self) -> impl Iterator<Item = (u32, f32)> {
-        self.heap.into_iter().map(|std::cmp::Reverse((Score(score), slot, _))| (slot, score))
-    }
 }
 
 /// Every hit (no bound): what a full scan lets through.
@@ -412,6 +331,14 @@ impl Scan<'_> {
     /// Whether a scan reads the approximate indexes or every row depends only on the candidates
     /// and the scopes, so two scans of the same candidates meet the same records. Returns
     /// whether every candidate was scored (the exact path).
+    ///
+    /// Two passes. The first bounds each candidate's score by its int8 row (`reaches`) and keeps
+    /// those that may reach the bar. The second scores them exactly in the order of their bounds,
+    /// highest first, and stops at the first whose bound cannot reach the heaps' floors: what is
+    /// left could not have been kept. Scored in slot order instead, a scan under a low bar scored
+    /// most rows, each beating a floor that rose only as the heaps filled; in the bounds' order
+    /// the floor is the best rows' from the start. The heaps keep the same hits either way
+    /// (`Best` breaks ties by slot, not by arrival).
     fn run(
         &self,
         eligible: impl Fn(u32) -> bool,
@@ -425,19 +352,15 @@ impl Scan<'_> {
         let meta = index.meta();
         let rows = index.int8_rows().filter(|rows| rows.dims() == vector.len());
         let mut scanned = 0usize;
-        // Scores one candidate: ruled out by its int8 bound against the bar (the threshold, or
-        // the heaps' floors once full), else scored on its row and offered to the heaps. `at` is
-        // the row's position when the caller knows it (an IVF entry, whose row is int8): then
-        // the slot's meta is read only for a row whose bound reaches the lower of the two bars,
-        // so a probed list is read as its rows alone, in order.
-        // The heaps hold boosted scores and a bound is on the similarity alone: a bound is held
-        // against the bar less the most any slot gains.
-        let slack = boost.most();
-        let mut consider = |slot: u32, at: Option<usize>, best: &mut Best, high: &mut Best| {
+        let mut pending: Vec<Pending> = Vec::new();
+        // Bounds one candidate's boosted score (the heaps hold boosted scores) and keeps it when
+        // the bound reaches the bar. `at` is the row's position when the caller knows it (an IVF
+        // entry, whose row is int8): then the slot's meta is read only for a row whose bound
+        // reaches the bar, so a probed list is read as its rows alone, in order.
+        let mut bound = |slot: u32, at: Option<usize>| {
             if !eligible(slot) {
                 return;
             }
-            let loose = bar.max(best.floor().min(high.floor())) - slack;
             let at = match at {
                 Some(at) => Some(at),
                 None => match (meta[slot as usize].vector, rows) {
@@ -449,52 +372,24 @@ impl Scan<'_> {
             let upper = match (at, rows) {
                 (Some(at), Some(rows)) => {
                     scanned += 1;
-                    let upper = rows.upper_bound_at(at, &quantized);
-                    if !reaches(upper, loose) {
-                        if reaches(upper, bar - slack) {
-                            // Out for the heaps' floors, not for the bar: a hit left out, whose
-                            // boosted score is at most its bound plus the most any slot gains.
-                            let m = &meta[slot as usize];
-                            best.rule_out(upper + slack, m.tokens);
-                            if m.priority >= 4 {
-                                high.rule_out(upper + slack, m.tokens);
-                            }
-                        }
+                    let upper = rows.upper_bound_at(at, &quantized) + boost.of(slot);
+                    if !reaches(upper, bar) {
                         return;
                     }
-                    Some(upper)
+                    // A vector that is not finite bounds nothing: scored first, like one
+                    // without a row.
+                    if upper.is_nan() { f32::INFINITY } else { upper }
                 }
-                _ => None,
+                _ => f32::INFINITY,
             };
-            let high_priority = meta[slot as usize].priority >= 4;
-            let floor = if high_priority { best.floor().min(high.floor()) } else { best.floor() };
-            if let Some(upper) = upper
-                && !reaches(upper, bar.max(floor) - slack)
-            {
-                if reaches(upper, bar - slack) {
-                    let tokens = meta[slot as usize].tokens;
-                    best.rule_out(upper + slack, tokens);
-                    if high_priority {
-                        high.rule_out(upper + slack, tokens);
-                    }
-                }
-                return;
-            }
-            let score = match (at, rows) {
-                (Some(at), Some(rows)) => rows.score_at(at, vector),
-                _ => match index.similarity(slot, vector) {
-                    Some(score) => score,
-                    None => return,
-                },
-            };
-            let score = score + boost.of(slot);
-            if score >= bar {
-                let tokens = meta[slot as usize].tokens;
-                best.offer(slot, score, tokens);
-                if high_priority {
-                    high.offer(slot, score, tokens);
-                }
-            }
+            let m = &meta[slot as usize];
+            pending.push(Pending {
+                upper,
+                slot,
+                at: at.map_or(NO_ROW, |at| at as u32),
+                tokens: m.tokens,
+                high_priority: m.priority >= 4,
+            });
         };
         let probed: Vec<(&String, &crate::vector::ivf::Ivf)> = match scopes {
             _ if input <= EXACT_SCAN_MAX => Vec::new(),
@@ -505,10 +400,10 @@ impl Scan<'_> {
         let scored_all = probed.is_empty();
         if scored_all {
             for slot in candidates.iter() {
-                consider(slot, None, best, high);
+                bound(slot, None);
             }
         } else {
-            // A record in two probed scopes is met twice: score it once.
+            // A record in two probed scopes is met twice: bound it once.
             let mut seen = SlotSet::new(index.slots.len());
             let mut rest = candidates.clone();
             for (scope, ann) in &probed {
@@ -523,15 +418,56 @@ impl Scan<'_> {
                             rows.is_none_or(|r| r.key_at(entry.position as usize) == Some(slot as usize)),
                             "the IVF entry of slot {slot} points at another row"
                         );
-                        consider(slot, rows.map(|_| entry.position as usize), best, high);
+                        bound(slot, rows.map(|_| entry.position as usize));
                     }
                 }
             }
             for slot in rest.iter() {
-                consider(slot, None, best, high);
+                bound(slot, None);
+            }
+        }
+
+        let mut pending = std::collections::BinaryHeap::from(pending);
+        let mut scored = 0usize;
+        while let Some(&next) = pending.peek() {
+            // Nothing whose bound is below both floors can be kept, and no bound that follows is
+            // higher.
+            if !reaches(next.upper, bar.max(best.floor().min(high.floor()))) {
+                break;
+            }
+            pending.pop();
+            let floor = if next.high_priority { best.floor().min(high.floor()) } else { best.floor() };
+            if !reaches(next.upper, bar.max(floor)) {
+                // Out for the best heap's floor, not for the bar: a hit left out, whose score is
+                // at most its bound.
+                best.rule_out(next.upper, next.tokens);
+                continue;
+            }
+            let score = match rows {
+                Some(rows) if next.at != NO_ROW => rows.score_at(next.at as usize, vector),
+                _ => match index.similarity(next.slot, vector) {
+                    Some(score) => score,
+                    None => continue,
+                },
+            };
+            scored += 1;
+            let score = score + boost.of(next.slot);
+            if score >= bar {
+                best.offer(next.slot, score, next.tokens);
+                if next.high_priority {
+                    high.offer(next.slot, score, next.tokens);
+                }
+            }
+        }
+        // What is left reached the bar but neither floor: hits left out, by their bounds.
+        for left in pending.iter() {
+            best.rule_out(left.upper, left.tokens);
+            if left.high_priority {
+                high.rule_out(left.upper, left.tokens);
             }
         }
         trace.scanned += scanned;
+        trace.scored += scored;
         scored_all
     }
 }

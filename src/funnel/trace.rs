@@ -78,6 +78,10 @@ pub struct Trace {
     /// the caller may see (benchmarks and tests read it; not part of a trace's JSON).
     #[serde(skip)]
     pub scanned: usize,
+    /// How many of them the semantic layer scored exactly, past their bound (benchmarks and
+    /// tests read it; not part of a trace's JSON).
+    #[serde(skip)]
+    pub scored: usize,
     /// Whether the bounded semantic layer's hits could not show that they pack what every hit
     /// packs, so every hit was packed (benchmarks and tests read it; not part of a trace's JSON).
     #[serde(skip)]
