@@ -288,6 +288,68 @@ fn the_bounded_run_injects_what_the_unbounded_one_does_with_standout_boost_and_n
     }
 }
 
+/// Records that share one embedding (a CRM's records built from a pool of texts; copies of one
+/// article) score exactly alike, so the heaps' floor falls among ties. The bounded run still
+/// injects what the unbounded one does, in the same order, with the release's rules on (words,
+/// standout, the subject's boost, neighbours) and without.
+#[test]
+fn the_bounded_run_injects_what_the_unbounded_one_does_when_records_tie() {
+    let mut rng = Rng(0x71e5);
+    let vectors = Vectors::new(&mut rng, 16, 6);
+    let pool: Vec<Vec<f32>> = (0..40).map(|_| vectors.record(&mut rng)).collect();
+    let mut index = TenantIndex::default();
+    for i in 0..1500 {
+        let scope = if i % 9 == 0 { "user:u1" } else { "public" };
+        let mut r = record(&format!("r{i:05}"), &[scope], (0, OPEN_END_MS), "v1");
+        r.priority = (1 + rng.below(5)) as u8;
+        r.updated_at_ms = NOW - rng.below(3) as i64 * DAY;
+        let statement: Vec<&str> = (0..3).map(|_| WORDS[rng.below(WORDS.len())]).collect();
+        r.content = serde_json::json!({"statement": statement.join(" ")});
+        if i % 3 == 0 {
+            r.metadata.insert("thread".into(), format!("doc-{}", i / 30).into());
+            r.metadata.insert("position".into(), (i % 30).into());
+        }
+        let mut it = crate::index::IndexedRecord::new(
+            r,
+            Some(std::sync::Arc::from(pool[rng.below(pool.len())].clone())),
+        );
+        it.tokens = 20 + rng.below(120);
+        index.upsert(it);
+    }
+    let mut who = caller(&["public", "user:u1"]);
+    who.subject = Some("u1".into());
+    let lexical = crate::lexical::LexicalQuery::new(crate::lexical::analyzer(), "courier refund voucher");
+    for q in 0..12 {
+        let query = vectors.near(&mut rng, &pool[q % pool.len()], [0.02, 0.08][q % 2]);
+        for rules in [false, true] {
+            for (budget, items) in [(919, 64), (400, 5), (3000, 20)] {
+                let mut s = settings(0.19, budget, items, 2, Retrieval::HYBRID);
+                if rules {
+                    s.standout = Some(super::background::Standout { z: 1.0, floor: 0.1 });
+                    s.subject_boost = 0.1;
+                    s.neighbour_weight = 0.5;
+                }
+                let Retrieval::Hybrid { lexical_weight, min_lexical } = s.retrieval else { continue };
+                let sq = SemanticQuery {
+                    text: "courier refund voucher",
+                    vector: Some(&query),
+                    threshold: s.threshold,
+                    probes: Probes::ALL,
+                    hybrid: Some(Hybrid { query: &lexical, lexical_weight, min_lexical }),
+                    lift: crate::funnel::semantic::Lift::NONE,
+                };
+                let fast = super::run(&index, &who, &sq, &s, NOW, Detail::Off);
+                let full = super::run(&index, &who, &sq, &s, NOW, Detail::Full);
+                assert_eq!(
+                    injected(&fast),
+                    injected(&full),
+                    "query {q} rules {rules} budget {budget}/{items}"
+                );
+            }
+        }
+    }
+}
+
 /// A query along the first of 16 axes.
 fn the_axis() -> Vec<f32> {
     let mut q = vec![0.0f32; 16];
