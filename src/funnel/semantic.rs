@@ -16,9 +16,9 @@
 //! (the density layer's stubs) — so its cost does not grow with how many records pass a low
 //! threshold: candidates are scored in the order of their int8 bounds, best first, and once a
 //! heap is full its worst score is the bar a candidate's bound must reach, so the scan stops
-//! after about the best few (`best`). Exact matches and word hits are kept as before. What the heaps left out scored at most
-//! their floor (`Matched::floor`), which lets the funnel check that packing the kept hits packed
-//! what packing every hit would (`funnel::run`).
+//! after about the best few (`best`). Exact matches and word hits are kept as before. What the
+//! heaps left out scored at most their floor (`Matched::floor`), which lets the funnel check that
+//! packing the kept hits packed what packing every hit would (`funnel::run`).
 //!
 //! Large scopes have their own approximate index (`index`): above `EXACT_SCAN_MAX` candidates,
 //! the caller's scopes that have one are probed, and the candidates of its other scopes are
