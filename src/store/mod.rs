@@ -148,7 +148,33 @@ impl Store {
 
     /// Applies pending migrations (`memgate migrate`, and at every start).
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        MIGRATOR.run(&self.pool).await.map_err(|err| StoreError::Database(err.into()))
+        MIGRATOR.run(&self.pool).await.map_err(|err| StoreError::Database(err.into()))?;
+        if self.backend == Backend::Postgres {
+            self.keep_vectors_inline().await?;
+        }
+        Ok(())
+    }
+
+    /// Keeps each embedding in its row on PostgreSQL. A vector is 2,048 base64 characters, so a
+    /// row of `memory_embeddings` is just over the 2 KB at which PostgreSQL moves a row's largest
+    /// value out of line (TOAST): every vector a startup reads was then a second lookup, in the
+    /// TOAST table's index and heap, on the one backend that sends the load's pages (measured in
+    /// docs/benchmarks.md). With a row target of 4 KB the rows are written whole; rows written
+    /// before keep their place until rewritten (`VACUUM FULL memory_embeddings`, or a restore).
+    /// A storage parameter, not schema, and PostgreSQL's own syntax: not a shared migration.
+    async fn keep_vectors_inline(&self) -> Result<(), StoreError> {
+        let set: bool = sqlx::query_scalar(
+            "SELECT COALESCE('toast_tuple_target=4096' = ANY(reloptions), FALSE) FROM pg_class \
+             WHERE oid = 'memory_embeddings'::regclass",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        if !set {
+            sqlx::query("ALTER TABLE memory_embeddings SET (toast_tuple_target = 4096)")
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(())
     }
 
     pub fn backend(&self) -> Backend {

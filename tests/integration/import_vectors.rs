@@ -204,3 +204,35 @@ async fn a_malformed_vector_is_refused_by_line_and_nothing_is_imported(db: TestD
     assert!(report.applied);
     assert_eq!(export_lines(&target, "acme").await, vec![exported[0].clone()]);
 }
+
+/// On PostgreSQL each vector stays in its row of `memory_embeddings`: a startup reads a million
+/// of them in one pass, and a vector moved out of line (TOAST) was a second lookup each. Written
+/// by the write path, by an import of carried vectors and by the background embedding alike.
+#[tokio::test]
+async fn postgres_keeps_each_vector_in_its_row() {
+    let db = TestDb::postgres().await;
+    let (source, exported) = embedded_source(&db).await;
+    let target_db = TestDb::postgres().await;
+    let target = service(&target_db).await;
+    let mut lines = exported.clone();
+    lines.push(fact("kb-4", "Gift cards never expire and can be used online or in store."));
+    let report = target.import("acme", &jsonl(&lines), false, "restore").await.unwrap();
+    assert!(report.applied, "{report:?}");
+    // kb-4 came without a vector: the background job embeds and stores it.
+    wait_ready(&target, "acme", report.import_id.as_deref().unwrap()).await;
+    // A second start migrates again: setting what is already set is not an error.
+    let _again = service(&target_db).await;
+    drop(source);
+    for (url, stored) in [(&db.url, 3), (&target_db.url, 4)] {
+        let pool = sqlx::AnyPool::connect(url).await.unwrap();
+        let (rows, out_of_line): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM memory_embeddings), \
+             (SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE relname = 'memory_embeddings')",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(rows, stored, "{url}: embeddings stored");
+        assert_eq!(out_of_line, 0, "{url}: vectors were moved out of their rows");
+    }
+}
