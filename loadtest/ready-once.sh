@@ -31,7 +31,7 @@ MEMGATE_DATABASE_URL="$pg_url/$db" MEMGATE_LOG_LEVEL="warn,memgate=info" NO_COLO
     "$bin" serve --config "$work/memgate.toml" --listen 127.0.0.1:0 --upstream-url http://127.0.0.1:9 \
     --auth-mode managed > "$work/out" 2> "$work/err" &
 pid=$!
-until grep -q 'memory index built' "$work/err"; do
+until grep -qs 'memory index built' "$work/err"; do
     if ! kill -0 "$pid" 2>/dev/null; then
         echo "memgate exited before its index was built:" >&2
         tail -5 "$work/err" >&2
