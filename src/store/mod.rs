@@ -160,7 +160,8 @@ impl Store {
     /// value out of line (TOAST): every vector a startup reads was then a second lookup, in the
     /// TOAST table's index and heap, on the one backend that sends the load's pages (measured in
     /// docs/benchmarks.md). With a row target of 4 KB the rows are written whole; rows written
-    /// before keep their place until rewritten (`VACUUM FULL memory_embeddings`, or a restore).
+    /// before keep their place until their values are written again (`VACUUM FULL` alone copies
+    /// them as they are: docs/operations.md gives the rewrite), or restored into a fresh store.
     /// A storage parameter, not schema, and PostgreSQL's own syntax: not a shared migration.
     async fn keep_vectors_inline(&self) -> Result<(), StoreError> {
         let set: bool = sqlx::query_scalar(
