@@ -263,6 +263,7 @@ impl Embedder {
             cache_hits: c.cache_hits.load(Ordering::Relaxed),
             cache_misses: c.cache_misses.load(Ordering::Relaxed),
             shared_hits: c.shared_hits.load(Ordering::Relaxed),
+            shared_puts: self.inner.shared.get().map(shared::SharedVectors::puts).unwrap_or_default(),
         }
     }
 
@@ -318,6 +319,8 @@ pub struct EmbedStats {
     pub cache_misses: u64,
     /// Misses answered by another replica's vector through Redis (no model run).
     pub shared_hits: u64,
+    /// The model's query vectors offered to the other replicas, by outcome.
+    pub shared_puts: shared::SharedPuts,
 }
 
 #[derive(Default)]

@@ -15,6 +15,7 @@
 //! ignored: whoever can write to Redis cannot steer retrieval with a crafted vector's scale.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
@@ -34,6 +35,27 @@ pub struct SharedVectors {
     /// The longest a replica waits for Redis before running the model itself
     /// (`redis.shared_read_timeout_ms`).
     read_timeout: Duration,
+    puts: Arc<PutCounters>,
+}
+
+/// What became of the vectors this replica offered (`SharedVectors::put`): an operator's sign
+/// that replicas do share their questions, and a test's that an offer is over.
+#[derive(Debug, Default)]
+struct PutCounters {
+    written: AtomicU64,
+    failed: AtomicU64,
+    no_connection: AtomicU64,
+}
+
+/// `SharedVectors::puts`: offers by outcome, since start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SharedPuts {
+    /// Stored in Redis.
+    pub written: u64,
+    /// Redis answered with an error or not within `WRITE_TIMEOUT`.
+    pub failed: u64,
+    /// The replica had no Redis connection (not yet, or lost): nothing was sent.
+    pub no_connection: u64,
 }
 
 impl SharedVectors {
@@ -50,6 +72,7 @@ impl SharedVectors {
             prefix: key_prefix.to_owned(),
             secret: secret.as_bytes().to_vec(),
             read_timeout,
+            puts: Arc::default(),
         }
     }
 
@@ -74,19 +97,35 @@ impl SharedVectors {
         decode(&read.ok()?.ok()??, dims)
     }
 
-    /// Offers a computed vector to the other replicas, in the background.
+    /// Offers a computed vector to the other replicas, in the background; `puts` counts what
+    /// became of it once that is known.
     pub fn put(&self, model_id: &str, tenant: &str, text: &str, vector: &[f32]) {
-        let Some(connection) = self.connection.load_full() else { return };
+        let Some(connection) = self.connection.load_full() else {
+            self.puts.no_connection.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
         let mut connection = (*connection).clone();
         let key = self.key(model_id, tenant, text);
         let bytes = encode(vector);
+        let puts = Arc::clone(&self.puts);
         crate::tasks::detached("shared embedding put", async move {
             let written =
                 tokio::time::timeout(WRITE_TIMEOUT, connection.set_ex::<_, _, ()>(key, bytes, TTL_SECS));
-            if !matches!(written.await, Ok(Ok(()))) {
+            if matches!(written.await, Ok(Ok(()))) {
+                puts.written.fetch_add(1, Ordering::Relaxed);
+            } else {
+                puts.failed.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!("could not share a query embedding through redis");
             }
         });
+    }
+
+    pub fn puts(&self) -> SharedPuts {
+        SharedPuts {
+            written: self.puts.written.load(Ordering::Relaxed),
+            failed: self.puts.failed.load(Ordering::Relaxed),
+            no_connection: self.puts.no_connection.load(Ordering::Relaxed),
+        }
     }
 }
 

@@ -123,6 +123,7 @@ pub struct Metrics {
     embedding_runs: Counter,
     embedding_texts: Counter,
     query_embeddings: Family<SourceLabels, Counter>,
+    shared_query_puts: Family<OutcomeLabels, Counter>,
     /// The embedder's counters as last copied into the three above (`sync_embedding`).
     embedding_seen: std::sync::Mutex<crate::embed::EmbedStats>,
     rate_limit_checks: Family<ModeLabels, Counter>,
@@ -143,6 +144,11 @@ struct ModeLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SourceLabels {
     source: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
 }
 
 impl Metrics {
@@ -229,6 +235,12 @@ impl Metrics {
             "Query embeddings by where they came from: local_cache, shared_cache (another replica, through Redis) or model",
             query_embeddings.clone(),
         );
+        let shared_query_puts = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "shared_query_embedding_puts",
+            "Query embeddings this replica's model made and offered to the others through Redis, by outcome: written, failed (an error or no answer in time) or no_connection (Redis not connected)",
+            shared_query_puts.clone(),
+        );
         let rate_limit_checks = Family::<ModeLabels, Counter>::default();
         registry.register(
             "rate_limit_checks",
@@ -291,6 +303,7 @@ impl Metrics {
             embedding_runs,
             embedding_texts,
             query_embeddings,
+            shared_query_puts,
             embedding_seen: std::sync::Mutex::default(),
         }
     }
@@ -376,6 +389,16 @@ impl Metrics {
         ];
         for (source, now, before) in by_source {
             self.query_embeddings.get_or_create(&SourceLabels { source }).inc_by(now.saturating_sub(before));
+        }
+        let (puts, put_before) = (now.shared_puts, seen.shared_puts);
+        for (outcome, now, before) in [
+            ("written", puts.written, put_before.written),
+            ("failed", puts.failed, put_before.failed),
+            ("no_connection", puts.no_connection, put_before.no_connection),
+        ] {
+            self.shared_query_puts
+                .get_or_create(&OutcomeLabels { outcome })
+                .inc_by(now.saturating_sub(before));
         }
         *seen = now;
     }

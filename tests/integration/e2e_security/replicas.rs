@@ -165,6 +165,27 @@ async fn query_embeddings(gateway: &Proc, source: &str) -> f64 {
     text.lines().find_map(|l| l.strip_prefix(&line)).map_or(0.0, |v| v.parse().unwrap())
 }
 
+/// A replica's offers of query vectors to the others: written, failed, no_connection.
+async fn shared_puts(gateway: &Proc) -> [f64; 3] {
+    let text = client().get(gateway.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    ["written", "failed", "no_connection"].map(|outcome| {
+        let line = format!("memgate_shared_query_embedding_puts_total{{outcome=\"{outcome}\"}} ");
+        text.lines().find_map(|l| l.strip_prefix(&line)).map_or(0.0, |v| v.parse().unwrap())
+    })
+}
+
+/// The gateway's offers once every model-made query vector's offer is over, and at least one
+/// more than `before` (the question just asked).
+async fn offers_over(gateway: &Proc, before: [f64; 3]) -> [f64; 3] {
+    eventually(Duration::from_secs(10), "the offer to be over", || async {
+        let puts = shared_puts(gateway).await;
+        let over = puts.iter().sum::<f64>();
+        (over > before.iter().sum::<f64>() && over == query_embeddings(gateway, "model").await)
+            .then_some(puts)
+    })
+    .await
+}
+
 /// The query embeddings shared through Redis were keyed by a bare SHA-256 of the
 /// text — readable by anyone who can guess a question, and shared across tenants, so one tenant
 /// could learn (by a cache hit's timing) what another asked. Keys are now an HMAC of the model,
@@ -223,26 +244,31 @@ async fn shared_query_embeddings_are_per_tenant_and_name_no_question() {
         let pattern = format!("{prefix}:qvec:*");
         async move { redis::cmd("KEYS").arg(&pattern).query_async::<Vec<String>>(&mut redis).await.unwrap() }
     };
-    let question = "Which warehouse ships my order to Norway?";
-    // On a loaded machine a question's embedding can outlast the request's budget (the request
-    // goes on without it, and nothing is shared) or come before A's Redis connection is up: ask
-    // again until its vector is there.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let new = 'shared: loop {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for A's vector in Redis");
-        let earlier = keys(&redis).await;
-        explain_in(&a, "acme", question).await;
-        let asked = tokio::time::Instant::now();
-        while asked.elapsed() < Duration::from_secs(2) {
-            let found: Vec<String> =
-                keys(&redis).await.into_iter().filter(|k| !earlier.contains(k)).collect();
-            if !found.is_empty() {
-                assert_eq!(found.len(), 1, "one question, one shared vector: {found:?}");
-                break 'shared found;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+    // B's own offers (the setup's questions, one per tenant) are over before the snapshot, or
+    // one landing late would count as the question's.
+    eventually(Duration::from_secs(10), "B's offers to be over", || async {
+        let puts = shared_puts(&b).await;
+        (puts.iter().sum::<f64>() == query_embeddings(&b, "model").await).then_some(())
+    })
+    .await;
+    // A offers a vector only once its Redis connection is up: wait for one of its offers to be
+    // written (each warm-up text new, so that each runs the model and offers again).
+    for attempt in 0.. {
+        assert!(attempt < 100, "A's offers never reached Redis: {:?}", shared_puts(&a).await);
+        let before = shared_puts(&a).await;
+        explain_in(&a, "acme", &format!("Do orders to Norway ship on day {attempt}?")).await;
+        let after = offers_over(&a, before).await;
+        if after[0] > before[0] {
+            break;
         }
-    };
+    }
+    let question = "Which warehouse ships my order to Norway?";
+    let earlier = keys(&redis).await;
+    let before = shared_puts(&a).await;
+    explain_in(&a, "acme", question).await;
+    assert_eq!(offers_over(&a, before).await[0], before[0] + 1.0, "A shared the question's vector");
+    let new: Vec<String> = keys(&redis).await.into_iter().filter(|k| !earlier.contains(k)).collect();
+    assert_eq!(new.len(), 1, "one question, one shared vector: {new:?}");
     let digest: String = Sha256::digest(question.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
     assert!(
         !new[0].contains(&digest) && !new[0].contains("Norway") && !new[0].contains("acme"),
