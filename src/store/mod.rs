@@ -151,8 +151,32 @@ impl Store {
         MIGRATOR.run(&self.pool).await.map_err(|err| StoreError::Database(err.into()))?;
         if self.backend == Backend::Postgres {
             self.keep_vectors_inline().await?;
+            let bytes = self.vectors_out_of_line().await?;
+            if bytes > 0 {
+                tracing::warn!(
+                    mb = bytes.div_ceil(1 << 20),
+                    "memory_embeddings keeps vectors written before this version out of their rows, \
+                     which slows every start's load; docs/operations.md (\"Vectors in their rows\") \
+                     gives the two statements that move them"
+                );
+            }
         }
         Ok(())
+    }
+
+    /// Bytes of `memory_embeddings`' vectors PostgreSQL keeps out of line (its TOAST table's
+    /// heap): 0 once every vector is in its row (`keep_vectors_inline`); 0 on SQLite.
+    pub async fn vectors_out_of_line(&self) -> Result<u64, StoreError> {
+        if self.backend != Backend::Postgres {
+            return Ok(0);
+        }
+        let bytes: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(pg_relation_size(NULLIF(reltoastrelid, 0)), 0) FROM pg_class \
+             WHERE oid = 'memory_embeddings'::regclass",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(u64::try_from(bytes).unwrap_or(0))
     }
 
     /// Keeps each embedding in its row on PostgreSQL. A vector is 2,048 base64 characters, so a

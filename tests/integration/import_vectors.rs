@@ -236,3 +236,43 @@ async fn postgres_keeps_each_vector_in_its_row() {
         assert_eq!(out_of_line, 0, "{url}: vectors were moved out of their rows");
     }
 }
+
+/// A store written before vectors were kept in their rows has them out of line until the rewrite
+/// docs/operations.md gives: `vectors_out_of_line` (which each start logs) sees them, and sees
+/// none once that rewrite ran.
+#[tokio::test]
+async fn postgres_vectors_out_of_line_are_seen_and_the_documented_rewrite_moves_them() {
+    let db = TestDb::postgres().await;
+    let (_source, exported) = embedded_source(&db).await;
+    let target_db = TestDb::postgres().await;
+    let target = service(&target_db).await;
+    let pool = sqlx::AnyPool::connect(&target_db.url).await.unwrap();
+    // As a store upgraded from before: PostgreSQL's default row target.
+    sqlx::query("ALTER TABLE memory_embeddings RESET (toast_tuple_target)").execute(&pool).await.unwrap();
+    let report = target.import("acme", &jsonl(&exported), false, "restore").await.unwrap();
+    assert!(report.applied, "{report:?}");
+    let store = memgate::store::Store::connect(&target_db.url).await.unwrap();
+    assert!(store.vectors_out_of_line().await.unwrap() > 0, "three vectors were written out of line");
+
+    // A start sets the row target again; the rows written before stay where they are.
+    store.migrate().await.unwrap();
+    assert!(store.vectors_out_of_line().await.unwrap() > 0, "migrating alone moves nothing");
+    let operations =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md")).unwrap();
+    let rewrite = operations
+        .lines()
+        .skip_while(|line| !line.contains("**Vectors in their rows (PostgreSQL).**"))
+        .map(str::trim)
+        .filter(|line| line.starts_with("UPDATE memory_embeddings") || line.starts_with("VACUUM FULL"))
+        .collect::<Vec<_>>();
+    assert_eq!(rewrite.len(), 2, "docs/operations.md gives the rewrite: {rewrite:?}");
+    for statement in rewrite {
+        // The statements as the page gives them to an operator, not literals of this test.
+        let statement = sqlx::AssertSqlSafe(statement.trim_end_matches(';').to_owned());
+        sqlx::query(statement).execute(&pool).await.unwrap();
+    }
+    assert_eq!(store.vectors_out_of_line().await.unwrap(), 0, "the documented rewrite moved every vector");
+    let stored: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM memory_embeddings").fetch_one(&pool).await.unwrap();
+    assert_eq!(stored, 3, "and kept every vector");
+}
