@@ -28,13 +28,16 @@
 //! The approximate index is per scope (`ann`): one IVF for each scope holding at least
 //! `ANN_MIN_RECORDS` records, so a caller's request probes the lists of its own large scopes
 //! (`public`, a big team) and scans its small ones (its `user:` scope) exactly, and never reads
-//! the rows of a million other customers' profiles.
+//! the rows of a million other customers' profiles. A live tenant's IVF is (re)built by a
+//! builder thread from a copy of the scope's rows, not in the write that found it due
+//! (`ann_builds`): requests and writes go on meanwhile.
 //!
 //! The rows are addressed by slot through one indirection (`quant::Rows::position`), and each
 //! (re)build of an IVF lays them out in its lists' order (`lay_out_rows`), so a probed list is one
 //! sequential read. Read by slot, every row of a probed list was a cache miss: at 100,000 public
 //! records the IVF search took 6.6 ms of a 7.9 ms semantic layer (docs/benchmarks.md).
 
+mod ann_builds;
 pub mod bodies;
 pub mod lists;
 pub mod terms;
@@ -377,6 +380,11 @@ pub struct TenantIndex {
     pub triggered: BTreeMap<u32, Arc<Record>>,
     /// The records that say which conversation or document they belong to, in order there.
     pub threads: threads::Threads,
+    /// Whether a due approximate index is left to a builder thread (`ann_builds`: the tenants of
+    /// a `MemoryIndex`, which serve requests) rather than built in the write that found it due
+    /// (an index used on its own: tests, benchmarks).
+    defer_ann: bool,
+    ann_builds: ann_builds::State,
 }
 
 impl TenantIndex {
@@ -519,6 +527,7 @@ impl TenantIndex {
                 (self.slots.len() - 1) as u32
             }
         };
+        self.ann_builds.touch(slot);
         item.terms = terms.iter().filter_map(|term| self.by_term.list(term, slot)).collect();
         let item = Arc::new(item);
         let record = &item.head;
@@ -635,6 +644,7 @@ impl TenantIndex {
     /// its head, words and terms stay as they are.
     fn set_slot_vector(&mut self, slot: u32, vector: &Arc<[f32]>) {
         let Some(item) = self.slots[slot as usize].clone() else { return };
+        self.ann_builds.touch(slot);
         let kind = self.place_vector(slot, Some(vector));
         self.meta[slot as usize].vector = kind;
         if kind == VectorKind::Int8 {
@@ -671,6 +681,7 @@ impl TenantIndex {
             };
         }
         (self.int8_rows, self.int8, self.f32_only, self.odd) = (Some(rows), int8, f32_only, odd);
+        self.ann_builds.rows_generation += 1;
         self.ann.clear();
         self.ann_members.clear();
         let scopes: Vec<String> = self.by_scope.iter().map(|(scope, _)| scope.to_owned()).collect();
@@ -685,6 +696,7 @@ impl TenantIndex {
         let Ok(entry) = self.by_id.find_entry(self.ids.hash_one(id), holds) else { return };
         let (slot, _) = entry.remove();
         let Some(item) = self.slots[slot as usize].take() else { return };
+        self.ann_builds.touch(slot);
         for scope in item.head.scopes() {
             self.by_scope.unlist_text(scope, slot);
             self.follow_scope_set(scope, slot, false);
@@ -723,18 +735,32 @@ impl TenantIndex {
     /// Builds a scope's approximate index once it is large enough, and rebuilds it when the
     /// number of its vectors has doubled since, so its lists stay balanced.
     fn maybe_rebuild_ann(&mut self, scope: &str) {
-        let size = self.by_scope.get(scope).map_or(0, |slots| slots.len());
-        let due = match self.ann.get(scope) {
-            None => size >= ANN_MIN_RECORDS,
-            Some(ann) => ann.len() >= 2 * ann.built_with.max(1),
-        };
-        if due {
+        if !self.ann_is_due(scope) {
+            return;
+        }
+        if self.defer_ann {
+            self.ann_builds.mark_due(scope);
+        } else {
             self.rebuild_ann(scope);
+        }
+    }
+
+    /// Whether `scope` wants its approximate index (re)built. The first needs as many int8 rows
+    /// in the tenant as the index's minimum: records still waiting for their embedding (a text
+    /// import) do not each start a build that finds too few rows.
+    fn ann_is_due(&self, scope: &str) -> bool {
+        match self.ann.get(scope) {
+            None => {
+                self.int8 >= ANN_MIN_RECORDS
+                    && self.by_scope.get(scope).is_some_and(|slots| slots.len() >= ANN_MIN_RECORDS)
+            }
+            Some(ann) => ann.len() >= 2 * ann.built_with.max(1),
         }
     }
 
     /// Builds every scope's approximate index that is due (startup: once, after loading).
     pub fn rebuild_all_ann(&mut self) {
+        self.ann_builds.forget_due();
         let scopes: Vec<String> = self
             .by_scope
             .iter()
@@ -783,14 +809,7 @@ impl TenantIndex {
 
     fn build_ann(&mut self, scope: &str, min_records: usize) {
         let Some(rows) = self.int8_rows.as_ref() else { return };
-        let slots: Vec<u32> = self
-            .by_scope
-            .get(scope)
-            .into_iter()
-            .flatten()
-            .copied()
-            .filter(|slot| self.meta[*slot as usize].vector == VectorKind::Int8)
-            .collect();
+        let slots = self.int8_slots_of(scope);
         if slots.len() < min_records {
             self.ann.remove(scope);
             self.ann_members.remove(scope);
@@ -844,7 +863,23 @@ impl MemoryIndex {
             return index;
         }
         let mut tenants = self.tenants.write().unwrap_or_else(|p| p.into_inner());
-        tenants.entry(tenant.to_owned()).or_default().clone()
+        let index = tenants.entry(tenant.to_owned()).or_insert_with(|| {
+            Arc::new(RwLock::new(TenantIndex { defer_ann: true, ..TenantIndex::default() }))
+        });
+        Arc::clone(index)
+    }
+
+    /// Starts `index`'s builder thread if the write just made under `locked` found an
+    /// approximate index due; lets go of the lock first.
+    fn build_due_ann(
+        index: &Arc<RwLock<TenantIndex>>,
+        mut locked: std::sync::RwLockWriteGuard<'_, TenantIndex>,
+    ) {
+        let start = locked.claim_ann_builder();
+        drop(locked);
+        if start {
+            ann_builds::spawn(Arc::clone(index));
+        }
     }
 
     fn removed_at(&self, tenant: &str, id: &str) -> Option<i64> {
@@ -876,8 +911,8 @@ impl MemoryIndex {
         if self.removed_at(&tenant, &id).is_some_and(|removed| removed >= seq) {
             return false;
         }
-        let index = self.tenant_or_create(&tenant);
-        let mut index = index.write().unwrap_or_else(|p| p.into_inner());
+        let tenant_index = self.tenant_or_create(&tenant);
+        let mut index = tenant_index.write().unwrap_or_else(|p| p.into_inner());
         let replaced = match index.get(&id) {
             Some(current) if current.head.change_seq > seq => return false,
             Some(current) => Some(current.head.revision),
@@ -887,7 +922,7 @@ impl MemoryIndex {
         if item.head.status.is_indexed() {
             let revision = item.head.revision;
             index.upsert(item);
-            drop(index);
+            MemoryIndex::build_due_ann(&tenant_index, index);
             if let Some(body) = body {
                 self.bodies.insert(body);
             }
@@ -896,7 +931,7 @@ impl MemoryIndex {
             }
         } else {
             index.remove(&id);
-            drop(index);
+            MemoryIndex::build_due_ann(&tenant_index, index);
             if let Some(old) = replaced {
                 self.bodies.remove(&tenant, &id, old);
             }
@@ -975,12 +1010,13 @@ impl MemoryIndex {
 
     /// Gives a record its embedding, unless it changed meanwhile (then its writer embedded it).
     pub fn set_vector(&self, tenant: &str, id: &str, revision: i64, vector: Arc<[f32]>) {
-        let Some(index) = self.tenant(tenant) else { return };
-        let mut index = index.write().unwrap_or_else(|p| p.into_inner());
+        let Some(tenant_index) = self.tenant(tenant) else { return };
+        let mut index = tenant_index.write().unwrap_or_else(|p| p.into_inner());
         let Some(slot) = index.slot_of(id) else { return };
         let current = index.slots[slot as usize].as_ref().is_some_and(|i| i.head.revision == revision);
         if current && !index.has_vector(slot) {
             index.set_slot_vector(slot, &vector);
+            MemoryIndex::build_due_ann(&tenant_index, index);
         }
     }
 
@@ -1003,6 +1039,7 @@ impl MemoryIndex {
         let mut by_tenant = loader.by_tenant;
         for index in by_tenant.values_mut() {
             index.rebuild_all_ann();
+            index.defer_ann = true;
         }
         let loaded = by_tenant.into_iter().map(|(t, i)| (t, Arc::new(RwLock::new(i)))).collect();
         *self.tenants.write().unwrap_or_else(|p| p.into_inner()) = loaded;

@@ -295,16 +295,22 @@ impl MemoryService {
             .await
             .map_err(|err| MemoryError::from_store(err, &import_id))?;
         // Findable by exact terms at once; by similarity at once with a carried vector, else once
-        // the background embedding is done. Terms are taken on every core, off the async workers.
+        // the background embedding is done. Terms are taken on every core, and the records
+        // indexed, off the async workers: thousands of inserts are a stall for every connection
+        // a worker serves.
         let stored: Vec<StoredRecord> = added
             .into_iter()
             .zip(to_add)
             .map(|(record, line)| StoredRecord { record, vector: line.vector, line_tokens: line.line_tokens })
             .collect();
         let unembedded = stored.iter().any(|stored| stored.vector.is_none());
-        for item in crate::cpu::run(body.len(), move || index_records(stored)).await {
-            self.index.upsert(item);
-        }
+        let index = Arc::clone(&self.index);
+        crate::cpu::run(body.len(), move || {
+            for item in index_records(stored) {
+                index.upsert(item);
+            }
+        })
+        .await;
         self.announce();
         if unembedded {
             self.spawn_backfill();

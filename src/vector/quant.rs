@@ -287,6 +287,26 @@ impl Rows {
         self.rows[position] = quantize(v, &mut self.codes[position * dims..(position + 1) * dims]);
     }
 
+    /// The rows of `keys` alone, under the same keys and with the same codes: what an index built
+    /// elsewhere reads (`index::ann_builds`), a few hundred bytes a key rather than every row.
+    pub fn subset(&self, keys: &[u32]) -> Rows {
+        let mut subset = Rows::new(self.dims);
+        for &key in keys {
+            let (Some(p), Some(row)) = (self.position(key as usize), self.row(key as usize)) else {
+                continue;
+            };
+            if key as usize >= subset.position.len() {
+                subset.position.resize(key as usize + 1, NONE);
+            }
+            subset.position[key as usize] = subset.key_at.len() as u32;
+            subset.key_at.push(key);
+            subset.rows.push(*row);
+            subset.codes.extend_from_slice(self.codes_at(p));
+            subset.len += 1;
+        }
+        subset
+    }
+
     /// Stores `v` under the next key (`len`: for rows that are never removed).
     pub fn push(&mut self, v: &[f32]) {
         self.set(self.position.len(), v);
