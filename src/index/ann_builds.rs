@@ -168,6 +168,11 @@ impl TenantIndex {
         }
     }
 
+    /// Whether an approximate index is due or being built (benchmarks wait for quiet).
+    pub fn ann_build_pending(&self) -> bool {
+        self.ann_builds.builder || !self.ann_builds.due.is_empty()
+    }
+
     /// An index that leaves due builds to a builder, as `MemoryIndex`'s tenants do.
     #[cfg(test)]
     pub(crate) fn deferring_ann() -> TenantIndex {
