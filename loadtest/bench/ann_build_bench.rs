@@ -19,7 +19,7 @@ mod common;
 use clap::Parser;
 use common::{BoxError, Rng, ms, noise, normalize};
 use memgate::index::{MemoryIndex, StoredRecord, index_records};
-use memgate::record::{OPEN_END_MS, Record, Status};
+use memgate::record::Record;
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,28 +40,9 @@ const DIMS: usize = 384;
 const TENANT: &str = "crm";
 
 fn record(id: String, scope: String, statement: String) -> Record {
-    Record {
-        tenant: TENANT.into(),
-        id,
-        record_type: "fact".into(),
-        schema_version: "v1".into(),
-        scope: vec![scope],
-        valid_from_ms: 0,
-        valid_until_ms: OPEN_END_MS,
-        priority: 3,
-        key: None,
-        aliases: Vec::new(),
-        content: json!({ "statement": statement }),
-        metadata: serde_json::Map::new(),
-        revision: 1,
-        status: Status::Active,
-        created_at_ms: 0,
-        updated_at_ms: 0,
-        last_accessed_at_ms: None,
-        access_count: 0,
-        change_seq: 0,
-        author: None,
-    }
+    let mut record = common::record_fact(TENANT, &id, json!({ "statement": statement }), 0);
+    record.scope = vec![scope];
+    record
 }
 
 fn vector(rng: &mut Rng) -> Arc<[f32]> {

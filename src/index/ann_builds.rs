@@ -128,11 +128,10 @@ impl TenantIndex {
 
     /// Installs what was built (step 3), brought up to date with the slots written meanwhile.
     pub(crate) fn install_ann(&mut self, built: Built) {
-        let touched = self.ann_builds.touched.take().unwrap_or_default();
+        let mut touched = self.ann_builds.touched.take().unwrap_or_default();
         if built.rows_generation != self.ann_builds.rows_generation {
             return;
         }
-        let mut touched = touched;
         touched.sort_unstable();
         touched.dedup();
         let Some(rows) = self.int8_rows.as_ref() else { return };
