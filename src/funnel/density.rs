@@ -69,6 +69,7 @@ pub fn chosen(index: &TenantIndex, hit: &Hit) -> Option<Chosen> {
 }
 
 /// The layer's order, best first: score, then priority, then the most recently updated, then id.
+/// A total order (ids are unique in a tenant), so unstable sorts give the one order there is.
 pub fn rank(a: &Chosen, b: &Chosen) -> Ordering {
     b.score
         .total_cmp(&a.score)
@@ -87,10 +88,10 @@ pub fn pack(index: &TenantIndex, hits: &[Hit], budget: &Budget, detailed: bool, 
     let mut sorted_upto = ranked.len();
     if !detailed && ranked.len() > FIRST {
         ranked.select_nth_unstable_by(FIRST, rank);
-        ranked[..FIRST].sort_by(rank);
+        ranked[..FIRST].sort_unstable_by(rank);
         sorted_upto = FIRST;
     } else {
-        ranked.sort_by(rank);
+        ranked.sort_unstable_by(rank);
     }
     let mut packed = Packed { injected: Vec::new(), stubs: Vec::new(), overflow: 0, tokens: 0 };
     // The best scored (not exact) record sets the cut's floor; ranked is sorted best first at
@@ -114,12 +115,12 @@ pub fn pack(index: &TenantIndex, hits: &[Hit], budget: &Budget, detailed: bool, 
                 let room = budget.max_stubs.saturating_sub(packed.stubs.len());
                 tail.retain(|c| (c.exact || c.score >= floor) && c.item.head.priority >= 4);
                 if room > 0 && !tail.is_empty() {
-                    tail.sort_by(rank);
+                    tail.sort_unstable_by(rank);
                     packed.stubs.extend(tail.into_iter().take(room));
                 }
                 break;
             }
-            ranked[position..].sort_by(rank);
+            ranked[position..].sort_unstable_by(rank);
             sorted_upto = ranked.len();
         }
         let steps_down = !ranked[position].exact

@@ -243,8 +243,9 @@ pub fn matching_within(
             .map(|(slot, score)| Hit::dense(slot, score - boost.of(slot), score)),
     );
 
-    // One hit per slot; an exact match (pushed first) wins over a similarity.
-    hits.sort_by_key(|h| (h.slot, !h.exact));
+    // One hit per slot; an exact match wins over a similarity. Hits of one slot and kind are
+    // equal (the same exact match, or the same score in both heaps), so any sort keeps the same.
+    hits.sort_unstable_by_key(|h| (h.slot, !h.exact));
     hits.dedup_by_key(|h| h.slot);
     let mut word_scores: Vec<(u32, f32)> = Vec::new();
     if let Some(hybrid) = &query.hybrid {
@@ -532,6 +533,7 @@ fn fuse_words(
             neighbours: None,
         });
     }
-    hits.sort_by_key(|h| h.slot);
+    // Each slot is here once: an unstable sort gives the one order.
+    hits.sort_unstable_by_key(|h| h.slot);
     hits
 }

@@ -98,7 +98,7 @@ pub fn query_phrases(query: &str) -> Vec<String> {
             }
         }
     }
-    phrases.sort();
+    phrases.sort_unstable();
     phrases.dedup();
     phrases
 }

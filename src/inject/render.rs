@@ -7,6 +7,7 @@
 //! Templates are compiled once, with `UndefinedBehavior::Strict`, and each is rendered against a
 //! sample at load, so a typo in a variable name stops startup instead of failing requests.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -34,13 +35,15 @@ const CONTEXT_VARIABLES: &[&str] =
 
 /// One record to inject, already chosen and ordered by the funnel.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RenderItem {
-    pub id: String,
-    pub record_type: String,
+pub struct RenderItem<'a> {
+    pub id: Cow<'a, str>,
+    pub record_type: Cow<'a, str>,
     pub priority: u8,
     /// RFC 3339, as the store keeps it.
     pub updated_at: String,
-    pub content: Value,
+    /// Borrowed from the record the funnel chose: a request's block is rendered from the bodies
+    /// it read, not from copies of them.
+    pub content: Cow<'a, Value>,
     /// `Some(summary)` for a one-line stub of a record that did not fit the budget; the line then
     /// carries `"stub"` instead of `"content"`.
     pub stub: Option<String>,
@@ -81,6 +84,22 @@ pub struct Templates {
     env: Environment<'static>,
     /// Release name → contract text. Also the list of releases, sorted.
     contracts: BTreeMap<String, String>,
+    /// Release name → which of the records' forms its template reads (`Forms`).
+    forms: BTreeMap<String, Forms>,
+}
+
+/// Which forms of the records a template reads: a render builds only those. v4's template reads
+/// the compact lines alone; building the full lines and the groups beside them too was two
+/// thirds of a request's rendering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Forms {
+    records: bool,
+    compact_records: bool,
+    groups: bool,
+}
+
+impl Forms {
+    const ALL: Forms = Forms { records: true, compact_records: true, groups: true };
 }
 
 /// A release given as text rather than files (for releases kept in the store, and for tests).
@@ -176,9 +195,10 @@ impl Templates {
             contracts.insert(source.name.clone(), contract);
             paths.push((source.name, template_path));
         }
-        let templates = Templates { env, contracts };
+        let mut templates = Templates { env, contracts, forms: BTreeMap::new() };
         for (release, path) in &paths {
-            templates.check_variables(release, path)?;
+            let forms = templates.check_variables(release, path)?;
+            templates.forms.insert(release.clone(), forms);
             templates.check_samples(release, path)?;
         }
         Ok(templates)
@@ -205,7 +225,8 @@ impl Templates {
             release: release.to_owned(),
             known: self.names().join(", "),
         })?;
-        let context = BlockContext::new(release, contract, items);
+        let forms = self.forms.get(release).copied().unwrap_or(Forms::ALL);
+        let context = BlockContext::new(release, contract, items, forms);
         let rendered = self
             .env
             .get_template(&template_name(release))
@@ -217,8 +238,8 @@ impl Templates {
     }
 
     /// Strict mode catches an undefined variable only on the path a render takes; this catches one
-    /// in a branch the samples never reach.
-    fn check_variables(&self, release: &str, path: &Path) -> Result<(), RenderError> {
+    /// in a branch the samples never reach. Returns the forms of the records the template reads.
+    fn check_variables(&self, release: &str, path: &Path) -> Result<Forms, RenderError> {
         let template = self
             .env
             .get_template(&template_name(release))
@@ -226,13 +247,20 @@ impl Templates {
         let mut allowed: Vec<&str> = CONTEXT_VARIABLES.to_vec();
         let globals: Vec<(&str, TemplateValue)> = self.env.globals().collect();
         allowed.extend(globals.iter().map(|(name, _)| *name));
-        let mut unknown: Vec<String> = template
-            .undeclared_variables(false)
-            .into_iter()
-            .filter(|name| !allowed.contains(&&**name))
-            .collect();
+        let used = template.undeclared_variables(false);
+        let mut unknown: Vec<String> =
+            used.iter().filter(|name| !allowed.contains(&name.as_str())).cloned().collect();
         if unknown.is_empty() {
-            return Ok(());
+            // A template that brings in another reads that one's variables too, which its own
+            // list does not name: it gets every form.
+            if reads_other_templates(template.source()) {
+                return Ok(Forms::ALL);
+            }
+            return Ok(Forms {
+                records: used.contains("records"),
+                compact_records: used.contains("compact_records"),
+                groups: used.contains("groups"),
+            });
         }
         unknown.sort();
         Err(RenderError::UndefinedVariables {
@@ -447,7 +475,8 @@ fn is_lookalike_angle(ch: char) -> bool {
     )
 }
 
-/// What a template sees. Strings that come from records are escaped already.
+/// What a template sees. Strings that come from records are escaped already. A form of the records
+/// the template does not read (`Forms`) is left empty.
 #[derive(Serialize)]
 struct BlockContext<'a> {
     release: &'a str,
@@ -472,10 +501,11 @@ struct Group {
 }
 
 impl<'a> BlockContext<'a> {
-    fn new(release: &'a str, contract: &'a str, items: &[RenderItem]) -> BlockContext<'a> {
-        let records: Vec<String> = items.iter().map(record_line).collect();
+    fn new(release: &'a str, contract: &'a str, items: &[RenderItem], forms: Forms) -> BlockContext<'a> {
+        let records: Vec<String> =
+            if forms.records || forms.groups { items.iter().map(record_line).collect() } else { Vec::new() };
         let mut groups: Vec<(&str, Group)> = Vec::new();
-        for (item, line) in items.iter().zip(&records) {
+        for (item, line) in items.iter().zip(&records).filter(|_| forms.groups) {
             match groups.iter_mut().find(|(record_type, _)| *record_type == item.record_type) {
                 Some((_, group)) => {
                     group.count += 1;
@@ -492,13 +522,28 @@ impl<'a> BlockContext<'a> {
         BlockContext {
             release,
             contract,
-            compact_records: items.iter().map(compact_line).collect(),
-            count: records.len(),
+            compact_records: if forms.compact_records {
+                items.iter().map(compact_line).collect()
+            } else {
+                Vec::new()
+            },
+            count: items.len(),
             stub_count: items.iter().filter(|item| item.stub.is_some()).count(),
-            records,
+            records: if forms.records { records } else { Vec::new() },
             groups: groups.into_iter().map(|(_, group)| group).collect(),
         }
     }
+}
+
+/// Whether a template's source has a tag that brings in another template (`include`, `import`,
+/// `from … import`, `extends`). Read from the text, so a word that only looks like one (in a
+/// comment, say) errs on the safe side.
+fn reads_other_templates(source: &str) -> bool {
+    source.split("{%").skip(1).any(|tag| {
+        let tag = tag.trim_start_matches(['-', '+']).trim_start();
+        let word = tag.split(|ch: char| !ch.is_ascii_alphanumeric() && ch != '_').next().unwrap_or("");
+        matches!(word, "include" | "import" | "from" | "extends")
+    })
 }
 
 /// Checks the block's frame: it starts with this release's opening tag, ends with the closing tag,
@@ -562,13 +607,13 @@ fn valid_release_name(name: &str) -> bool {
         && name.chars().all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '.' | '_' | '-'))
 }
 
-fn sample_items() -> Vec<RenderItem> {
-    let item = |id: &str, record_type: &str, stub: Option<&str>| RenderItem {
-        id: id.to_owned(),
-        record_type: record_type.to_owned(),
+fn sample_items() -> Vec<RenderItem<'static>> {
+    let item = |id: &'static str, record_type: &'static str, stub: Option<&str>| RenderItem {
+        id: Cow::Borrowed(id),
+        record_type: Cow::Borrowed(record_type),
         priority: 4,
         updated_at: "2024-06-15T09:00:00Z".to_owned(),
-        content: serde_json::json!({"text": "sample <b>&</b>", "n": 1}),
+        content: Cow::Owned(serde_json::json!({"text": "sample <b>&</b>", "n": 1})),
         stub: stub.map(str::to_owned),
     };
     vec![

@@ -1,23 +1,24 @@
 //! Tests of rendering: the shipped releases, escaping, byte stability, strict templates.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use super::render::{ReleaseSource, RenderError, RenderItem, Templates, record_line};
+use super::render::{ReleaseSource, RenderError, RenderItem, Templates, compact_line, record_line};
 
 fn shipped() -> Templates {
     Templates::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("templates")).unwrap()
 }
 
-fn item(id: &str, record_type: &str, content: Value) -> RenderItem {
+fn item(id: &str, record_type: &str, content: Value) -> RenderItem<'static> {
     RenderItem {
-        id: id.to_owned(),
-        record_type: record_type.to_owned(),
+        id: Cow::Owned(id.to_owned()),
+        record_type: Cow::Owned(record_type.to_owned()),
         priority: 3,
         updated_at: "2024-06-15T09:00:00Z".to_owned(),
-        content,
+        content: Cow::Owned(content),
         stub: None,
     }
 }
@@ -109,7 +110,7 @@ fn hostile_records_cannot_break_the_block() {
                     assert_eq!(record["stub"], json!(summary));
                     assert!(record.get("content").is_none());
                 }
-                None => assert_eq!(record["content"], item.content),
+                None => assert_eq!(record["content"], *item.content),
             }
         }
         // Nothing from a record reaches the block unescaped.
@@ -240,6 +241,30 @@ fn source(name: &str, template: &str) -> ReleaseSource {
 }
 
 const GOOD: &str = "<MEMORY_CONTEXT version=\"{{ release }}\">\n{{ contract }}\n{% for l in records %}\n{{ l }}\n{% endfor %}\n</MEMORY_CONTEXT>";
+
+/// A render builds only the forms of the records its template names; a template that brings in
+/// another one reads what that one names too, so it is given every form.
+#[test]
+fn a_template_that_includes_another_renders_the_records_the_other_reads() {
+    let templates = Templates::from_sources(vec![
+        source("base", GOOD),
+        source("inc", "{% include \"base/memory.j2\" %}"),
+        source("trimmed", "{%- include 'base/memory.j2' -%}"),
+        source("compact", &GOOD.replace("in records", "in compact_records")),
+    ])
+    .unwrap();
+    let items = vec![item("mem-1", "fact", json!({"text": "likes tea"})), item("mem-2", "sop", json!(["x"]))];
+    for (release, line) in [("base", record_line), ("inc", record_line), ("trimmed", record_line)]
+        .into_iter()
+        .chain([("compact", compact_line as fn(&RenderItem) -> String)])
+    {
+        let block = templates.render(release, &items).unwrap();
+        let lines: Vec<&str> = block.lines().collect();
+        for item in &items {
+            assert!(lines.contains(&line(item).as_str()), "{release}: {block}");
+        }
+    }
+}
 
 #[test]
 fn a_missing_variable_fails_at_load() {

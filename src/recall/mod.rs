@@ -23,6 +23,7 @@ use crate::rollout::Release;
 use crate::triggers::{Fired, TriggerInput, Triggers};
 use bytes::Bytes;
 use serde_json::{Value, json};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -367,13 +368,13 @@ fn with_bodies(
     chosen.into_iter().zip(bodies).filter_map(|(c, body)| Some((c, body?))).unzip()
 }
 
-fn render_item(record: &crate::record::Record, stub: Option<String>) -> RenderItem {
+fn render_item(record: &crate::record::Record, stub: Option<String>) -> RenderItem<'_> {
     RenderItem {
-        id: record.id.clone(),
-        record_type: record.record_type.clone(),
+        id: Cow::Borrowed(&record.id),
+        record_type: Cow::Borrowed(&record.record_type),
         priority: record.priority,
         updated_at: format_ms(record.updated_at_ms),
-        content: record.content.clone(),
+        content: Cow::Borrowed(&record.content),
         stub,
     }
 }

@@ -289,11 +289,11 @@ proptest! {
     #[test]
     fn any_record_renders_as_one_line_with_no_bracket_a_model_reads_as_a_tag(content in json_value(), id in hostile_string()) {
         let item = memgate::inject::RenderItem {
-            id: id.clone(),
-            record_type: "fact".to_owned(),
+            id: id.as_str().into(),
+            record_type: "fact".into(),
             priority: 3,
             updated_at: "2024-06-15T09:00:00Z".to_owned(),
-            content: content.clone(),
+            content: std::borrow::Cow::Borrowed(&content),
             stub: None,
         };
         let line = memgate::inject::record_line(&item);

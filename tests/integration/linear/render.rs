@@ -9,13 +9,13 @@ use serde_json::{Map, Value, json};
 /// A named shape and how to make it at a size.
 type Shapes = Vec<(&'static str, fn(usize) -> Value)>;
 
-fn item(content: Value) -> RenderItem {
+fn item(content: Value) -> RenderItem<'static> {
     RenderItem {
         id: "mem-1".into(),
         record_type: "fact".into(),
         priority: 3,
         updated_at: "2024-06-15T09:00:00Z".into(),
-        content,
+        content: std::borrow::Cow::Owned(content),
         stub: None,
     }
 }
