@@ -40,7 +40,6 @@ use clap::Parser;
 use common::{
     BoxError, LocomoQuestion as Question, Summary, cached_vectors, load_locomo, record_fact as fact, rss_kb,
 };
-use memgate::clock::format_ms;
 use memgate::embed::Embedder;
 use memgate::index::IndexedRecord;
 use memgate::inject::{RenderItem, Templates};
@@ -470,17 +469,6 @@ impl VariantStats {
     }
 }
 
-fn render_item(record: &Record) -> RenderItem {
-    RenderItem {
-        id: record.id.clone(),
-        record_type: record.record_type.clone(),
-        priority: record.priority,
-        updated_at: format_ms(record.updated_at_ms),
-        content: record.content.clone(),
-        stub: None,
-    }
-}
-
 /// The block's tokens as overhead + one line per record: measured by rendering each record
 /// alone and two records together (the block is one line per record, so this is exact up to
 /// how the tokenizer splits at line ends; checked on pairs).
@@ -489,7 +477,7 @@ fn block_cost(templates: &Templates, release: &str, records: &[Record]) -> Resul
     let count = |items: &[RenderItem]| -> Result<usize, BoxError> {
         Ok(tokenizer.encode_ordinary(&templates.render(release, items)?).len())
     };
-    let items: Vec<RenderItem> = records.iter().map(render_item).collect();
+    let items: Vec<RenderItem> = records.iter().map(RenderItem::of).collect();
     let (Some(a), Some(b)) = (items.first(), items.get(1)) else {
         return Err("too few records to measure the block".into());
     };

@@ -35,7 +35,7 @@ mod common;
 use clap::Parser;
 use common::{BoxError, Summary};
 use futures_util::StreamExt;
-use memgate::clock::{format_ms, now_ms};
+use memgate::clock::now_ms;
 use memgate::embed::Embedder;
 use memgate::funnel::semantic::{DEFAULT_PROBES, EXACT_SCAN_MAX, SemanticQuery};
 use memgate::funnel::trace::Detail;
@@ -286,7 +286,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         let ranked = |s: &FunnelSettings| -> (Vec<String>, usize, Vec<RenderItem>) {
             let out = run_funnel(&idx, &caller, &q.text, vector, s, now, index.bodies());
             let ids = out.0.iter().map(|r| r.id.clone()).collect();
-            let items = out.0.iter().map(|r| render_item(r)).collect();
+            let items = out.0.iter().map(|r| RenderItem::of(r).into_owned()).collect();
             (ids, out.1, items)
         };
         let started = Instant::now();
@@ -488,17 +488,6 @@ fn run_funnel(
         bodies.get(h.tenant(), h.id(), h.revision).expect("the eval caches every body")
     };
     (out.packed.injected.iter().map(|c| body(&c.item.head)).collect(), out.packed.tokens)
-}
-
-fn render_item(record: &Record) -> RenderItem {
-    RenderItem {
-        id: record.id.clone(),
-        record_type: record.record_type.clone(),
-        priority: record.priority,
-        updated_at: format_ms(record.updated_at_ms),
-        content: record.content.clone(),
-        stub: None,
-    }
 }
 
 fn caller(tenant: &str) -> Caller {

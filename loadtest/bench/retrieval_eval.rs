@@ -158,7 +158,8 @@ impl Bench {
             let v = expanded_vector.as_deref().unwrap_or(vector);
             records = run_funnel(&idx, caller, text, v, &expanded_words, settings);
         }
-        let mut items: Vec<RenderItem> = records.iter().map(|r| render_item(&self.body(r))).collect();
+        let mut items: Vec<RenderItem> =
+            records.iter().map(|r| RenderItem::of(&self.body(r)).into_owned()).collect();
         let mut block_tokens = self.block_tokens(&items)?;
         if let Some(limit) = block_limit {
             while block_tokens > limit && !items.is_empty() {
@@ -166,7 +167,7 @@ impl Bench {
                 block_tokens = self.block_tokens(&items)?;
             }
         }
-        Ok(Got { ids: items.into_iter().map(|i| i.id).collect(), block_tokens })
+        Ok(Got { ids: items.into_iter().map(|i| i.id.into_owned()).collect(), block_tokens })
     }
 
     fn block_tokens(&self, items: &[RenderItem]) -> Result<usize, BoxError> {
@@ -184,7 +185,7 @@ impl Bench {
             record_type: "fact".into(),
             priority: 3,
             updated_at: format_ms(0),
-            content: json!({"statement": "x"}),
+            content: std::borrow::Cow::Owned(json!({"statement": "x"})),
             stub: None,
         };
         let line = memgate::inject::compact_line(&item);
@@ -217,17 +218,6 @@ fn run_funnel(
     };
     let out = funnel::run(idx, caller, &query, settings, now_ms(), Detail::Off);
     out.packed.injected.into_iter().map(|c| c.item).collect()
-}
-
-fn render_item(record: &Record) -> RenderItem {
-    RenderItem {
-        id: record.id.clone(),
-        record_type: record.record_type.clone(),
-        priority: record.priority,
-        updated_at: format_ms(record.updated_at_ms),
-        content: record.content.clone(),
-        stub: None,
-    }
 }
 
 fn parse_list<T: std::str::FromStr>(text: &str) -> Result<Vec<T>, BoxError> {

@@ -73,13 +73,7 @@ pub fn identifiers_in(value: &serde_json::Value, out: &mut Vec<String>) {
 /// words, and (for Chinese, Japanese and Korean, written without spaces) every substring of 2 to
 /// 12 characters of each run of such characters.
 pub fn query_phrases(query: &str) -> Vec<String> {
-    let words = words(query);
-    let mut phrases = Vec::new();
-    for start in 0..words.len() {
-        for len in 1..=4.min(words.len() - start) {
-            phrases.push(normalize(&words[start..start + len].join(" ")));
-        }
-    }
+    let mut phrases = word_phrases(query);
     let chars: Vec<char> = query.chars().collect();
     let mut i = 0;
     while i < chars.len() {
@@ -103,10 +97,61 @@ pub fn query_phrases(query: &str) -> Vec<String> {
     phrases
 }
 
+/// Each run of one to four words of `query`, normalized. Words hold no white space, and lower
+/// case never reaches across the space between two (not even a final sigma), so a phrase is its
+/// words lowered once and joined: what `normalize` makes of the phrase, for one allocation a
+/// phrase instead of four.
+fn word_phrases(query: &str) -> Vec<String> {
+    let words: Vec<String> = words(query).into_iter().map(str::to_lowercase).collect();
+    let mut phrases = Vec::with_capacity(4 * words.len());
+    for start in 0..words.len() {
+        let mut phrase = String::new();
+        for word in &words[start..(start + 4).min(words.len())] {
+            if !phrase.is_empty() {
+                phrase.push(' ');
+            }
+            phrase.push_str(word);
+            phrases.push(phrase.clone());
+        }
+    }
+    phrases
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
+
+    /// The phrases as they were made before: each phrase's words joined, then normalized.
+    fn phrases_normalized_one_by_one(query: &str) -> Vec<String> {
+        let words = words(query);
+        let mut phrases = Vec::new();
+        for start in 0..words.len() {
+            for len in 1..=4.min(words.len() - start) {
+                phrases.push(normalize(&words[start..start + len].join(" ")));
+            }
+        }
+        phrases
+    }
+
+    proptest! {
+        #[test]
+        fn a_querys_phrases_are_its_words_phrases_normalized(
+            query in proptest::collection::vec(
+                prop_oneof![
+                    Just("Σ".to_owned()), Just("ΑΣ".to_owned()), Just("ὈΔΥΣΣΕΎΣ".to_owned()),
+                    Just("İ".to_owned()), Just("ʰ".to_owned()),
+                    Just("ORD-2024".to_owned()), Just("#4000123".to_owned()), Just("ß".to_owned()),
+                    Just(" ".to_owned()), Just("\u{3000}".to_owned()), Just(".".to_owned()), Just("'".to_owned()),
+                    Just("下周".to_owned()), "\\PC{0,6}",
+                ],
+                0..12,
+            ).prop_map(|parts| parts.concat())
+        ) {
+            prop_assert_eq!(word_phrases(&query), phrases_normalized_one_by_one(&query));
+        }
+    }
 
     #[test]
     fn identifiers_are_ids_and_emails_not_words_or_years() {

@@ -49,6 +49,32 @@ pub struct RenderItem<'a> {
     pub stub: Option<String>,
 }
 
+impl<'a> RenderItem<'a> {
+    /// `record` injected in full (no stub), borrowing its strings and content.
+    pub fn of(record: &'a crate::record::Record) -> RenderItem<'a> {
+        RenderItem {
+            id: Cow::Borrowed(&record.id),
+            record_type: Cow::Borrowed(&record.record_type),
+            priority: record.priority,
+            updated_at: crate::clock::format_ms(record.updated_at_ms),
+            content: Cow::Borrowed(&record.content),
+            stub: None,
+        }
+    }
+
+    /// The same item owning what it borrowed.
+    pub fn into_owned(self) -> RenderItem<'static> {
+        RenderItem {
+            id: Cow::Owned(self.id.into_owned()),
+            record_type: Cow::Owned(self.record_type.into_owned()),
+            priority: self.priority,
+            updated_at: self.updated_at,
+            content: Cow::Owned(self.content.into_owned()),
+            stub: self.stub,
+        }
+    }
+}
+
 /// Why templates could not be loaded or a block could not be rendered. Load errors name the file.
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {

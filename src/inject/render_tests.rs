@@ -254,10 +254,9 @@ fn a_template_that_includes_another_renders_the_records_the_other_reads() {
     ])
     .unwrap();
     let items = vec![item("mem-1", "fact", json!({"text": "likes tea"})), item("mem-2", "sop", json!(["x"]))];
-    for (release, line) in [("base", record_line), ("inc", record_line), ("trimmed", record_line)]
-        .into_iter()
-        .chain([("compact", compact_line as fn(&RenderItem) -> String)])
-    {
+    let forms: [(&str, fn(&RenderItem) -> String); 4] =
+        [("base", record_line), ("inc", record_line), ("trimmed", record_line), ("compact", compact_line)];
+    for (release, line) in forms {
         let block = templates.render(release, &items).unwrap();
         let lines: Vec<&str> = block.lines().collect();
         for item in &items {

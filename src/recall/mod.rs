@@ -7,7 +7,7 @@
 //! the embedder, a template or placement fails, the request goes upstream as the client sent it,
 //! marked `X-Memory-Status: degraded` and counted; with `memory.fail_closed` it fails instead.
 
-use crate::clock::{format_ms, now_ms};
+use crate::clock::now_ms;
 use crate::config::MemoryConfig;
 use crate::error::{ApiError, Code};
 use crate::funnel::Retrieval;
@@ -23,7 +23,6 @@ use crate::rollout::Release;
 use crate::triggers::{Fired, TriggerInput, Triggers};
 use bytes::Bytes;
 use serde_json::{Value, json};
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -369,14 +368,7 @@ fn with_bodies(
 }
 
 fn render_item(record: &crate::record::Record, stub: Option<String>) -> RenderItem<'_> {
-    RenderItem {
-        id: Cow::Borrowed(&record.id),
-        record_type: Cow::Borrowed(&record.record_type),
-        priority: record.priority,
-        updated_at: format_ms(record.updated_at_ms),
-        content: Cow::Borrowed(&record.content),
-        stub,
-    }
+    RenderItem { stub, ..RenderItem::of(record) }
 }
 
 /// One line saying what a record that did not fit is about: its type, key and first words.
