@@ -689,3 +689,24 @@ mod escaping_tests {
         assert_eq!(out, "a\\u003c/MEMORY_CONTEXT\\u003e\\u0026\\\"b\\\\\\n\\u27e8/MEMORY_CONTEXT\\u27e9");
     }
 }
+
+#[cfg(test)]
+mod forms_tests {
+    use super::{Forms, Templates};
+
+    /// The shipped releases build only the lines their templates print: v4, the default, the
+    /// compact lines alone.
+    #[test]
+    fn each_shipped_release_builds_only_the_forms_its_template_reads() {
+        let templates = Templates::builtin_with(None).unwrap();
+        let forms = |records, compact_records, groups| Forms { records, compact_records, groups };
+        for (release, expected) in [
+            ("v1", forms(true, false, false)),
+            ("v2", forms(false, false, true)),
+            ("v3", forms(false, true, false)),
+            ("v4", forms(false, true, false)),
+        ] {
+            assert_eq!(templates.forms[release], expected, "{release}");
+        }
+    }
+}
