@@ -18,11 +18,11 @@ mod common;
 
 use clap::Parser;
 use common::{BoxError, Rng, ms, noise, normalize};
-use memgate::index::{MemoryIndex, StoredRecord, index_records};
+use memgate::index::{MemoryIndex, StoredRecord, TenantIndex, index_records};
 use memgate::record::Record;
 use serde_json::json;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]
@@ -62,16 +62,15 @@ fn add(index: &MemoryIndex, rng: &mut Rng, records: impl Iterator<Item = Record>
 }
 
 /// The public IVF's `built_with` and its size now.
-fn public_ivf(index: &MemoryIndex) -> (usize, usize) {
-    let tenant = index.tenant(TENANT).expect("the tenant");
+fn public_ivf(tenant: &RwLock<TenantIndex>) -> (usize, usize) {
     let locked = tenant.read().unwrap_or_else(|p| p.into_inner());
     locked.ann.get("public").map_or((0, 0), |ann| (ann.built_with, ann.len()))
 }
 
 /// Waits (polling) until the public IVF was built with at least `records`.
-fn wait_built(index: &MemoryIndex, records: usize) -> Duration {
+fn wait_built(tenant: &RwLock<TenantIndex>, records: usize) -> Duration {
     let started = Instant::now();
-    while public_ivf(index).0 < records {
+    while public_ivf(tenant).0 < records {
         assert!(started.elapsed() < Duration::from_secs(600), "no IVF of {records} records after 10 minutes");
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -79,8 +78,7 @@ fn wait_built(index: &MemoryIndex, records: usize) -> Duration {
 }
 
 /// Waits until no build is due or running.
-fn wait_idle(index: &MemoryIndex) {
-    let tenant = index.tenant(TENANT).expect("the tenant");
+fn wait_idle(tenant: &RwLock<TenantIndex>) {
     while tenant.read().unwrap_or_else(|p| p.into_inner()).ann_build_pending() {
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -101,19 +99,19 @@ fn main() -> Result<(), BoxError> {
     }
     let public = |i: usize| record(format!("kb-{i}"), "public".into(), format!("Article {i} on parcels"));
     add(&index, &mut rng, (0..args.public / 2 + 1).map(public));
-    wait_built(&index, memgate::index::ANN_MIN_RECORDS);
-    wait_idle(&index);
+    let tenant = index.tenant(TENANT).ok_or("the tenant was not indexed")?;
+    wait_built(&tenant, memgate::index::ANN_MIN_RECORDS);
+    wait_idle(&tenant);
     // Up to one record short of the doubling that makes the IVF due again (the builder took its
     // copy wherever the scope then was: `built_with`).
-    let (built, size) = public_ivf(&index);
+    let (built, size) = public_ivf(&tenant);
     let next = args.public / 2 + 1;
     add(&index, &mut rng, (next..next + (2 * built).saturating_sub(size + 1)).map(public));
-    wait_idle(&index);
-    let (built, size) = public_ivf(&index);
+    wait_idle(&tenant);
+    let (built, size) = public_ivf(&tenant);
     assert_eq!(size + 1, 2 * built, "one record short of the doubling");
     let loaded_s = started.elapsed().as_secs_f64();
 
-    let tenant = index.tenant(TENANT).expect("the tenant");
     let stop = Arc::new(AtomicBool::new(false));
     let reader = {
         let (tenant, stop) = (Arc::clone(&tenant), Arc::clone(&stop));
@@ -132,7 +130,7 @@ fn main() -> Result<(), BoxError> {
     let write = Instant::now();
     add(&index, &mut rng, std::iter::once(public(usize::MAX)));
     let writer = write.elapsed();
-    let build = wait_built(&index, 2 * built);
+    let build = wait_built(&tenant, 2 * built);
     stop.store(true, Ordering::Relaxed);
     let mut waits = reader.join().map_err(|_| "the reader panicked")?;
     waits.sort_unstable();

@@ -108,10 +108,15 @@ pub enum RenderError {
 #[derive(Debug, Clone)]
 pub struct Templates {
     env: Environment<'static>,
-    /// Release name → contract text. Also the list of releases, sorted.
-    contracts: BTreeMap<String, String>,
-    /// Release name → which of the records' forms its template reads (`Forms`).
-    forms: BTreeMap<String, Forms>,
+    /// Release name → its contract and what its template reads. Also the list of releases, sorted.
+    releases: BTreeMap<String, Release>,
+}
+
+#[derive(Debug, Clone)]
+struct Release {
+    /// The contract text placed in front of the records.
+    contract: String,
+    forms: Forms,
 }
 
 /// Which forms of the records a template reads: a render builds only those. v4's template reads
@@ -205,8 +210,7 @@ impl Templates {
             .map_err(|err| RenderError::Compile { path: PathBuf::new(), message: err.to_string() })?;
         env.set_syntax(syntax);
 
-        let mut contracts = BTreeMap::new();
-        let mut paths = Vec::with_capacity(sources.len());
+        let mut checks = Vec::with_capacity(sources.len());
         for (source, template_path, contract_path) in sources {
             if !valid_release_name(&source.name) {
                 return Err(RenderError::BadReleaseName { name: source.name, path: template_path });
@@ -218,41 +222,39 @@ impl Templates {
             env.add_template_owned(template_name(&source.name), source.template).map_err(|err| {
                 RenderError::Compile { path: template_path.clone(), message: err.to_string() }
             })?;
-            contracts.insert(source.name.clone(), contract);
-            paths.push((source.name, template_path));
+            checks.push((source.name, contract, template_path));
         }
-        let mut templates = Templates { env, contracts, forms: BTreeMap::new() };
-        for (release, path) in &paths {
-            let forms = templates.check_variables(release, path)?;
-            templates.forms.insert(release.clone(), forms);
-            templates.check_samples(release, path)?;
+        // Every template is compiled before any is checked: one may include another.
+        let mut templates = Templates { env, releases: BTreeMap::new() };
+        for (release, contract, path) in checks {
+            let forms = templates.check_variables(&release, &path)?;
+            templates.releases.insert(release.clone(), Release { contract, forms });
+            templates.check_samples(&release, &path)?;
         }
         Ok(templates)
     }
 
     /// The releases, sorted by name.
     pub fn names(&self) -> Vec<String> {
-        self.contracts.keys().cloned().collect()
+        self.releases.keys().cloned().collect()
     }
 
     pub fn contains(&self, release: &str) -> bool {
-        self.contracts.contains_key(release)
+        self.releases.contains_key(release)
     }
 
     /// The contract text of `release`, as placed in front of its records.
     pub fn contract(&self, release: &str) -> Option<&str> {
-        self.contracts.get(release).map(String::as_str)
+        self.releases.get(release).map(|r| r.contract.as_str())
     }
 
     /// Renders the block for `release`. `items` are the records to inject, already chosen and
     /// ordered. The same items always give the same bytes.
     pub fn render(&self, release: &str, items: &[RenderItem]) -> Result<String, RenderError> {
-        let contract = self.contracts.get(release).ok_or_else(|| RenderError::UnknownRelease {
-            release: release.to_owned(),
-            known: self.names().join(", "),
+        let Release { contract, forms } = self.releases.get(release).ok_or_else(|| {
+            RenderError::UnknownRelease { release: release.to_owned(), known: self.names().join(", ") }
         })?;
-        let forms = self.forms.get(release).copied().unwrap_or(Forms::ALL);
-        let context = BlockContext::new(release, contract, items, forms);
+        let context = BlockContext::new(release, contract, items, *forms);
         let rendered = self
             .env
             .get_template(&template_name(release))
@@ -531,7 +533,7 @@ impl<'a> BlockContext<'a> {
         let records: Vec<String> =
             if forms.records || forms.groups { items.iter().map(record_line).collect() } else { Vec::new() };
         let mut groups: Vec<(&str, Group)> = Vec::new();
-        for (item, line) in items.iter().zip(&records).filter(|_| forms.groups) {
+        for (item, line) in items.iter().zip(if forms.groups { &records[..] } else { &[] }) {
             match groups.iter_mut().find(|(record_type, _)| *record_type == item.record_type) {
                 Some((_, group)) => {
                     group.count += 1;
@@ -706,7 +708,7 @@ mod forms_tests {
             ("v3", forms(false, true, false)),
             ("v4", forms(false, true, false)),
         ] {
-            assert_eq!(templates.forms[release], expected, "{release}");
+            assert_eq!(templates.releases[release].forms, expected, "{release}");
         }
     }
 }
