@@ -15,6 +15,14 @@ pub const MAX_PATH_CHARS: usize = 200;
 
 /// `path` in normal form (`/memories` or `/memories/a/b.md`), or the error the model reads.
 pub fn resolve(path: &str) -> Result<String, String> {
+    // Before any answer that repeats the path: an error that echoed a U+202E would reorder what
+    // the model reads after it.
+    if let Some(hidden) = path.chars().find(|c| is_invisible(*c)) {
+        return Err(format!(
+            "Path must not contain bidirectional or zero-width characters (found U+{:04X})",
+            u32::from(hidden)
+        ));
+    }
     let not_under_root = || format!("Path must start with {ROOT}, got: {path}");
     let rest = path.strip_prefix(ROOT).ok_or_else(not_under_root)?;
     if !(rest.is_empty() || rest.starts_with('/')) {
@@ -42,6 +50,22 @@ pub fn resolve(path: &str) -> Result<String, String> {
         ));
     }
     Ok(normal)
+}
+
+/// Characters that change how a path reads without being seen: the bidirectional controls
+/// (`/memories/\u{202E}dm.exe` shows as `/memories/exe.md`) and the zero-width ones
+/// (`notes\u{200B}.md` looks like `notes.md` and is another file). Neither is ever part of a name a
+/// person typed, and two paths that look alike must be one file.
+fn is_invisible(c: char) -> bool {
+    matches!(c,
+        '\u{061C}'                       // Arabic letter mark
+        | '\u{200B}'..='\u{200F}'        // zero-width space, non-joiner, joiner; LRM, RLM
+        | '\u{202A}'..='\u{202E}'        // bidi embeddings and overrides
+        | '\u{2060}'..='\u{2064}'        // word joiner, invisible operators
+        | '\u{2066}'..='\u{2069}'        // bidi isolates
+        | '\u{FEFF}'                      // zero-width no-break space (BOM)
+        | '\u{00AD}'                      // soft hyphen
+        | '\u{180E}') // Mongolian vowel separator
 }
 
 /// The directory holding `path` (normal form); `None` for the root.

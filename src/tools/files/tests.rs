@@ -48,6 +48,40 @@ fn paths_outside_memories_or_climbing_out_are_refused_in_the_references_words() 
 }
 
 #[test]
+fn bidirectional_and_zero_width_characters_are_refused_without_repeating_the_path() {
+    // `/memories/\u{202E}dm.exe` shows as `/memories/exe.md`; `notes\u{200B}.md` looks like
+    // `notes.md` and would be another file.
+    for (path, code) in [
+        ("/memories/\u{202E}dm.exe", "U+202E"),
+        ("/memories/notes\u{200B}.md", "U+200B"),
+        ("/memories/a\u{200D}b", "U+200D"),
+        ("/memories/\u{2066}x\u{2069}", "U+2066"),
+        ("/memories/x\u{200F}", "U+200F"),
+        ("/memories/\u{FEFF}x", "U+FEFF"),
+        ("/memories/x\u{2060}y", "U+2060"),
+        ("/memories\u{202E}/x", "U+202E"),
+        ("\u{202E}/etc/passwd", "U+202E"),
+    ] {
+        let said = resolve(path).unwrap_err();
+        assert_eq!(
+            said,
+            format!("Path must not contain bidirectional or zero-width characters (found {code})"),
+            "{path:?}"
+        );
+    }
+    // A command on such a path is refused with the same words, and nothing is written.
+    let said = err(
+        &tree(&[]),
+        Command::Create { path: "/memories/\u{202E}dm.exe".to_owned(), file_text: "x".to_owned() },
+    );
+    assert!(said.contains("bidirectional or zero-width"), "{said}");
+    // Letters of other scripts, and marks that combine with them, are names.
+    for path in ["/memories/заметки.md", "/memories/ملاحظات.md", "/memories/नोट्स.md", "/memories/下周发货.md"] {
+        assert_eq!(resolve(path).unwrap(), path);
+    }
+}
+
+#[test]
 fn view_of_a_directory_lists_two_levels_with_sizes_and_no_hidden_items() {
     let files = tree(&[
         ("/memories/notes.md", "hello"),
