@@ -480,6 +480,7 @@ pub fn record_fact(tenant: &str, id: &str, content: Value, at: i64) -> memgate::
         access_count: 0,
         change_seq: 0,
         author: None,
+        provenance: None,
     }
 }
 

@@ -607,6 +607,7 @@ impl World {
             access_count: 0,
             change_seq: 0,
             author: None,
+            provenance: None,
         };
         (record, vector)
     }

@@ -161,6 +161,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
                     access_count: 0,
                     change_seq: 0,
                     author: None,
+                    provenance: None,
                 });
             }
         }

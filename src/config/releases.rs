@@ -47,6 +47,9 @@ pub struct RawRelease {
     pub memory_tools: Option<String>,
     /// What the write tools' records start as: `active` (the default) or `proposed`.
     pub agent_writes: Option<String>,
+    /// The record types agents, the memory tool and the observer may write: some of `fact`,
+    /// `preference`, `decision`, `task` (the default: all four).
+    pub agent_types: Option<Vec<String>>,
     /// Upstream rounds of one request whose tool calls memgate answers (default 4).
     pub max_tool_rounds: Option<u32>,
     /// The time memgate's tool rounds may take in all, in ms (default 60000).
@@ -96,6 +99,8 @@ pub struct ReleaseConfig {
     pub query: Option<QueryConfig>,
     pub memory_tools: Option<ToolsSetting>,
     pub agent_writes: Option<AgentWritesSetting>,
+    /// A non-empty subset of `record::AGENT_TYPES`.
+    pub agent_types: Option<Vec<String>>,
     /// 1 to 32.
     pub max_tool_rounds: Option<u32>,
     /// At least 1 ms.
@@ -243,6 +248,21 @@ impl RawRelease {
         if self.observe_min_confidence.is_some_and(|c| !(0.0..=1.0).contains(&c)) {
             return Err(invalid(&key("observe_min_confidence"), "use a number between 0 and 1"));
         }
+        if let Some(types) = &self.agent_types {
+            let outside = types.iter().find(|t| !crate::record::AGENT_TYPES.contains(&t.as_str()));
+            if let Some(outside) = outside {
+                return Err(invalid(
+                    &key("agent_types"),
+                    format!(
+                        "`{outside}` is not a type agents may write; use some of {}",
+                        crate::record::AGENT_TYPES.join(", ")
+                    ),
+                ));
+            }
+            if types.is_empty() {
+                return Err(invalid(&key("agent_types"), "name at least one type, or set memory_tools = \"read\""));
+            }
+        }
         if self.max_tool_rounds.is_some_and(|n| !(1..=32).contains(&n)) {
             return Err(invalid(&key("max_tool_rounds"), "use a number from 1 to 32"));
         }
@@ -274,6 +294,7 @@ impl RawRelease {
             }),
             memory_tools,
             agent_writes,
+            agent_types: self.agent_types,
             max_tool_rounds: self.max_tool_rounds,
             tool_time_budget: self.tool_time_budget_ms.map(Duration::from_millis),
             observe,
@@ -306,6 +327,7 @@ impl ReleaseConfig {
             query: top.query.or(self.query),
             memory_tools: top.memory_tools.or(self.memory_tools),
             agent_writes: top.agent_writes.or(self.agent_writes),
+            agent_types: top.agent_types.or(self.agent_types),
             max_tool_rounds: top.max_tool_rounds.or(self.max_tool_rounds),
             tool_time_budget: top.tool_time_budget.or(self.tool_time_budget),
             observe: top.observe.or(self.observe),

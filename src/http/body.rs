@@ -170,10 +170,11 @@ pub async fn read_as_caller(
     body: Body,
 ) -> Result<(Caller, Option<IpAddr>, Bytes, BudgetPermit), ApiError> {
     let client = state.client_addr(parts);
-    let caller = state
+    let mut caller = state
         .identity()
         .authenticate(headers::credentials(&parts.headers), &state.client_limit_key(parts))
         .await?;
+    caller.request_id = parts.extensions.get::<super::observe::RequestId>().map(|id| id.0.clone());
     let holder = Holder::new(client, &caller.rate_key);
     let (bytes, permit) =
         read_budgeted(&parts.headers, body, state.limits(), state.body_budget(), holder).await?;

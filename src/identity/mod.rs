@@ -145,6 +145,12 @@ pub struct Caller {
     pub passthrough_key: Option<KeyDigest>,
     /// The gateway key's name (a label for people, e.g. `support-bot`), for the console.
     pub key_name: Option<String>,
+    /// The credential that authenticated, as writes name it: `key:<key id>`, or a JWT's
+    /// `jwt:<issuer>/<sub>` (the token's own claims, never an asserted subject). `None` for a
+    /// caller no credential of memgate's vouches for (passthrough, a JWT without `sub`).
+    pub credential: Option<String>,
+    /// memgate's id of the request (`X-Memory-Request-Id`), kept in the provenance of what it writes.
+    pub request_id: Option<String>,
 }
 
 impl Caller {
@@ -164,6 +170,8 @@ impl Caller {
             memory_allowed: true,
             passthrough_key: None,
             key_name: None,
+            credential: None,
+            request_id: None,
         }
     }
 
@@ -189,15 +197,15 @@ impl Caller {
         self.subject.as_ref().map(|subject| format!("user:{subject}"))
     }
 
-    /// Who this caller's writes are by: `agent:<key id>` for a key, `agent:jwt:<subject>` for a
-    /// JWT caller (its records' author and its changes' actor).
+    /// Who this caller's writes are by (its records' author and its changes' actor): the
+    /// credential that wrote, `agent:<key id>` for a key, `agent:jwt:<issuer>/<sub>` for a JWT.
+    /// Never the subject a caller asserts: two JWTs that name the same end user are two writers,
+    /// and one cannot change what the other wrote by naming that user.
     pub fn author(&self) -> Option<String> {
-        match (self.key_id(), &self.subject) {
-            (Some(id), _) => Some(format!("agent:{id}")),
-            (None, Some(subject)) if self.rate_key.starts_with("jwt:") => {
-                Some(format!("agent:jwt:{subject}"))
-            }
-            _ => None,
+        let credential = self.credential.as_deref()?;
+        match credential.strip_prefix("key:") {
+            Some(id) => Some(format!("agent:{id}")),
+            None => Some(format!("agent:{credential}")),
         }
     }
 
@@ -357,6 +365,8 @@ impl Authenticator {
             memory_allowed: accepted,
             passthrough_key: Some(digest),
             key_name: None,
+            credential: None,
+            request_id: None,
         })
     }
 
@@ -397,6 +407,8 @@ impl Authenticator {
                 memory_allowed: true,
                 passthrough_key: None,
                 key_name: Some(key.name.clone()),
+                credential: Some(format!("key:{}", key.id)),
+                request_id: None,
             });
         }
         let Some(token) = bearer else {
@@ -450,7 +462,12 @@ impl Authenticator {
         scopes.retain(|s| is_valid_scope(s));
         let permissions =
             Permissions::from_names(strings(&mapping.permissions_claim).iter().map(String::as_str));
+        // The token's issuer and subject name the writer; a token without `sub` writes as nobody.
+        let issuer = claims.get("iss").and_then(Value::as_str).unwrap_or("-");
+        let credential = subject.as_ref().map(|sub| format!("jwt:{issuer}/{sub}"));
         Ok(Caller {
+            credential,
+            request_id: None,
             rate_key: format!("jwt:{tenant}:{}", subject.as_deref().unwrap_or("-")),
             tenant,
             subject,

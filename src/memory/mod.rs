@@ -8,6 +8,9 @@ pub mod checks;
 pub mod dormancy;
 pub mod review;
 pub mod transfer;
+pub mod writers;
+
+pub use writers::{Bounds, Writer};
 
 use crate::clock::now_ms;
 use crate::embed::Embedder;
@@ -17,7 +20,7 @@ use crate::index::{IndexedRecord, MemoryIndex, RecordHead};
 use crate::memory::checks::schemas::SchemaSet;
 use crate::record::collect_text;
 use crate::record::{Envelope, Record, Status};
-use crate::store::memories::{Change, Created, ListFilter};
+use crate::store::memories::{By, Change, Created, ListFilter};
 use crate::store::{Store, StoreError};
 use checks::envelope::{self, Problem, Rules};
 use checks::problems::Problems;
@@ -107,16 +110,6 @@ impl ErrorCode for MemoryError {
             _ => None,
         }
     }
-}
-
-/// Who writes a record, for `MemoryService::create_as`.
-pub struct Writer<'a> {
-    /// Named in the record's history.
-    pub actor: &'a str,
-    /// Kept on the record (`Record::author`).
-    pub author: Option<&'a str>,
-    /// A near-duplicate updates only a twin by the same author.
-    pub own_twins_only: bool,
 }
 
 /// Records embedded and stored per backfill batch.
@@ -596,12 +589,13 @@ impl MemoryService {
     }
 
     pub async fn create(&self, tenant: &str, input: &Value, actor: &str) -> Result<Created, MemoryError> {
-        self.create_as(tenant, input, &Writer { actor, author: None, own_twins_only: false }).await
+        self.create_as(tenant, input, &Writer::operator(actor, None, crate::record::WriterKind::Operator)).await
     }
 
-    /// Creates a record as `writer` says: its actor in the history, its author on the record,
-    /// and whether a near-duplicate may update only a twin by the same author (an agent must not
-    /// change another author's record by writing something like it).
+    /// Creates a record as `writer` says: its actor in the history, its author and provenance
+    /// on the record, within the writer's bounds (`writers::admit`). A near-duplicate updates
+    /// only a twin the writer may change (an agent must not change another author's record by
+    /// writing something like it), and a key supersedes only a record the writer may change.
     pub async fn create_as(
         &self,
         tenant: &str,
@@ -609,8 +603,10 @@ impl MemoryService {
         writer: &Writer<'_>,
     ) -> Result<Created, MemoryError> {
         let actor = writer.actor;
+        let by = By { actor, author: writer.author, provenance: Some(&writer.provenance), claim: writer.claim };
         let now = now_ms();
         let envelope = self.check(input, now)?;
+        writers::admit(writer, &envelope, None).map_err(MemoryError::Invalid)?;
         // An exact repeat is answered with the existing record before any near-duplicate search,
         // which would otherwise "update" the record to itself.
         if let Some(existing) =
@@ -620,7 +616,7 @@ impl MemoryService {
         }
         let vector = self.embed_one(envelope_passage_text(&envelope)).await;
         if let (Some(vector), None, None) = (&vector, &envelope.key, &envelope.id) {
-            let author = writer.own_twins_only.then_some(writer.author);
+            let author = (!writer.write_any).then_some(writer.author);
             if let Some((twin, similarity)) = self.near_twin(tenant, &envelope, vector, author).await {
                 // The write updates its twin like a PATCH of the fields it names: what it leaves
                 // out (validity, priority, aliases, …) stays as the twin had it.
@@ -628,19 +624,24 @@ impl MemoryService {
                 let merged =
                     envelope::merge_patch(&current.envelope_json(), input).map_err(MemoryError::Invalid)?;
                 let merged = self.check(&merged, now)?;
-                let record = self
-                    .store
-                    .update_record(tenant, &twin, &merged, Some(current.revision), actor, now)
-                    .await
-                    .map_err(|err| MemoryError::from_store(err, &twin))?;
-                self.publish(&record, Some(vector.clone())).await;
-                return Ok(Created::Deduplicated { record, similarity });
+                // A twin this writer may not change (one that acts, or of another writer's
+                // making) stays as it is: the write is kept as a record of its own.
+                if writers::admit(writer, &merged, Some(&current)).is_ok() {
+                    let record = self
+                        .store
+                        .update_record(tenant, &twin, &merged, Some(current.revision), &by, now)
+                        .await
+                        .map_err(|err| MemoryError::from_store(err, &twin))?;
+                    self.publish(&record, Some(vector.clone())).await;
+                    return Ok(Created::Deduplicated { record, similarity });
+                }
             }
         }
         let new_id = format!("mem-{}", uuid::Uuid::new_v4().simple());
+        let may_supersede = |current: &Record| writers::admit(writer, &envelope, Some(current)).is_ok();
         let created = self
             .store
-            .create_record_by(tenant, &envelope, &new_id, actor, writer.author, now)
+            .create_record_by(tenant, &envelope, &new_id, &by, &may_supersede, now)
             .await
             .map_err(|err| MemoryError::from_store(err, envelope.id.as_deref().unwrap_or(&new_id)))?;
         if let Created::New(record) | Created::Superseded(record) = &created {
@@ -710,7 +711,7 @@ impl MemoryService {
         self.store.get_record(tenant, id).await.map_err(|err| MemoryError::from_store(err, id))
     }
 
-    /// Applies a partial envelope; `if_match` is the revision the writer read.
+    /// Applies a partial envelope as the operator `actor`; `if_match` is the revision it read.
     pub async fn update(
         &self,
         tenant: &str,
@@ -718,6 +719,20 @@ impl MemoryService {
         patch: &Value,
         if_match: Option<i64>,
         actor: &str,
+    ) -> Result<Record, MemoryError> {
+        let writer = Writer::operator(actor, None, crate::record::WriterKind::Operator);
+        self.update_as(tenant, id, patch, if_match, &writer).await
+    }
+
+    /// Applies a partial envelope as `writer`, within its bounds (`writers::admit`); `if_match`
+    /// is the revision the writer read.
+    pub async fn update_as(
+        &self,
+        tenant: &str,
+        id: &str,
+        patch: &Value,
+        if_match: Option<i64>,
+        writer: &Writer<'_>,
     ) -> Result<Record, MemoryError> {
         let current = self.get(tenant, id).await?;
         if let Some(expected) = if_match {
@@ -728,11 +743,18 @@ impl MemoryService {
         let merged = envelope::merge_patch(&current.envelope_json(), patch).map_err(MemoryError::Invalid)?;
         let now = now_ms();
         let envelope = self.check(&merged, now)?;
+        writers::admit(writer, &envelope, Some(&current)).map_err(MemoryError::Invalid)?;
         // The read revision guards the write too: a writer that slipped in between loses here.
         let expected = Some(if_match.unwrap_or(current.revision));
+        let by = By {
+            actor: writer.actor,
+            author: writer.author,
+            provenance: Some(&writer.provenance),
+            claim: writer.claim,
+        };
         let record = self
             .store
-            .update_record(tenant, id, &envelope, expected, actor, now)
+            .update_record(tenant, id, &envelope, expected, &by, now)
             .await
             .map_err(|err| MemoryError::from_store(err, id))?;
         let vector = self.embed_one(passage_text(&record)).await;
@@ -807,15 +829,32 @@ impl MemoryService {
             observer.insert("replaced_revision".into(), Value::from(holder.revision));
         }
         let checked = self.check(&envelope, now)?;
+        // The live record now says what the proposal's writer said, approved by `actor`.
+        let mut provenance = proposal
+            .provenance
+            .clone()
+            .unwrap_or_else(|| crate::record::Provenance::new(proposal.writer(), proposal.author.clone()));
+        provenance.approved_by = Some(actor.to_owned());
+        let by = By { actor, author: None, provenance: Some(&provenance), claim: None };
         let record = self
             .store
-            .update_record(tenant, &holder.id, &checked, Some(holder.revision), actor, now)
+            .update_record(tenant, &holder.id, &checked, Some(holder.revision), &by, now)
             .await
             .map_err(|err| MemoryError::from_store(err, &holder.id))?;
         let vector = self.embed_one(passage_text(&record)).await;
         self.publish(&record, vector).await;
         self.delete(tenant, id, actor).await?;
         Ok(Some(record))
+    }
+
+    /// Deletes `id` as `writer`: a bounded writer only a record it may change
+    /// (`writers::may_delete`).
+    pub async fn delete_as(&self, tenant: &str, id: &str, writer: &Writer<'_>) -> Result<Record, MemoryError> {
+        if writer.bounds.is_some() {
+            let current = self.get(tenant, id).await?;
+            writers::may_delete(writer, &current).map_err(MemoryError::Invalid)?;
+        }
+        self.delete(tenant, id, writer.actor).await
     }
 
     pub async fn delete(&self, tenant: &str, id: &str, actor: &str) -> Result<Record, MemoryError> {

@@ -2,6 +2,10 @@
 //! server-kept fields. A leaf: every layer uses these types, and they use no other module of
 //! the crate but the time and hash helpers beside them (`clock`, `hash`).
 
+pub mod provenance;
+
+pub use provenance::{AGENT_TYPES, Provenance, WriterKind};
+
 use crate::clock::format_ms;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -100,6 +104,9 @@ pub struct Record {
     /// Who wrote the record's live version (`admin:<actor>`, `agent:<key id>`, …); `None` for
     /// records written before memgate kept it, and for imports.
     pub author: Option<String>,
+    /// Who wrote the live version and through what (`provenance`); `None` for records written
+    /// before memgate kept it.
+    pub provenance: Option<Provenance>,
 }
 
 impl Record {
@@ -141,11 +148,28 @@ impl Record {
             if let Some(author) = &self.author {
                 map.insert("author".into(), json!(author));
             }
+            let provenance = match &self.provenance {
+                Some(provenance) => json!(provenance),
+                None => json!({"writer": self.writer().as_str()}),
+            };
+            map.insert("provenance".into(), provenance);
             if let Some(Value::Object(metadata)) = map.get_mut("metadata") {
                 metadata.insert("last_updated".into(), json!(format_ms(self.updated_at_ms)));
             }
         }
         out
+    }
+
+    /// The kind of writer of the live version: its provenance's, else what its author says.
+    pub fn writer(&self) -> WriterKind {
+        self.provenance.as_ref().map_or_else(|| WriterKind::of_author(self.author.as_deref()), |p| p.writer)
+    }
+
+    /// Whether this record's triggers may fire: only an operator's record (written by one,
+    /// imported, or approved by one) acts. A record an agent, the memory tool or the observer
+    /// wrote never sends a webhook, whatever its content says.
+    pub fn may_fire(&self) -> bool {
+        self.writer().is_operator() || self.provenance.as_ref().is_some_and(|p| p.approved_by.is_some())
     }
 
     /// `line_tokens` of this record.
@@ -249,6 +273,7 @@ impl Record {
             access_count: 0,
             change_seq: 0,
             author: None,
+            provenance: None,
         }
     }
 }

@@ -57,6 +57,9 @@ pub struct ToolSettings {
     pub level: Level,
     /// `agent_writes`: what the write tools' records start as (`Active`, or `Proposed`).
     pub agent_writes: Status,
+    /// `agent_types`: the record types agents, the memory tool and the observer may write
+    /// (default `record::AGENT_TYPES`; a release may only narrow it).
+    pub agent_types: Vec<String>,
     /// `max_tool_rounds`: how many times in one request memgate answers the model's tool calls.
     pub max_rounds: u32,
     /// `tool_time_budget_ms`: how long those rounds may take in all.
@@ -68,6 +71,7 @@ impl Default for ToolSettings {
         ToolSettings {
             level: Level::Write,
             agent_writes: Status::Active,
+            agent_types: crate::record::AGENT_TYPES.map(str::to_owned).to_vec(),
             max_rounds: 4,
             time_budget: Duration::from_secs(60),
         }
@@ -287,6 +291,7 @@ fn tool_settings(r: &ReleaseConfig) -> ToolSettings {
             None | Some(AgentWritesSetting::Active) => Status::Active,
             Some(AgentWritesSetting::Proposed) => Status::Proposed,
         },
+        agent_types: r.agent_types.clone().unwrap_or(defaults.agent_types),
         max_rounds: r.max_tool_rounds.unwrap_or(defaults.max_rounds),
         time_budget: r.tool_time_budget.unwrap_or(defaults.time_budget),
     }

@@ -172,8 +172,18 @@ impl Store {
         let (mut tx, seq) = self.begin_record_write().await?;
         let mut added = Vec::with_capacity(records.len());
         for chunk in records.chunks(ROWS) {
-            let rows: Vec<Record> =
-                chunk.iter().map(|line| new_record(tenant, &line.id, &line.envelope, now_ms, seq)).collect();
+            // An import is an operator's write: its records say so, and through whose hands
+            // (the import's id is on every row already).
+            let provenance =
+                crate::record::Provenance::new(crate::record::WriterKind::Import, Some(actor.to_owned()));
+            let rows: Vec<Record> = chunk
+                .iter()
+                .map(|line| {
+                    let mut record = new_record(tenant, &line.id, &line.envelope, now_ms, seq);
+                    record.provenance = Some(provenance.clone());
+                    record
+                })
+                .collect();
             let tokens: Vec<u32> = chunk
                 .iter()
                 .zip(&rows)
@@ -269,9 +279,9 @@ async fn insert_records(
         "INSERT INTO memories (tenant, id, record_type, schema_version, scope_json, valid_from, valid_until, \
          priority, topic_key, aliases_json, content_json, metadata_json, content_hash, revision, status, \
          created_at, updated_at, last_accessed_at, access_count, import_id, search_text, change_seq, author, \
-         line_tokens) \
+         line_tokens, provenance_json) \
          VALUES {}",
-        values(rows.len(), 24, 1)
+        values(rows.len(), 25, 1)
     );
     let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
     for (record, tokens) in rows.iter().zip(line_tokens) {
@@ -284,7 +294,8 @@ async fn insert_records(
             .bind(search_text(record))
             .bind(record.change_seq)
             .bind(record.author.clone())
-            .bind(i64::from(*tokens));
+            .bind(i64::from(*tokens))
+            .bind(record.provenance.as_ref().map(crate::record::Provenance::to_text));
     }
     query.execute(&mut **tx).await.map_err(super::topic_conflict)?;
 

@@ -4,14 +4,14 @@
 //! `UPDATE … WHERE revision = $n` lets exactly one of two racing writers through.
 
 use super::{Store, StoreError};
-use crate::record::{Envelope, Record, Status, content_hash};
+use crate::record::{Envelope, Provenance, Record, Status, content_hash};
 use serde_json::{Map, Value};
 use sqlx::any::AnyRow;
 use sqlx::{Any, AnyConnection, Row, Transaction};
 
 pub(super) const COLUMNS: &str = "tenant, id, record_type, schema_version, scope_json, valid_from, valid_until, \
     priority, topic_key, aliases_json, content_json, metadata_json, revision, status, created_at, \
-    updated_at, last_accessed_at, access_count, change_seq, author";
+    updated_at, last_accessed_at, access_count, change_seq, author, provenance_json";
 
 /// Who did a change, and what kind of change it was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +47,18 @@ impl Action {
             Action::UndoImport => "undo_import",
         }
     }
+}
+
+/// Who a write is by, as the store keeps it: the history's `actor`, and for a new record (or a
+/// supersede) its `author`; `provenance` is kept with the record.
+#[derive(Debug, Clone, Copy)]
+pub struct By<'a> {
+    pub actor: &'a str,
+    pub author: Option<&'a str>,
+    pub provenance: Option<&'a Provenance>,
+    /// An observer's write: made only while its exchange's claim holds, checked in the write's
+    /// transaction (`observer::Claim::hold`; a forget of the scope ends the claim).
+    pub claim: Option<&'a super::observer::Claim>,
 }
 
 /// What a create did.
@@ -159,27 +171,39 @@ impl Store {
         actor: &str,
         now_ms: i64,
     ) -> Result<Created, StoreError> {
-        self.create_record_by(tenant, envelope, new_id, actor, None, now_ms).await
+        let by = By { actor, author: None, provenance: None, claim: None };
+        self.create_record_by(tenant, envelope, new_id, &by, &|_: &Record| true, now_ms).await
     }
 
-    /// `create_record`, naming the record's `author` (which a supersede takes over too).
+    /// `create_record`, naming the record's `author` and `provenance` (which a supersede takes
+    /// over too). The live record holding the same key and scope is superseded only if
+    /// `may_supersede` says so, read in the same transaction as the write (else `TopicTaken`):
+    /// a writer cannot replace what it may not change by racing its check.
     pub async fn create_record_by(
         &self,
         tenant: &str,
         envelope: &Envelope,
         new_id: &str,
-        actor: &str,
-        author: Option<&str>,
+        by: &By<'_>,
+        may_supersede: &(dyn Fn(&Record) -> bool + Sync),
         now_ms: i64,
     ) -> Result<Created, StoreError> {
+        let (actor, author) = (by.actor, by.author);
         let (mut tx, seq) = self.begin_record_write().await?;
+        if let Some(claim) = by.claim {
+            claim.hold(&mut tx, now_ms).await?;
+        }
         if let Some(existing) = find_exact_repeat(&mut tx, tenant, envelope).await? {
             return Ok(Created::ExactRepeat(existing));
         }
         if let Some(key) = &envelope.key {
             if let Some(current) = find_by_topic(&mut tx, tenant, key, &envelope.scope).await? {
+                if !may_supersede(&current) {
+                    return Err(StoreError::TopicTaken);
+                }
                 let mut next = apply(&current, envelope, now_ms, seq);
                 next.author = author.map(str::to_owned);
+                next.provenance = by.provenance.cloned();
                 write_update(&mut tx, &current, &next, Action::Supersede, actor, now_ms).await?;
                 tx.commit().await?;
                 return Ok(Created::Superseded(next));
@@ -191,6 +215,7 @@ impl Store {
         }
         let mut record = new_record(tenant, &id, envelope, now_ms, seq);
         record.author = author.map(str::to_owned);
+        record.provenance = by.provenance.cloned();
         insert(&mut tx, &record, None).await?;
         log_change(
             &mut tx,
@@ -209,19 +234,28 @@ impl Store {
     }
 
     /// Replaces a record's envelope. `expected_revision`, when given, must match the stored one.
+    /// The record keeps its author; `by.provenance`, when given, becomes its provenance (the
+    /// live version is now that writer's words).
     pub async fn update_record(
         &self,
         tenant: &str,
         id: &str,
         envelope: &Envelope,
         expected_revision: Option<i64>,
-        actor: &str,
+        by: &By<'_>,
         now_ms: i64,
     ) -> Result<Record, StoreError> {
+        let actor = by.actor;
         let (mut tx, seq) = self.begin_record_write().await?;
+        if let Some(claim) = by.claim {
+            claim.hold(&mut tx, now_ms).await?;
+        }
         let current = fetch_record(&mut tx, tenant, id).await?.ok_or(StoreError::NotFound)?;
         check_revision(&current, expected_revision)?;
-        let next = apply(&current, envelope, now_ms, seq);
+        let mut next = apply(&current, envelope, now_ms, seq);
+        if let Some(provenance) = by.provenance {
+            next.provenance = Some(provenance.clone());
+        }
         write_update(&mut tx, &current, &next, Action::Update, actor, now_ms).await?;
         tx.commit().await?;
         Ok(next)
@@ -676,6 +710,7 @@ pub(super) fn new_record(tenant: &str, id: &str, envelope: &Envelope, now_ms: i6
         access_count: 0,
         change_seq: seq,
         author: None,
+        provenance: None,
     }
 }
 
@@ -688,6 +723,7 @@ fn apply(current: &Record, envelope: &Envelope, now_ms: i64, seq: i64) -> Record
     next.last_accessed_at_ms = current.last_accessed_at_ms;
     next.access_count = current.access_count;
     next.author = current.author.clone();
+    next.provenance = current.provenance.clone();
     next
 }
 
@@ -758,8 +794,8 @@ async fn insert(
         "INSERT INTO memories (tenant, id, record_type, schema_version, scope_json, valid_from, valid_until, \
          priority, topic_key, aliases_json, content_json, metadata_json, content_hash, revision, status, \
          created_at, updated_at, last_accessed_at, access_count, import_id, search_text, change_seq, author, \
-         line_tokens) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)",
+         line_tokens, provenance_json) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)",
     );
     bind_record_columns(query.bind(&record.tenant).bind(&record.id), record)
         .bind(record.created_at_ms)
@@ -771,6 +807,7 @@ async fn insert(
         .bind(record.change_seq)
         .bind(record.author.clone())
         .bind(i64::from(record.line_tokens()))
+        .bind(record.provenance.as_ref().map(Provenance::to_text))
         .execute(&mut **tx)
         .await
         .map_err(super::topic_conflict)?;
@@ -825,7 +862,7 @@ async fn write_update(
         "UPDATE memories SET record_type = $3, schema_version = $4, scope_json = $5, valid_from = $6, \
          valid_until = $7, priority = $8, topic_key = $9, aliases_json = $10, content_json = $11, \
          metadata_json = $12, content_hash = $13, revision = $14, status = $15, updated_at = $16, \
-         search_text = $17, change_seq = $19, author = $20, line_tokens = $21 \
+         search_text = $17, change_seq = $19, author = $20, line_tokens = $21, provenance_json = $22 \
          WHERE tenant = $1 AND id = $2 AND revision = $18",
     );
     let updated = bind_record_columns(query.bind(&current.tenant).bind(&current.id), next)
@@ -835,6 +872,7 @@ async fn write_update(
         .bind(next.change_seq)
         .bind(next.author.clone())
         .bind(i64::from(next.line_tokens()))
+        .bind(next.provenance.as_ref().map(Provenance::to_text))
         .execute(&mut **tx)
         .await
         .map_err(super::topic_conflict)?;
@@ -984,6 +1022,10 @@ pub(super) fn record_from_row(row: &AnyRow) -> Result<Record, StoreError> {
         access_count: row.try_get("access_count")?,
         change_seq: row.try_get("change_seq")?,
         author: row.try_get("author")?,
+        provenance: row
+            .try_get::<Option<String>, _>("provenance_json")?
+            .as_deref()
+            .and_then(Provenance::from_text),
     })
 }
 

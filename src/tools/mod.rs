@@ -34,8 +34,9 @@ mod read;
 mod write;
 
 use crate::identity::Caller;
-use crate::memory::MemoryService;
+use crate::memory::{Bounds, MemoryService, Writer};
 use crate::observability::metrics::Metrics;
+use crate::record::{Provenance, WriterKind};
 use crate::rollout::Release;
 use serde_json::Value;
 use std::sync::Arc;
@@ -62,6 +63,15 @@ impl Level {
         Level::least(Level::permitted(caller), release.tools.level, asked)
     }
 
+    /// What a request gets of Anthropic's memory tool, backed by memgate: the least of the
+    /// caller's `memory_tool_backend` (which allows it all), the release's cap and
+    /// `X-Memory-Tools` — the same cap and narrowing as the six tools, so one level decides both
+    /// surfaces (`read`: `view` only).
+    pub fn for_memory_tool(caller: &Caller, release: &Release, asked: Option<Level>) -> Level {
+        let permitted = if caller.permissions.memory_tool_backend { Level::Write } else { Level::Off };
+        Level::least(permitted, release.tools.level, asked)
+    }
+
     fn least(permitted: Level, release: Level, asked: Option<Level>) -> Level {
         let level = permitted.min(release);
         asked.map_or(level, |asked| level.min(asked))
@@ -77,8 +87,9 @@ pub struct ToolCaller {
     pub own_scope: Option<String>,
     pub author: Option<String>,
     pub write_any: bool,
-    /// memgate executes Anthropic's memory tool (`memory`) for this request (`files`).
-    pub file_tool: bool,
+    /// What memgate does with Anthropic's memory tool (`memory`) for this request (`files`):
+    /// `Off`, `Read` (`view` only) or `Write`.
+    pub file_level: Level,
 }
 
 impl ToolCaller {
@@ -91,22 +102,45 @@ impl ToolCaller {
         ToolCaller {
             author: caller.author(),
             write_any: caller.permissions.memory_write_any,
-            file_tool: false,
+            file_level: Level::Off,
             level,
             own_scope,
             caller,
         }
     }
 
-    /// The same caller, with memgate executing Anthropic's memory tool for it or not.
-    pub fn with_file_tool(mut self, file_tool: bool) -> ToolCaller {
-        self.file_tool = file_tool;
+    /// The same caller, with memgate executing Anthropic's memory tool for it at `level`.
+    pub fn with_file_level(mut self, level: Level) -> ToolCaller {
+        self.file_level = level;
         self
+    }
+
+    /// Whether memgate executes Anthropic's memory tool for this request at all.
+    pub fn file_tool(&self) -> bool {
+        self.file_level > Level::Off
     }
 
     /// Whether this caller may change a record written by `author`.
     fn may_change(&self, author: Option<&str>) -> bool {
         self.write_any || (author.is_some() && author == self.author.as_deref())
+    }
+
+    /// The writer this caller writes as through `kind`'s surface (the six tools, or the memory
+    /// tool): into its own scope, as its credential, within its release's types
+    /// (`memory::writers`). `None` for a caller with no scope or credential of its own.
+    pub fn writer<'a>(&'a self, release: &'a Release, kind: WriterKind) -> Option<Writer<'a>> {
+        let (scope, author) = (self.own_scope.as_deref()?, self.author.as_deref()?);
+        let provenance = Provenance::new(kind, self.caller.credential.clone())
+            .with_request(self.caller.request_id.clone())
+            .with_subject(self.caller.subject.clone());
+        Some(Writer {
+            actor: author,
+            author: Some(author),
+            provenance,
+            write_any: self.write_any,
+            bounds: Some(Bounds { scope, types: &release.tools.agent_types }),
+            claim: None,
+        })
     }
 }
 
@@ -172,7 +206,7 @@ impl MemoryTools {
     }
 
     async fn run(&self, caller: &ToolCaller, release: &Release, name: &str, input: &Value) -> ToolResult {
-        if caller.file_tool && name == files::TOOL_NAME {
+        if caller.file_tool() && name == files::TOOL_NAME {
             return files::run(&self.memories, caller, release, input).await;
         }
         if !definitions::names(caller.level).contains(&name) {

@@ -34,6 +34,14 @@ pub(super) fn readable(caller: &ToolCaller, release: &Release, record: &RecordHe
         && release.funnel.schema_versions.iter().any(|v| **v == *record.schema_version())
 }
 
+/// `readable`, for a record read from the store.
+pub(super) fn is_readable(caller: &ToolCaller, release: &Release, record: &Record) -> bool {
+    caller.caller.can_see(&record.tenant, &record.scope)
+        && record.status.is_indexed()
+        && record.is_valid_at(now_ms())
+        && release.funnel.schema_versions.iter().any(|v| *v == record.schema_version)
+}
+
 /// One record as a result line: what a model needs to use and cite it.
 pub(super) fn line(record: &Record, score: Option<f32>, full: bool) -> Value {
     let mut out = Map::new();
@@ -47,6 +55,9 @@ pub(super) fn line(record: &Record, score: Option<f32>, full: bool) -> Value {
     if let Some(author) = &record.author {
         out.insert("author".into(), json!(author));
     }
+    // Whose words these are: an operator's note, or what an agent, the memory tool or the
+    // observer kept from a conversation.
+    out.insert("writer".into(), json!(record.writer().as_str()));
     if let Some(score) = score {
         out.insert("score".into(), json!((f64::from(score) * 1000.0).round() / 1000.0));
     }

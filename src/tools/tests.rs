@@ -39,6 +39,7 @@ fn a_level_is_the_least_of_permission_release_and_header() {
 fn own_scope_and_author_follow_the_caller() {
     let mut key = caller_with(&["memory_write_tools"]);
     key.rate_key = "key:k1".into();
+    key.credential = Some("key:k1".into());
     let tools = ToolCaller::new(&key, Level::Write);
     assert_eq!(tools.own_scope.as_deref(), Some("agent:k1"));
     assert_eq!(tools.author.as_deref(), Some("agent:k1"));

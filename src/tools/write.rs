@@ -7,19 +7,23 @@ use super::read::{readable_record, shown_id};
 use super::{ToolCaller, ToolResult};
 use crate::memory::checks::envelope::Problem;
 use crate::memory::{MemoryError, MemoryService, Writer};
-use crate::record::Status;
+use crate::record::{Status, WriterKind};
 use crate::rollout::Release;
-use crate::store::memories::{Created, ListFilter};
+use crate::store::memories::Created;
 use serde_json::{Map, Value, json};
 
-/// The caller's scope and author, or why it cannot write.
-fn writer_of<'a>(tool: &str, caller: &'a ToolCaller) -> Result<(&'a str, &'a str), ToolResult> {
-    match (&caller.own_scope, &caller.author) {
-        (Some(scope), Some(author)) => Ok((scope, author)),
-        _ => Err(ToolResult::refused(format!(
+/// The writer the caller writes as (its scope, credential and bounds), or why it cannot write.
+pub(super) fn writer_of<'a>(
+    tool: &str,
+    caller: &'a ToolCaller,
+    release: &'a Release,
+    kind: WriterKind,
+) -> Result<Writer<'a>, ToolResult> {
+    caller.writer(release, kind).ok_or_else(|| {
+        ToolResult::refused(format!(
             "{tool}: this caller has no scope of its own to write into (a gateway key, or an end user's subject, is needed); nothing was written"
-        ))),
-    }
+        ))
+    })
 }
 
 /// The schema version agents write: the first the release reads.
@@ -48,8 +52,10 @@ pub(super) fn refusal(tool: &str, err: MemoryError) -> ToolResult {
         MemoryError::NotFound(_) => {
             ToolResult::error(format!("{tool}: the record is gone (deleted meanwhile)"))
         }
+        MemoryError::TopicTaken => ToolResult::refused(format!(
+            "{tool}: another record already holds this key in your scope (written by someone else, of another type, or withdrawn by an operator), and you may not replace it; nothing was written. Use another key, or leave the key out"
+        )),
         MemoryError::Conflict { .. }
-        | MemoryError::TopicTaken
         | MemoryError::IdTaken(_)
         | MemoryError::NotProposed { .. } => {
             ToolResult::error(format!("{tool}: the record changed meanwhile; read it again and retry"))
@@ -78,23 +84,13 @@ pub(super) async fn add(
     input: &Value,
 ) -> Result<ToolResult, ToolResult> {
     let input = Input::new(ADD, input, &["type", "content", "key", "aliases", "priority"])?;
-    let (scope, author) = writer_of(ADD, caller)?;
+    let writer = writer_of(ADD, caller, release, WriterKind::Agent)?;
+    let scope = writer.bounds.map_or("", |b| b.scope);
     let record_type = input.text("type")?;
     let content = input.object("content")?;
-    let key = input.optional_text("key")?;
     let tenant = &caller.caller.tenant;
-    // Writing a key again supersedes its record: only the author's own, without write_any.
-    if let (Some(key), false) = (key, caller.write_any) {
-        let filter =
-            ListFilter { key: Some(key.to_owned()), scope: Some(scope.to_owned()), ..ListFilter::default() };
-        let holders = memories.list(tenant, &filter, None, 10).await.map_err(|err| refusal(ADD, err))?;
-        let taken = holders.iter().any(|r| r.scope == [scope] && r.author.as_deref() != Some(author));
-        if taken {
-            return Err(ToolResult::refused(
-                "memory_add: a record someone else wrote already holds this key in your scope, and you may change only records you wrote; use another key, or leave the key out",
-            ));
-        }
-    }
+    // Writing a key again supersedes its record, only if this writer may change it: the store
+    // asks `writers::admit` inside the write's transaction, and a refusal is `TopicTaken`.
     let status = release.tools.agent_writes;
     let mut envelope = Map::new();
     envelope.insert("type".into(), json!(record_type));
@@ -107,7 +103,6 @@ pub(super) async fn add(
             envelope.insert(field.into(), value.clone());
         }
     }
-    let writer = Writer { actor: author, author: Some(author), own_twins_only: !caller.write_any };
     let created = memories
         .create_as(tenant, &Value::Object(envelope), &writer)
         .await
@@ -120,6 +115,11 @@ pub(super) async fn add(
                 "Saved as {} (revision {}): it replaced the earlier record with this key.{note}",
                 record.id, record.revision
             )
+        }
+        // A repeat of a record the caller cannot read (paused, archived, another's proposal) is
+        // not named: its id would tell what `memory_get` answers does not exist.
+        Created::ExactRepeat(record) if !super::read::is_readable(caller, release, &record) => {
+            "Nothing new was written: memory already holds this.".to_owned()
         }
         Created::ExactRepeat(record) => {
             format!("Already in memory as {}; nothing new was written.", record.id)
@@ -159,7 +159,7 @@ pub(super) async fn update(
     input: &Value,
 ) -> Result<ToolResult, ToolResult> {
     let input = Input::new(UPDATE, input, &["id", "content", "aliases", "priority"])?;
-    let (_, author) = writer_of(UPDATE, caller)?;
+    let writer = writer_of(UPDATE, caller, release, WriterKind::Agent)?;
     let id = input.text("id")?;
     let mut patch = Map::new();
     if input.get("content").is_some() {
@@ -181,12 +181,12 @@ pub(super) async fn update(
         patch.insert("status".into(), json!(status.as_str()));
     }
     let record = memories
-        .update(
+        .update_as(
             &caller.caller.tenant,
             item.head.id(),
             &Value::Object(patch),
             Some(item.head.revision),
-            author,
+            &writer,
         )
         .await
         .map_err(|err| refusal(UPDATE, err))?;
@@ -206,11 +206,11 @@ pub(super) async fn delete(
     input: &Value,
 ) -> Result<ToolResult, ToolResult> {
     let input = Input::new(DELETE, input, &["id"])?;
-    let (_, author) = writer_of(DELETE, caller)?;
+    let writer = writer_of(DELETE, caller, release, WriterKind::Agent)?;
     let id = input.text("id")?;
     let item = changeable(DELETE, memories, caller, release, id)?;
     let record = memories
-        .delete(&caller.caller.tenant, item.head.id(), author)
+        .delete_as(&caller.caller.tenant, item.head.id(), &writer)
         .await
         .map_err(|err| refusal(DELETE, err))?;
     Ok(ToolResult::ok(format!("Deleted {}.", record.id)))

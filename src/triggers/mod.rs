@@ -238,7 +238,9 @@ impl Triggers {
         }
         let mut fired = Vec::new();
         for record in records {
-            if record.content.get("trigger_conditions").is_none() {
+            // Only an operator's record acts: conditions and actions in a record another writer
+            // made (written before writers were bounded, or by any path that slipped) never fire.
+            if record.content.get("trigger_conditions").is_none() || !record.may_fire() {
                 continue;
             }
             let Some(triggers) = self.compiled(record) else { continue };

@@ -288,16 +288,19 @@ impl Turns {
             _ => Level::Off,
         };
         // Anthropic's memory tool, executed here on the subject's `/memories` tree: where the
-        // request declares it and asks, the caller holds the permission, and the release has
-        // not turned memory tools off.
-        let file_tool = explain.is_none()
+        // request declares it and asks and the caller holds the permission, at the level the
+        // release's cap and `X-Memory-Tools` leave (`read`: `view` only), as for the six tools.
+        let file_level = if explain.is_none()
             && !wish.off
             && ask.tool_backend
-            && caller.permissions.memory_tool_backend
-            && release.tools.level > Level::Off
-            && rounds::body::declares_memory_tool(&body);
-        let tool_caller = (level > Level::Off || file_tool)
-            .then(|| ToolCaller::new(&caller, level).with_file_tool(file_tool));
+            && rounds::body::declares_memory_tool(&body)
+        {
+            Level::for_memory_tool(&caller, &release, ask.tools)
+        } else {
+            Level::Off
+        };
+        let tool_caller = (level > Level::Off || file_level > Level::Off)
+            .then(|| ToolCaller::new(&caller, level).with_file_level(file_level));
         if let Some(tools) = &tool_caller {
             caller.scopes = tools.caller.scopes.clone();
         }
@@ -325,7 +328,7 @@ impl Turns {
                     }
                 }
             }
-            (tools.level > Level::Off || tools.file_tool).then_some(tools)
+            (tools.level > Level::Off || tools.file_tool()).then_some(tools)
         });
         // A degraded active run injected nothing for want of time or an embedder: comparing a
         // candidate with it would count a difference the candidate did not make.

@@ -21,7 +21,7 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// Every delivery a receiver got: headers and body.
 #[derive(Clone, Default)]
-struct Receiver {
+pub(crate) struct Receiver {
     seen: Arc<Mutex<Vec<(HeaderMap, Bytes)>>>,
 }
 
@@ -34,13 +34,13 @@ impl Receiver {
         receiver
     }
 
-    async fn start() -> (Receiver, String) {
+    pub(crate) async fn start() -> (Receiver, String) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/hook", listener.local_addr().unwrap());
         (Receiver::serve(listener), url)
     }
 
-    fn deliveries(&self) -> Vec<(HeaderMap, Value)> {
+    pub(crate) fn deliveries(&self) -> Vec<(HeaderMap, Value)> {
         let seen = self.seen.lock().unwrap();
         seen.iter().map(|(h, b)| (h.clone(), serde_json::from_slice(b).unwrap())).collect()
     }
@@ -76,7 +76,7 @@ async fn hook(State(receiver): State<Receiver>, headers: HeaderMap, body: Bytes)
 }
 
 /// A config with two endpoints at `url` (a receiver on loopback, so allowed explicitly).
-fn triggers_config(url: &str) -> TempDir {
+pub(crate) fn triggers_config(url: &str) -> TempDir {
     let dir = TempDir::new("triggers-config");
     let text = format!(
         "[memory]\nfunnel_timeout_ms = 5000\ndefault_release = \"v1\"\n\
@@ -138,7 +138,7 @@ async fn say(gateway: &Proc, key: &str, text: &str, values: Option<&str>) -> (u1
 }
 
 /// `say`, naming the end user with `X-Memory-Subject` (the key must be allowed to).
-async fn say_as(
+pub(crate) async fn say_as(
     gateway: &Proc,
     key: &str,
     subject: Option<&str>,
@@ -180,7 +180,7 @@ async fn admin(
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
-async fn actions(gateway: &Proc, query: &str) -> Vec<Value> {
+pub(crate) async fn actions(gateway: &Proc, query: &str) -> Vec<Value> {
     actions_in(gateway, "default", query).await
 }
 

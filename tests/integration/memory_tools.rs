@@ -8,7 +8,7 @@ use memgate::identity::{Caller, Permissions};
 use memgate::inject::Templates;
 use memgate::memory::MemoryService;
 use memgate::observability::metrics::Metrics;
-use memgate::record::Status;
+use memgate::record::{Status, WriterKind};
 use memgate::rollout::Release;
 use memgate::tools::{Level, MemoryTools, ToolCaller, ToolResult};
 use serde_json::{Value, json};
@@ -46,6 +46,7 @@ impl Bench {
 fn key_caller(tenant: &str, key_id: &str, subject: Option<&str>, permissions: &[&str]) -> ToolCaller {
     let mut caller = Caller::new(tenant, []);
     caller.rate_key = format!("key:{key_id}");
+    caller.credential = Some(format!("key:{key_id}"));
     caller.permissions = Permissions::from_names(permissions.iter().copied());
     if let Some(subject) = subject {
         caller.subject = Some(subject.to_owned());
@@ -170,7 +171,7 @@ async fn no_agent_reads_or_touches_what_another_subject_or_tenant_wrote() {
 async fn an_agent_changes_only_what_it_wrote_unless_it_holds_write_any() {
     let bench = Bench::start("").await;
     // An operator's record in the subject's scope, which the agent sees.
-    let admin = memgate::memory::Writer { actor: "ops", author: Some("admin:ops"), own_twins_only: false };
+    let admin = memgate::memory::Writer::operator("ops", Some("admin:ops"), WriterKind::Operator);
     let operator = bench
         .memories
         .create_as(
@@ -233,11 +234,28 @@ async fn an_agent_changes_only_what_it_wrote_unless_it_holds_write_any() {
     assert!(!bench.call(&agent, "memory_delete", json!({"id": mine})).await.is_error);
     assert!(bench.memories.get("acme", &mine).await.is_err());
 
-    // With memory_write_any it may change the operator's record.
+    // With memory_write_any it changes another agent's record in its scope, never the operator's.
     let trusted = key_caller("acme", "k9", Some("u-1"), &["memory_write_tools", "memory_write_any"]);
-    let update = bench.call(&trusted, "memory_update", json!({"id": "op-1", "priority": 5})).await;
+    let update = bench.call(&trusted, "memory_update", json!({"id": "op-1", "priority": 4})).await;
+    assert!(update.is_error && update.content.contains("an operator wrote this record"), "{update:?}");
+    assert!(bench.call(&trusted, "memory_delete", json!({"id": "op-1"})).await.is_error);
+    assert_eq!(bench.memories.get("acme", "op-1").await.unwrap().revision, 1);
+    let theirs = saved_id(
+        &bench
+            .call(&agent, "memory_add", json!({"type": "fact", "content": {"statement": "Prefers tea."}}))
+            .await,
+    );
+    let update = bench.call(&trusted, "memory_update", json!({"id": theirs, "priority": 4})).await;
     assert!(!update.is_error, "{update:?}");
-    assert_eq!(bench.memories.get("acme", "op-1").await.unwrap().priority, 5);
+    let record = bench.memories.get("acme", &theirs).await.unwrap();
+    assert_eq!(record.priority, 4);
+    // The record's words are now k9's, and its provenance says so; it stays k1's to own.
+    let provenance = record.provenance.unwrap();
+    assert_eq!((provenance.writer, provenance.credential.as_deref()), (WriterKind::Agent, Some("key:k9")));
+    assert_eq!(record.author.as_deref(), Some("agent:k1"));
+    // Priority 5 is an operator's word, even with write_any.
+    let update = bench.call(&trusted, "memory_update", json!({"id": theirs, "priority": 5})).await;
+    assert!(update.is_error && update.content.contains("$.priority"), "{update:?}");
 }
 
 #[tokio::test]

@@ -207,6 +207,7 @@ fn sop_record(tenant: &str) -> Record {
         access_count: 0,
         change_seq: 0,
         author: None,
+        provenance: None,
     }
 }
 

@@ -15,6 +15,7 @@ pub mod review;
 pub mod transfer;
 
 use crate::clock::now_ms;
+use crate::record::WriterKind;
 use crate::error::{ApiError, Code};
 use crate::http::client::RequestOrigin;
 use crate::http::console::auth::too_many_failures;
@@ -81,6 +82,17 @@ pub async fn require_admin(State(state): State<AppState>, request: Request, next
 pub struct AdminContext {
     pub tenant: String,
     pub actor: String,
+    /// memgate's id of the request, kept in the provenance of what it writes.
+    pub request_id: Option<String>,
+}
+
+impl AdminContext {
+    /// The operator as a writer, with `author` on what it writes.
+    pub fn writer<'a>(&'a self, author: &'a str) -> crate::memory::Writer<'a> {
+        let mut writer = crate::memory::Writer::operator(&self.actor, Some(author), WriterKind::Operator);
+        writer.provenance.request_id = self.request_id.clone();
+        writer
+    }
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for AdminContext {
@@ -98,7 +110,8 @@ impl<S: Send + Sync> FromRequestParts<S> for AdminContext {
             Some(actor) => actor,
             None => header_token(&parts.headers, "x-memory-actor")?.unwrap_or_else(|| "admin".to_owned()),
         };
-        Ok(AdminContext { tenant, actor })
+        let request_id = parts.extensions.get::<crate::http::observe::RequestId>().map(|id| id.0.clone());
+        Ok(AdminContext { tenant, actor, request_id })
     }
 }
 

@@ -8,8 +8,16 @@
 //! scope (`user:<subject>`, else the key's `agent:<key id>`), written by the caller as author:
 //! `key` is the file's normal path (`paths::resolve`), which makes a path one record (a write to
 //! the same key supersedes; no near-duplicate merging between files), `content` is
-//! `{"statement": <the file's text>, "subject": <the path>, "source": "memory tool"}`. Any
-//! record of that scope whose key starts with `/memories/` is a file of the tree.
+//! `{"statement": <the file's text>, "subject": <the path>, "source": "memory tool"}`.
+//!
+//! The tree is what recall would show of that scope: its active `fact`s, valid now, whose key is
+//! a path under `/memories`, and the caller's own proposals (marked as awaiting review). Paused,
+//! archived, expired and dormant records, other writers' proposals and records of other types
+//! are not files; their keys stay theirs, and a write that would take one is refused. A file
+//! belongs to the writer that wrote it: the memory tool writes as the caller's credential,
+//! through the same rule as the six tools (`memory::writers`), so changing or deleting another
+//! writer's file needs `memory_write_any`, and nothing written here acts or leaves the
+//! caller's scope. The request's tool level decides the commands: `read` allows `view` alone.
 //!
 //! The commands and their answers are the reference implementation's (the Python SDK's
 //! `BetaLocalFilesystemMemoryTool`), so the model behaves as documented: `tree` runs them on the
@@ -19,9 +27,10 @@ pub mod paths;
 pub mod tree;
 
 use super::write::{refusal, schema_version, status_note};
-use super::{ToolCaller, ToolResult};
+use super::{Level, ToolCaller, ToolResult};
+use crate::clock::now_ms;
 use crate::memory::{MemoryService, Writer};
-use crate::record::Status;
+use crate::record::{Record, Status, WriterKind};
 use crate::rollout::Release;
 use crate::store::memories::ListFilter;
 use serde_json::{Map, Value, json};
@@ -49,21 +58,27 @@ pub async fn run(
         Ok(command) => command,
         Err(message) => return ToolResult::error(message),
     };
-    let (Some(scope), Some(author)) = (&caller.own_scope, &caller.author) else {
+    if caller.file_level < Level::Write && !matches!(command, Command::View { .. }) {
+        return ToolResult::refused(
+            "memory: memory files are read-only in this request (only view is allowed); nothing was written",
+        );
+    }
+    let Some(writer) = caller.writer(release, WriterKind::MemoryTool) else {
         return ToolResult::refused(
             "memory: this caller has no scope of its own to keep files in (a gateway key, or an end user's subject, is needed)",
         );
     };
     let tenant = &caller.caller.tenant;
-    let tree = match load(memories, tenant, scope).await {
-        Ok(tree) => tree,
+    let scope = writer.bounds.map_or("", |b| b.scope);
+    let (tree, proposed) = match load(memories, tenant, scope, writer.author).await {
+        Ok(loaded) => loaded,
         Err(result) => return result,
     };
     let applied = match tree::apply(&tree, &command) {
         Ok(applied) => applied,
         Err(message) => return ToolResult::error(message),
     };
-    let file_writer = FileWriter { memories, tenant, scope, author, release, tree: &tree };
+    let file_writer = FileWriter { memories, tenant, scope, writer: &writer, release, tree: &tree };
     let mut note = "";
     for change in &applied.changes {
         match file_writer.make(change).await {
@@ -71,7 +86,25 @@ pub async fn run(
             Err(result) => return result,
         }
     }
-    ToolResult::ok(format!("{}{note}", applied.answer))
+    let mut answer = applied.answer;
+    if let Command::View { path, .. } = &command {
+        answer.push_str(&awaiting_review(&proposed, path));
+    }
+    ToolResult::ok(format!("{answer}{note}"))
+}
+
+/// The line that marks the caller's own proposals among what `view` showed of `shown`.
+fn awaiting_review(proposed: &[String], shown: &str) -> String {
+    let Ok(path) = paths::resolve(shown) else { return String::new() };
+    let listed: Vec<&str> =
+        proposed.iter().filter(|p| paths::is_within(p, &path)).map(String::as_str).collect();
+    if listed.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n(Awaiting review, not used until an operator approves them: {}.)",
+        listed.join(", ")
+    )
 }
 
 /// The command in `input`, or what is wrong with it.
@@ -129,14 +162,22 @@ fn view_range(value: Option<&Value>) -> Option<(i64, i64)> {
     }
 }
 
-/// The files of `scope`: its records whose key is a path under `/memories`.
-async fn load(memories: &MemoryService, tenant: &str, scope: &str) -> Result<Tree, ToolResult> {
+/// The files of `scope` that `author` may see (the module comment says which), and the paths of
+/// the author's own proposals among them.
+async fn load(
+    memories: &MemoryService,
+    tenant: &str,
+    scope: &str,
+    author: Option<&str>,
+) -> Result<(Tree, Vec<String>), ToolResult> {
     let filter = ListFilter {
         scope: Some(scope.to_owned()),
         record_type: Some(FILE_TYPE.to_owned()),
         ..ListFilter::default()
     };
     let mut tree = Tree::new();
+    let mut proposed = Vec::new();
+    let now = now_ms();
     let mut cursor: Option<String> = None;
     loop {
         let page = memories.list(tenant, &filter, cursor.as_deref(), PAGE).await.map_err(|err| {
@@ -148,6 +189,12 @@ async fn load(memories: &MemoryService, tenant: &str, scope: &str) -> Result<Tre
             if record.scope != [scope] || !paths::is_within(key, paths::ROOT) || key == paths::ROOT {
                 continue;
             }
+            if !shown_as_file(record, author, now) {
+                continue;
+            }
+            if record.status == Status::Proposed {
+                proposed.push(key.clone());
+            }
             let text = record.content.get("statement").and_then(Value::as_str).unwrap_or_default();
             tree.insert(
                 key.clone(),
@@ -155,10 +202,18 @@ async fn load(memories: &MemoryService, tenant: &str, scope: &str) -> Result<Tre
             );
         }
         if page.len() < PAGE as usize || tree.len() > tree::MAX_FILES {
-            return Ok(tree);
+            return Ok((tree, proposed));
         }
         cursor = page.last().map(|record| record.id.clone());
     }
+}
+
+/// Whether `record` is a file `author` sees: what recall would show (active, valid now), and
+/// the author's own proposals.
+fn shown_as_file(record: &Record, author: Option<&str>, now: i64) -> bool {
+    let own = author.is_some() && record.author.as_deref() == author;
+    record.is_valid_at(now)
+        && (record.status == Status::Active || (record.status == Status::Proposed && own))
 }
 
 /// Writes a command's changes as the caller, into its scope.
@@ -166,7 +221,7 @@ struct FileWriter<'a> {
     memories: &'a MemoryService,
     tenant: &'a str,
     scope: &'a str,
-    author: &'a str,
+    writer: &'a Writer<'a>,
     release: &'a Release,
     tree: &'a Tree,
 }
@@ -197,8 +252,7 @@ impl FileWriter<'_> {
                     "content": Self::content(text, path),
                     "status": status.as_str(),
                 });
-                let writer = Writer { actor: self.author, author: Some(self.author), own_twins_only: true };
-                self.memories.create_as(self.tenant, &envelope, &writer).await.map_err(refused)?;
+                self.memories.create_as(self.tenant, &envelope, self.writer).await.map_err(refused)?;
                 Ok(status)
             }
             Change::Write { path, text } => {
@@ -215,7 +269,7 @@ impl FileWriter<'_> {
             }
             Change::Delete { path } => {
                 let (id, _) = self.record_of(path)?;
-                self.memories.delete(self.tenant, id, self.author).await.map_err(refused)?;
+                self.memories.delete_as(self.tenant, id, self.writer).await.map_err(refused)?;
                 Ok(status)
             }
         }
@@ -234,7 +288,7 @@ impl FileWriter<'_> {
         }
         let record = self
             .memories
-            .update(self.tenant, id, &Value::Object(patch), Some(*revision), self.author)
+            .update_as(self.tenant, id, &Value::Object(patch), Some(*revision), self.writer)
             .await
             .map_err(|err| refusal(TOOL_NAME, err))?;
         Ok(record.status)

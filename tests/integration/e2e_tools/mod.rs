@@ -6,6 +6,7 @@
 mod bounds;
 mod compat;
 mod explain;
+mod files_trust;
 mod memory_file;
 mod streaming;
 

@@ -64,6 +64,7 @@ fn record(content: Value) -> Record {
         access_count: 0,
         change_seq: 0,
         author: None,
+        provenance: None,
     }
 }
 
