@@ -178,6 +178,7 @@ fn bench_size(args: &Args, size: usize, sweep: &[Probes]) -> Result<Value, BoxEr
         standout: None,
         subject_boost: 0.0,
         neighbour_weight: 0.0,
+        inject_writers: memgate::record::WriterSet::ALL,
     };
 
     let (has_ann, lists_note, list_lens) = {

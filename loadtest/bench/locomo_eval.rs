@@ -263,6 +263,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         standout: None,
         subject_boost: 0.0,
         neighbour_weight: 0.0,
+        inject_writers: memgate::record::WriterSet::ALL,
     };
     let production = settings(threshold, 5, 3000);
     let production10 = settings(threshold, 10, 3000);

@@ -187,6 +187,7 @@ impl Bench {
             updated_at: format_ms(0),
             content: std::borrow::Cow::Owned(json!({"statement": "x"})),
             stub: None,
+            written_by: None,
         };
         let line = memgate::inject::compact_line(&item);
         let line_tokens = tiktoken_rs::cl100k_base_singleton().encode_ordinary(&line).len();

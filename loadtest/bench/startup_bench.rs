@@ -311,6 +311,7 @@ async fn bench(
         standout: None,
         subject_boost: 0.0,
         neighbour_weight: 0.0,
+        inject_writers: memgate::record::WriterSet::ALL,
     };
     let mut rng = Rng::new(5);
     let now = memgate::clock::now_ms();

@@ -50,6 +50,12 @@ pub struct RawRelease {
     /// The record types agents, the memory tool and the observer may write: some of `fact`,
     /// `preference`, `decision`, `task` (the default: all four).
     pub agent_types: Option<Vec<String>>,
+    /// Whose records this release injects: some of `operator`, `import`, `agent`, `memory_tool`,
+    /// `observer` (the default: all).
+    pub inject_writers: Option<Vec<String>>,
+    /// Whether the block marks each record that an agent, the memory tool or the observer wrote
+    /// (`"written_by"` on its line; the default: true).
+    pub frame_writers: Option<bool>,
     /// Upstream rounds of one request whose tool calls memgate answers (default 4).
     pub max_tool_rounds: Option<u32>,
     /// The time memgate's tool rounds may take in all, in ms (default 60000).
@@ -101,6 +107,8 @@ pub struct ReleaseConfig {
     pub agent_writes: Option<AgentWritesSetting>,
     /// A non-empty subset of `record::AGENT_TYPES`.
     pub agent_types: Option<Vec<String>>,
+    pub inject_writers: Option<crate::record::WriterSet>,
+    pub frame_writers: Option<bool>,
     /// 1 to 32.
     pub max_tool_rounds: Option<u32>,
     /// At least 1 ms.
@@ -263,6 +271,22 @@ impl RawRelease {
                 return Err(invalid(&key("agent_types"), "name at least one type, or set memory_tools = \"read\""));
             }
         }
+        let inject_writers = match &self.inject_writers {
+            None => None,
+            Some(names) => {
+                let mut kinds = Vec::new();
+                for name in names {
+                    let kind = crate::record::WriterKind::parse(name).ok_or_else(|| {
+                        invalid(
+                            &key("inject_writers"),
+                            format!("`{name}` is not a writer; use some of operator, import, agent, memory_tool, observer"),
+                        )
+                    })?;
+                    kinds.push(kind);
+                }
+                Some(crate::record::WriterSet::of(kinds))
+            }
+        };
         if self.max_tool_rounds.is_some_and(|n| !(1..=32).contains(&n)) {
             return Err(invalid(&key("max_tool_rounds"), "use a number from 1 to 32"));
         }
@@ -295,6 +319,8 @@ impl RawRelease {
             memory_tools,
             agent_writes,
             agent_types: self.agent_types,
+            inject_writers,
+            frame_writers: self.frame_writers,
             max_tool_rounds: self.max_tool_rounds,
             tool_time_budget: self.tool_time_budget_ms.map(Duration::from_millis),
             observe,
@@ -328,6 +354,8 @@ impl ReleaseConfig {
             memory_tools: top.memory_tools.or(self.memory_tools),
             agent_writes: top.agent_writes.or(self.agent_writes),
             agent_types: top.agent_types.or(self.agent_types),
+            inject_writers: top.inject_writers.or(self.inject_writers),
+            frame_writers: top.frame_writers.or(self.frame_writers),
             max_tool_rounds: top.max_tool_rounds.or(self.max_tool_rounds),
             tool_time_budget: top.tool_time_budget.or(self.tool_time_budget),
             observe: top.observe.or(self.observe),

@@ -63,6 +63,7 @@ fn settings(
         standout: None,
         subject_boost: 0.0,
         neighbour_weight: 0.0,
+        inject_writers: crate::record::WriterSet::ALL,
     }
 }
 

@@ -37,6 +37,7 @@ pub mod scope;
 pub mod semantic;
 pub mod temporal;
 pub mod trace;
+pub mod writers;
 
 #[cfg(test)]
 mod bounded_tests;
@@ -74,6 +75,8 @@ pub struct FunnelSettings {
     pub subject_boost: f32,
     /// How much a record's neighbours in its thread lift it (`neighbours`); 0: off.
     pub neighbour_weight: f32,
+    /// Whose records this release injects (`inject_writers`; `writers`).
+    pub inject_writers: crate::record::WriterSet,
 }
 
 impl FunnelSettings {
@@ -140,6 +143,7 @@ pub fn run(
     let visible = scope::visible(index, caller, detail, &mut trace);
     let (current, visible_tokens) =
         temporal::current(index, &visible, now_ms, &settings.schema_versions, detailed, &mut trace);
+    let current = writers::admitted(index, current, settings.inject_writers, detailed, &mut trace);
     // A bounded scan keeps the best few similarity hits; a detailed trace names every removal
     // with its score, so it scans without a bound.
     let top = if detailed { TopK::ALL } else { TopK::for_cap(settings.max_items, settings.max_stubs) };
@@ -290,7 +294,9 @@ fn with_neighbours(
         Some((similarity, similarity + query.lift.boost.of(slot) + lexical_weight * word))
     };
     let weight = settings.neighbour_weight;
-    let (hits, best) = neighbours::lift(index, current, matched.hits, weight, own);
+    // The least a record passes on by meaning under this release: a neighbour must reach it too.
+    let floor = query.lift.standout.map_or(query.threshold, |standout| standout.floor);
+    let (hits, best) = neighbours::lift(index, current, matched.hits, weight, floor, own);
     let allowance =
         best.map_or(0.0, |best| 1.5 * weight * best.max(bar + lexical_weight * min_lexical).max(0.0));
     (hits, allowance)

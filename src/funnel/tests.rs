@@ -62,6 +62,7 @@ pub(super) fn record(id: &str, scope: &[&str], valid: (i64, i64), schema: &str) 
         access_count: 0,
         change_seq: 0,
         author: None,
+        provenance: None,
     }
 }
 
@@ -306,6 +307,7 @@ fn detailed_trace_keeps_counts_and_reasons() {
         standout: None,
         subject_boost: 0.0,
         neighbour_weight: 0.0,
+        inject_writers: crate::record::WriterSet::ALL,
     };
     let query = axis(0);
     let semantic = SemanticQuery {
@@ -420,6 +422,7 @@ fn hybrid_retrieval_passes_strong_word_matches_and_explains_each_rankings_part()
         standout: None,
         subject_boost: 0.0,
         neighbour_weight: 0.0,
+        inject_writers: crate::record::WriterSet::ALL,
     };
     let run = |retrieval: super::Retrieval| {
         let hybrid = match retrieval {
@@ -560,6 +563,7 @@ fn the_cut_passes_a_clear_answer_alone_and_a_broad_question_several() {
             standout: None,
             subject_boost: 0.0,
             neighbour_weight: 0.0,
+            inject_writers: crate::record::WriterSet::ALL,
         };
         let semantic = SemanticQuery {
             text: "question",

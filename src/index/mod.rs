@@ -111,6 +111,9 @@ pub struct HeadNames {
     record_type: Box<str>,
     schema_version: Box<str>,
     author: Option<Box<str>>,
+    /// The kind of writer of the live version (`Record::writer`): what a release's
+    /// `inject_writers` and the block's framing read.
+    writer: crate::record::WriterKind,
 }
 
 /// Ends each scope in `RecordHead::text`. A scope never holds one (`record::is_valid_scope`
@@ -137,6 +140,7 @@ impl RecordHead {
                 record_type: Box::from(record.record_type.as_str()),
                 schema_version: Box::from(record.schema_version.as_str()),
                 author: record.author.as_deref().map(Box::from),
+                writer: record.writer(),
             }),
             text: text.into_boxed_str(),
             valid_from_ms: record.valid_from_ms,
@@ -168,6 +172,11 @@ impl RecordHead {
 
     pub fn author(&self) -> Option<&str> {
         self.names.author.as_deref()
+    }
+
+    /// The kind of writer of the record's live version.
+    pub fn writer(&self) -> crate::record::WriterKind {
+        self.names.writer
     }
 
     pub fn id(&self) -> &str {
@@ -243,7 +252,8 @@ pub struct Arriving {
     pub words: Option<(Vec<String>, u32)>,
     /// Where the record sits in a conversation or document (`metadata.thread`, `position`).
     pub place: Option<threads::Place>,
-    /// Normalized exact terms: key, aliases and identifiers in the content (`terms`).
+    /// Normalized exact terms: an operator's key and aliases, and identifiers in the content
+    /// (`terms`).
     pub terms: Vec<String>,
     /// The whole record, when it carries `trigger_conditions`: the index keeps it
     /// (`TenantIndex::triggered`).
@@ -260,10 +270,16 @@ impl IndexedRecord {
     /// import on every core before it wrote them).
     pub fn counted(record: Record, vector: Option<Arc<[f32]>>, tokens: u32) -> IndexedRecord {
         let mut terms = Vec::new();
-        if let Some(key) = &record.key {
-            terms.push(terms::normalize(key));
+        // An agent's or the observer's key and aliases are words of the record, not names that
+        // route it past the semantic layer (`terms`); an alias stored before aliases had to be
+        // specific is no route either.
+        if terms::exact_route_trusted(record.author.as_deref()) {
+            if let Some(key) = &record.key {
+                terms.push(terms::normalize(key));
+            }
+            let specific = record.aliases.iter().filter(|a| terms::alias_specificity(a).is_ok());
+            terms.extend(specific.map(|a| terms::normalize(a)));
         }
-        terms.extend(record.aliases.iter().map(|a| terms::normalize(a)));
         terms::identifiers_in(&record.content, &mut terms);
         terms.sort();
         terms.dedup();

@@ -47,6 +47,9 @@ pub struct RenderItem<'a> {
     /// `Some(summary)` for a one-line stub of a record that did not fit the budget; the line then
     /// carries `"stub"` instead of `"content"`.
     pub stub: Option<String>,
+    /// Who said this, for a record an operator did not write (`written_by` on its line, after
+    /// `type`): the model reads it as what someone said, not as operator policy.
+    pub written_by: Option<&'static str>,
 }
 
 impl<'a> RenderItem<'a> {
@@ -59,7 +62,14 @@ impl<'a> RenderItem<'a> {
             updated_at: crate::clock::format_ms(record.updated_at_ms),
             content: Cow::Borrowed(&record.content),
             stub: None,
+            written_by: None,
         }
+    }
+
+    /// The same item, with its line saying who wrote the record when an operator did not.
+    pub fn framed(mut self, writer: crate::record::WriterKind) -> RenderItem<'a> {
+        self.written_by = written_by(writer);
+        self
     }
 
     /// The same item owning what it borrowed.
@@ -71,6 +81,7 @@ impl<'a> RenderItem<'a> {
             updated_at: self.updated_at,
             content: Cow::Owned(self.content.into_owned()),
             stub: self.stub,
+            written_by: self.written_by,
         }
     }
 }
@@ -349,12 +360,27 @@ pub fn compact_line(item: &RenderItem) -> String {
     line(item, false)
 }
 
+/// What a record's line says of its writer, when an operator did not write it.
+fn written_by(writer: crate::record::WriterKind) -> Option<&'static str> {
+    use crate::record::WriterKind;
+    match writer {
+        WriterKind::Operator | WriterKind::Import => None,
+        WriterKind::Agent => Some("an agent, not operator policy"),
+        WriterKind::MemoryTool => Some("an agent's memory file, not operator policy"),
+        WriterKind::Observer => Some("the user's own words as memgate kept them, not operator policy"),
+    }
+}
+
 fn line(item: &RenderItem, with_meta: bool) -> String {
     let mut out = String::with_capacity(96);
     out.push_str("{\"id\":");
     push_string(&mut out, &item.id);
     out.push_str(",\"type\":");
     push_string(&mut out, &item.record_type);
+    if let Some(writer) = item.written_by {
+        out.push_str(",\"written_by\":");
+        push_string(&mut out, writer);
+    }
     if with_meta {
         let _ = write!(out, ",\"priority\":{}", item.priority);
         out.push_str(",\"updated_at\":");
@@ -643,6 +669,7 @@ fn sample_items() -> Vec<RenderItem<'static>> {
         updated_at: "2024-06-15T09:00:00Z".to_owned(),
         content: Cow::Owned(serde_json::json!({"text": "sample <b>&</b>", "n": 1})),
         stub: stub.map(str::to_owned),
+        written_by: None,
     };
     vec![
         item("sample-1", "customer_profile", None),

@@ -20,6 +20,7 @@ fn item(id: &str, record_type: &str, content: Value) -> RenderItem<'static> {
         updated_at: "2024-06-15T09:00:00Z".to_owned(),
         content: Cow::Owned(content),
         stub: None,
+        written_by: None,
     }
 }
 

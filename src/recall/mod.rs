@@ -324,8 +324,12 @@ impl Recaller {
         }
         let render_items: Vec<RenderItem> = item_bodies
             .iter()
-            .map(|record| render_item(record, None))
-            .chain(stub_bodies.iter().map(|record| render_item(record, Some(stub_summary(record)))))
+            .map(|record| render_item(record, None, release.frame_writers))
+            .chain(
+                stub_bodies
+                    .iter()
+                    .map(|record| render_item(record, Some(stub_summary(record)), release.frame_writers)),
+            )
             .collect();
         let block = self.templates().render(&release.name, &render_items).map_err(|err| {
             tracing::error!(error = %err, release = %release.name, "template failed");
@@ -367,8 +371,9 @@ fn with_bodies(
     chosen.into_iter().zip(bodies).filter_map(|(c, body)| Some((c, body?))).unzip()
 }
 
-fn render_item(record: &crate::record::Record, stub: Option<String>) -> RenderItem<'_> {
-    RenderItem { stub, ..RenderItem::of(record) }
+fn render_item(record: &crate::record::Record, stub: Option<String>, frame: bool) -> RenderItem<'_> {
+    let item = RenderItem { stub, ..RenderItem::of(record) };
+    if frame { item.framed(record.writer()) } else { item }
 }
 
 /// One line saying what a record that did not fit is about: its type, key and first words.

@@ -4,7 +4,7 @@
 
 pub mod provenance;
 
-pub use provenance::{AGENT_TYPES, Provenance, WriterKind};
+pub use provenance::{AGENT_TYPES, Provenance, WriterKind, WriterSet};
 
 use crate::clock::format_ms;
 use serde::Serialize;

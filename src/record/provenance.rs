@@ -70,6 +70,35 @@ impl WriterKind {
     }
 }
 
+/// A set of writer kinds (a release's `inject_writers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterSet(u8);
+
+impl WriterSet {
+    pub const ALL: WriterSet = WriterSet(0b1_1111);
+
+    pub fn of(kinds: impl IntoIterator<Item = WriterKind>) -> WriterSet {
+        WriterSet(kinds.into_iter().fold(0, |bits, kind| bits | WriterSet::bit(kind)))
+    }
+
+    fn bit(kind: WriterKind) -> u8 {
+        1 << (kind as u8)
+    }
+
+    pub fn contains(self, kind: WriterKind) -> bool {
+        self.0 & WriterSet::bit(kind) != 0
+    }
+
+    pub fn is_all(self) -> bool {
+        self == WriterSet::ALL
+    }
+
+    /// The kinds in the set, in `WriterKind::ALL`'s order.
+    pub fn kinds(self) -> impl Iterator<Item = WriterKind> {
+        WriterKind::ALL.into_iter().filter(move |kind| self.contains(*kind))
+    }
+}
+
 /// `provenance` of a record's live version.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Provenance {
@@ -139,6 +168,14 @@ mod tests {
         assert_eq!(WriterKind::of_author(Some("observer")), WriterKind::Observer);
         assert_eq!(WriterKind::of_author(Some("agent:k1")), WriterKind::Agent);
         assert_eq!(WriterKind::of_author(Some("someone")), WriterKind::Agent);
+    }
+
+    #[test]
+    fn a_writer_set_holds_what_it_was_made_of() {
+        let set = WriterSet::of([WriterKind::Operator, WriterKind::Import]);
+        assert!(set.contains(WriterKind::Import) && !set.contains(WriterKind::Agent));
+        assert_eq!(set.kinds().collect::<Vec<_>>(), [WriterKind::Operator, WriterKind::Import]);
+        assert!(WriterSet::of(WriterKind::ALL).is_all() && !set.is_all());
     }
 
     #[test]

@@ -119,6 +119,9 @@ pub struct Release {
     pub placement: Placement,
     /// Inject an empty block when nothing survives (some teams want the contract every time).
     pub empty_block: bool,
+    /// Mark the lines of records that agents, the memory tool or the observer wrote
+    /// (`"written_by"`), so the model reads them as what someone said, not operator policy.
+    pub frame_writers: bool,
     /// How the person's words are found in a request (`query`).
     pub query: QueryRule,
     /// memgate's memory tools: what this release's callers may get and how they run.
@@ -183,6 +186,7 @@ pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<
                     }),
                     subject_boost: r.subject_boost.unwrap_or(0.0),
                     neighbour_weight: r.neighbour_weight.unwrap_or(0.0),
+                    inject_writers: r.inject_writers.unwrap_or(crate::record::WriterSet::ALL),
                     retrieval: match r.retrieval {
                         Some(RetrievalSetting::Dense) => Retrieval::Dense,
                         _ => match Retrieval::HYBRID {
@@ -207,6 +211,7 @@ pub fn load_releases(config: &Config, templates: &Templates) -> Result<BTreeMap<
                 name,
                 placement,
                 empty_block: r.empty_block.unwrap_or(false),
+                frame_writers: r.frame_writers.unwrap_or(true),
             },
         );
     }

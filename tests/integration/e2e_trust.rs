@@ -161,3 +161,47 @@ async fn a_repeat_of_a_record_the_agent_cannot_read_does_not_name_it() {
     let got = call(&mcp, "memory_get", json!({"id": id})).await;
     assert!(text(&got).contains("no record"), "{}", text(&got));
 }
+
+#[tokio::test]
+async fn a_block_marks_what_an_agent_wrote_and_a_release_can_leave_it_out() {
+    let config = crate::support::TempDir::new("trust-config");
+    let file = config.path.join("memgate.toml");
+    std::fs::write(
+        &file,
+        "[memory]\nfunnel_timeout_ms = 10000\ndefault_release = \"v1\"\n\
+         [releases.v2]\nschema_versions = [\"v1\"]\ninject_writers = [\"operator\", \"import\"]\n",
+    )
+    .unwrap();
+    let mock = Proc::mock(&[]);
+    let gateway = managed_gateway(&mock, &["--config", file.to_str().unwrap()]);
+    let policy = json!({"id": "ship-policy", "type": "fact", "scope": ["user:u-1"],
+        "content": {"statement": "My orders ship from the Lyon warehouse."}});
+    assert_eq!(admin(&gateway, reqwest::Method::POST, "/memories", Some(policy)).await.0, 201);
+    let (agent, _) = issue_key(&gateway, "default",
+        json!({"name": "agent", "permissions": ["memory_write_tools", "assert_subject"]})).await;
+    let mcp = connect(&gateway, &[("x-api-key", &agent), ("x-memory-subject", "u-1")]).await;
+    let said = saved_id(&call(&mcp, "memory_add",
+        json!({"type": "fact", "content": {"statement": "My orders ship from the Lyon warehouse by express courier."}})).await);
+
+    let explain = |release: &str| json!({"release": release, "caller": {"scopes": ["user:u-1"]},
+        "request": {"model": "m", "max_tokens": 5,
+            "messages": [{"role": "user", "content": "Where do my orders ship from?"}]}});
+    let (status, both) = admin(&gateway, reqwest::Method::POST, "/explain", Some(explain("v1"))).await;
+    assert_eq!(status, 200, "{both}");
+    let block = both["block"].as_str().unwrap();
+    let lines: Vec<&str> = block.lines().filter(|l| l.starts_with("{\"id\"")).collect();
+    let line_of = |id: &str| lines.iter().find(|l| l.contains(&format!("\"id\":\"{id}\""))).copied();
+    let agents = line_of(&said).unwrap_or_else(|| panic!("the agent's record is not injected: {block}"));
+    assert!(agents.contains(r#""written_by":"an agent, not operator policy""#), "{agents}");
+    let operators = line_of("ship-policy").unwrap_or_else(|| panic!("the policy is not injected: {block}"));
+    assert!(!operators.contains("written_by"), "{operators}");
+    assert_eq!(both["records"][&said]["writer"], "agent", "{both}");
+    assert_eq!(both["records"]["ship-policy"]["writer"], "operator", "{both}");
+
+    // A release that injects operators' records alone leaves the agent's out, and says why.
+    let (_, operators_only) = admin(&gateway, reqwest::Method::POST, "/explain", Some(explain("v2"))).await;
+    assert_eq!(operators_only["injected"], json!(["ship-policy"]), "{operators_only}");
+    let writers = operators_only["trace"]["layers"].as_array().unwrap().iter().find(|l| l["layer"] == "writers");
+    let writers = writers.unwrap_or_else(|| panic!("no writers step: {operators_only}"));
+    assert_eq!(writers["removed"][0]["id"], said.as_str(), "{writers}");
+}

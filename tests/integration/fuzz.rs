@@ -295,6 +295,7 @@ proptest! {
             updated_at: "2024-06-15T09:00:00Z".to_owned(),
             content: std::borrow::Cow::Borrowed(&content),
             stub: None,
+            written_by: None,
         };
         let line = memgate::inject::record_line(&item);
         prop_assert!(!line.contains(['<', '>', '&', '\n', '\r', '＜', '＞', '⟨', '⟩', '‹', '›', '〈', '〉', '〈', '〉', '˂', '˃', '≮', '≯', 'ᐸ']), "{}", line);

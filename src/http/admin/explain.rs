@@ -177,7 +177,8 @@ fn summaries(state: &AppState, tenant: &str, recalled: &crate::recall::Recalled)
             (
                 id.to_owned(),
                 json!({"type": r.record_type(), "key": r.key(), "priority": r.priority, "scope": r.scopes().collect::<Vec<_>>(),
-                    "tokens": item.tokens, "status": r.status.as_str()}),
+                    "tokens": item.tokens, "status": r.status.as_str(), "writer": r.writer().as_str(),
+                    "author": r.author()}),
             )
         })
         .collect();

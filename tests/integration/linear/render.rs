@@ -17,6 +17,7 @@ fn item(content: Value) -> RenderItem<'static> {
         updated_at: "2024-06-15T09:00:00Z".into(),
         content: std::borrow::Cow::Owned(content),
         stub: None,
+        written_by: None,
     }
 }
 
