@@ -603,7 +603,8 @@ impl MemoryService {
         writer: &Writer<'_>,
     ) -> Result<Created, MemoryError> {
         let actor = writer.actor;
-        let by = By { actor, author: writer.author, provenance: Some(&writer.provenance), claim: writer.claim };
+        let by =
+            By { actor, author: writer.author, provenance: Some(&writer.provenance), claim: writer.claim };
         let now = now_ms();
         let envelope = self.check(input, now)?;
         writers::admit(writer, &envelope, None).map_err(MemoryError::Invalid)?;

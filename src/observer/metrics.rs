@@ -33,6 +33,9 @@ pub struct ObserverMetrics {
     pub calls: Family<OutcomeLabels, Counter>,
     /// Candidates by the gate that decided them and the verdict.
     pub candidates: Family<GateLabels, Counter>,
+    /// Claimed exchanges that stopped writing because their claim was gone: their scope was
+    /// forgotten during the extraction (or another replica took them over).
+    pub fenced: Counter,
     /// Extraction calls made, per tenant: the cost's first half.
     pub tenant_calls: Family<TenantLabels, Counter>,
     pub tenant_input_tokens: Family<TenantLabels, Counter>,
@@ -56,6 +59,11 @@ impl ObserverMetrics {
             "observer_candidates",
             "Extracted candidates by the gate that decided them and the verdict",
             self.candidates.clone(),
+        );
+        registry.register(
+            "observer_exchanges_fenced",
+            "Claimed exchanges that wrote nothing more because their claim was gone (their scope forgotten meanwhile)",
+            self.fenced.clone(),
         );
         registry.register("observer_tenant_calls", "Extraction calls per tenant", self.tenant_calls.clone());
         registry.register(

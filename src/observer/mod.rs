@@ -4,9 +4,10 @@
 //! The path of one exchange, in order:
 //!
 //! 1. the turn (`turn::Turns::begin`) asks `Observer::watch` whether this request is observed:
-//!    the caller holds `observe`, has a subject, its release's `observe` is `propose` or `write`,
-//!    memory is on for the request, and an extraction credential exists. Nothing else is kept
-//!    or changed for any other request;
+//!    the caller holds `observe`, has a subject and a write scope of its own (`Caller::own_scope`,
+//!    where memgate's write tools write: the end user's `user:<subject>` when the caller may
+//!    read it), its release's `observe` is `propose` or `write`, memory is on for the request, and
+//!    an extraction credential exists. Nothing else is kept or changed for any other request;
 //! 2. once the upstream's status is known (`Turns::settle`), a 2xx answer's body is tapped
 //!    (`capture`): relayed unchanged while its text is read beside it, and only an answer that
 //!    arrived whole (a stream's `message_stop`) is queued;
@@ -17,12 +18,15 @@
 //!    idempotent by the exchange's id;
 //! 4. the worker (`worker`) claims exchanges under a lease, makes one extraction call for each
 //!    (`extract`) within the tenant's daily budget, and passes each candidate through the gates
-//!    (`gates`) before the writer (`write`) puts it into `user:<subject>`, `proposed` or `active`;
-//!    every candidate's outcome is kept (no record text), counted, and shown by the admin API.
+//!    (`gates`) before the writer (`write`) puts it into the exchange's scope, `proposed` or
+//!    `active`; every candidate's outcome is kept (no record text), counted, and shown by the
+//!    admin API.
 //!
-//! Erasure: `forget` of `user:<subject>` removes that subject's queued exchanges and outcomes
-//! (`forget_subject`); exchanges are deleted once processed and purged unprocessed after
-//! `observer.max_age_hours`.
+//! Erasure: `forget` of a scope removes the exchanges queued for it and their outcomes
+//! (`forget_scope`) before the scope's records, which fences the extractions in flight for it:
+//! whatever they yield is written only while their exchange is still there
+//! (`store::observer::Claim`), so nothing lands after the forget. Exchanges are deleted once
+//! processed and purged unprocessed after `observer.max_age_hours`.
 
 pub mod capture;
 pub mod extract;
@@ -84,6 +88,8 @@ pub struct Watch {
     shared: Arc<Shared>,
     tenant: String,
     subject: String,
+    /// Where its records go: the caller's own write scope.
+    scope: String,
     release: String,
     mode: ObserveMode,
     min_confidence: f64,
@@ -140,10 +146,15 @@ impl Observer {
             return None;
         }
         let subject = caller.subject.clone()?;
+        // Where the write tools would write for this caller, and nowhere else: a subject whose
+        // `user:` scope the caller may not read (a JWT mapping `sub` to `employee:<sub>`) is
+        // another population's person, and is not observed.
+        let scope = caller.own_scope()?;
         Some(Watch {
             shared: self.shared.clone(),
             tenant: caller.tenant.clone(),
             subject,
+            scope,
             release: release.name.clone(),
             mode,
             min_confidence: release.observe.min_confidence.unwrap_or(self.shared.config.min_confidence),
@@ -178,9 +189,10 @@ impl Observer {
         worker::process_due(&self.shared, limit).await
     }
 
-    /// Erasure of an end user: their queued exchanges and every outcome about them.
-    pub async fn forget_subject(&self, tenant: &str, subject: &str) -> Result<(u64, u64), StoreError> {
-        self.shared.store.observer_forget_subject(tenant, subject).await
+    /// Erasure of a scope: the exchanges queued for it (claimed ones too, which fences their
+    /// extractions) and every outcome about it. Run before the scope's records are erased.
+    pub async fn forget_scope(&self, tenant: &str, scope: &str) -> Result<(u64, u64), StoreError> {
+        self.shared.store.observer_forget_scope(tenant, scope).await
     }
 
     /// What `GET /admin/v1/observer` shows of a tenant: the queue, the gates' counts, the
@@ -258,6 +270,7 @@ impl Watch {
             id,
             tenant: self.tenant.clone(),
             subject: self.subject.clone(),
+            scope: self.scope.clone(),
             release: self.release.clone(),
             mode: self.mode.as_str().to_owned(),
             min_confidence: self.min_confidence,

@@ -17,13 +17,19 @@
 //! `max_attempts`; any other refusal gives it up (kept, dead, until the age purge). The call's
 //! tokens are added to the tenant's usage. Each candidate gets one outcome row; the exchange is
 //! then deleted.
+//!
+//! Every record and outcome an exchange yields is written under its claim (`Claim`), checked in
+//! the write's own transaction: once the exchange is gone (`forget` of its scope deleted it
+//! during the extraction) or another replica holds it, the worker writes nothing more for it and
+//! counts it as fenced.
 
 use super::Shared;
 use super::extract::{self, Extracted};
 use super::gates::{self, Candidate, Exchange as Compared};
 use super::write::{self, Failed};
 use crate::clock::{format_ms, now_ms};
-use crate::store::observer::{Exchange, Outcome};
+use crate::store::StoreError;
+use crate::store::observer::{Claim, Exchange, Outcome};
 use crate::upstream::UpstreamRequest;
 use crate::upstream::wire::{HeaderMap, HeaderValue, Method, to_bytes};
 use secrecy::ExposeSecret;
@@ -234,6 +240,7 @@ async fn process(shared: &Shared, exchange: Exchange, owner: &str) {
         tracing::warn!(error = %err, "recording extraction tokens failed");
     }
     shared.metrics.usage(&tenant, extracted.input_tokens, extracted.output_tokens);
+    let claim = Claim { exchange_id: id.clone(), owner: owner.to_owned() };
     let done = match shared.store.observer_outcomes_of(&id).await {
         Ok(done) => done,
         Err(err) => {
@@ -262,13 +269,18 @@ async fn process(shared: &Shared, exchange: Exchange, owner: &str) {
         }
         let record_type = gates::type_name(raw);
         let (verdict, gate, reason, record_id) =
-            match decide(shared, &exchange, &compared, position, raw).await {
+            match decide(shared, &exchange, &compared, position, raw, &claim).await {
                 Ok(Decided::Kept(kept)) => (kept.verdict, kept.gate, kept.reason, Some(kept.record_id)),
                 Ok(Decided::Dropped(dropped)) => ("dropped", dropped.gate, dropped.reason, None),
-                Err(error) => {
+                Err(Failed::Fenced) => {
+                    fenced(shared, &id);
+                    return;
+                }
+                Err(Failed::Unavailable(error)) => {
                     retry(shared, &exchange, owner, now_ms() + 5_000, &error, true).await;
                     return;
                 }
+                Err(Failed::Dropped(dropped)) => ("dropped", dropped.gate, dropped.reason, None),
             };
         shared.metrics.candidate(gate, verdict);
         tracing::info!(exchange = %id, position, gate, verdict, reason = %reason, "observed candidate decided");
@@ -277,6 +289,7 @@ async fn process(shared: &Shared, exchange: Exchange, owner: &str) {
             position,
             tenant: tenant.clone(),
             subject: exchange.new.subject.clone(),
+            scope: exchange.new.scope.clone(),
             request_id: exchange.new.request_id.clone(),
             record_type: record_type.to_owned(),
             verdict: verdict.to_owned(),
@@ -285,7 +298,11 @@ async fn process(shared: &Shared, exchange: Exchange, owner: &str) {
             record_id,
             at_ms: now_ms(),
         };
-        if let Err(err) = shared.store.observer_outcome_insert(&outcome).await {
+        if let Err(err) = shared.store.observer_outcome_insert(&outcome, &claim).await {
+            if matches!(err, StoreError::Fenced) {
+                fenced(shared, &id);
+                return;
+            }
             retry(
                 shared,
                 &exchange,
@@ -314,14 +331,24 @@ enum Decided {
     Dropped(gates::Dropped),
 }
 
-/// One candidate through the gates and, if it passes them all, the writer.
+/// The exchange's claim was gone when it wrote: its scope was forgotten during the extraction
+/// (or another replica took it over). Nothing more is written for it; its row, if another
+/// replica holds it, is that replica's to finish.
+fn fenced(shared: &Shared, id: &str) {
+    shared.metrics.fenced.inc();
+    tracing::info!(%id, "an exchange's claim was gone when it wrote (its scope forgotten meanwhile); nothing more is written for it");
+}
+
+/// One candidate through the gates and, if it passes them all, the writer (`Failed::Dropped`
+/// never comes back from here: a refused write is `Decided::Dropped`).
 async fn decide(
     shared: &Shared,
     exchange: &Exchange,
     compared: &Compared<'_>,
     position: i64,
     raw: &serde_json::Value,
-) -> Result<Decided, String> {
+    claim: &Claim,
+) -> Result<Decided, Failed> {
     let candidate: Candidate = match gates::shape(raw) {
         Ok(candidate) => candidate,
         Err(dropped) => return Ok(Decided::Dropped(dropped)),
@@ -344,10 +371,12 @@ async fn decide(
         return Ok(Decided::Dropped(dropped));
     }
     let (schema_version, model) = (&exchange.new.schema_version, &shared.config.model);
-    match write::write(&shared.memories, &exchange.new, position, &candidate, schema_version, model).await {
+    match write::write(&shared.memories, &exchange.new, position, &candidate, schema_version, model, claim)
+        .await
+    {
         Ok(kept) => Ok(Decided::Kept(kept)),
         Err(Failed::Dropped(dropped)) => Ok(Decided::Dropped(dropped)),
-        Err(Failed::Unavailable(error)) => Err(error),
+        Err(other) => Err(other),
     }
 }
 

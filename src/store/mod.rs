@@ -32,6 +32,10 @@ pub enum StoreError {
     IdTaken(String),
     #[error("another live record already has this key and scope")]
     TopicTaken,
+    /// The observer's claim on the exchange it writes for is gone (its scope was forgotten, or
+    /// another replica took it over): nothing was written (`observer::Claim`).
+    #[error("the exchange this write came from is no longer claimed by this worker")]
+    Fenced,
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
     #[error("stored data is unreadable: {0}")]

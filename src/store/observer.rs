@@ -10,13 +10,27 @@
 //! outcomes already written (keyed by exchange and position) make the second run write nothing
 //! twice. Claiming is one statement, with `FOR UPDATE SKIP LOCKED` on PostgreSQL, as the trigger
 //! outbox's (`outbox`).
+//!
+//! Fairness: a claim takes tenants in turn, not the oldest rows of the whole queue, so one
+//! tenant's backlog of thousands does not hold everyone else's exchanges behind it. Each tenant's
+//! own exchanges go oldest first; among tenants, the one served longest ago goes first
+//! (`observer_turns` keeps the number of the claim that last took one of its exchanges), then the
+//! one whose oldest exchange has waited longest. Ranking the due rows costs a sort of the due
+//! queue per claim (a window over it): small beside an extraction call.
+//!
+//! The fence: a worker writes what an exchange yields only while the exchange is still its
+//! (`Claim::hold`, inside the same transaction as the record or outcome it writes). `forget` of a
+//! scope deletes the scope's exchanges first, so an extraction that was in flight then writes
+//! nothing after it, on any replica: the hold is an `UPDATE` of the exchange's row, which waits
+//! for a forget deleting that row (and then finds it gone), or makes the forget wait until the
+//! write has committed, and the forget then erases the records that write left.
 
 use super::{Store, StoreError};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 use std::collections::BTreeMap;
 
-const COLUMNS: &str = "id, tenant, subject, release_name, mode, min_confidence, schema_version, request_id, person_text, \
+const COLUMNS: &str = "id, tenant, subject, scope, release_name, mode, min_confidence, schema_version, request_id, person_text, \
     answer_text, system_text, injected_json, state, attempts, next_at, last_error, created_at";
 
 /// A finished exchange, as it is queued.
@@ -25,6 +39,9 @@ pub struct NewExchange {
     pub id: String,
     pub tenant: String,
     pub subject: String,
+    /// Where its records go: the caller's own write scope (`Caller::own_scope`) when it was
+    /// queued.
+    pub scope: String,
     pub release: String,
     /// `propose` or `write`.
     pub mode: String,
@@ -61,6 +78,8 @@ pub struct Outcome {
     pub position: i64,
     pub tenant: String,
     pub subject: String,
+    /// The exchange's scope (`NewExchange::scope`).
+    pub scope: String,
     pub request_id: String,
     pub record_type: String,
     /// `written`, `refreshed`, `superseded` or `dropped`.
@@ -72,6 +91,32 @@ pub struct Outcome {
     pub reason: String,
     pub record_id: Option<String>,
     pub at_ms: i64,
+}
+
+/// A claimed exchange's right to write what it yields: its id and the claim's lease owner. It
+/// holds while the row is there and leased to that owner; `forget` of its scope (which deletes
+/// it) or another claim after the lease ran out ends it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub exchange_id: String,
+    pub owner: String,
+}
+
+impl Claim {
+    /// Holds the claim inside a write's transaction `conn`, or `StoreError::Fenced`. An
+    /// `UPDATE` rather than a read: on PostgreSQL its row lock orders it against a concurrent
+    /// forget's `DELETE` of the row (see the module comment); SQLite serializes writers.
+    pub(crate) async fn hold(&self, conn: &mut sqlx::AnyConnection, now_ms: i64) -> Result<(), StoreError> {
+        let held =
+            sqlx::query("UPDATE observer_exchanges SET updated_at = $3 WHERE id = $1 AND lease_owner = $2")
+                .bind(&self.exchange_id)
+                .bind(&self.owner)
+                .bind(now_ms)
+                .execute(&mut *conn)
+                .await?
+                .rows_affected();
+        if held == 1 { Ok(()) } else { Err(StoreError::Fenced) }
+    }
 }
 
 /// A tenant's extraction usage on one UTC day.
@@ -88,8 +133,8 @@ impl Store {
         let result = sqlx::query(
             "INSERT INTO observer_exchanges (id, tenant, subject, release_name, mode, min_confidence, \
              schema_version, request_id, person_text, answer_text, system_text, injected_json, state, attempts, \
-             next_at, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', 0, $13, $13, $13) \
+             next_at, created_at, updated_at, scope) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', 0, $13, $13, $13, $14) \
              ON CONFLICT (id) DO NOTHING",
         )
         .bind(&exchange.id)
@@ -105,6 +150,7 @@ impl Store {
         .bind(&exchange.system_text)
         .bind(serde_json::Value::from(exchange.injected_ids.clone()).to_string())
         .bind(now_ms)
+        .bind(&exchange.scope)
         .execute(self.pool())
         .await?;
         Ok(result.rows_affected() == 1)
@@ -120,7 +166,8 @@ impl Store {
     }
 
     /// Leases up to `limit` due exchanges to `owner` until `now + lease_ms`, counting an attempt
-    /// for each. Concurrent claimers get disjoint rows.
+    /// for each, tenants in turn (the module comment). Concurrent claimers get disjoint rows.
+    /// Returned in the order they were ranked: tenants interleaved.
     pub async fn observer_claim(
         &self,
         owner: &str,
@@ -128,21 +175,38 @@ impl Store {
         lease_ms: i64,
         limit: u32,
     ) -> Result<Vec<Exchange>, StoreError> {
-        let query = sqlx::query(sqlx::AssertSqlSafe(super::outbox::claim_sql(
-            self.backend(),
-            "observer_exchanges",
-            COLUMNS,
-        )))
-        .bind(now_ms + lease_ms)
-        .bind(owner)
-        .bind(now_ms)
-        .bind(i64::from(limit.clamp(1, 1000)));
+        let query = sqlx::query(sqlx::AssertSqlSafe(claim_sql(self.backend())))
+            .bind(now_ms + lease_ms)
+            .bind(owner)
+            .bind(now_ms)
+            .bind(i64::from(limit.clamp(1, 1000)));
         let mut tx = self.relaxed().await?;
         let rows = query.fetch_all(&mut *tx).await?;
+        let claimed = rows.iter().map(exchange_from_row).collect::<Result<Vec<_>, _>>()?;
+        let tenants: std::collections::BTreeSet<&str> =
+            claimed.iter().map(|e| e.new.tenant.as_str()).collect();
+        let mut served = BTreeMap::new();
+        if !tenants.is_empty() {
+            for row in sqlx::query("SELECT tenant, turn FROM observer_turns").fetch_all(&mut *tx).await? {
+                served.insert(row.try_get::<String, _>(0)?, row.try_get::<i64, _>(1)?);
+            }
+            // Two claims at once may take the same number: a tie, broken by waiting time. The
+            // rows are written in the tenants' order, so two claims never wait on each other
+            // crosswise.
+            let turn = served.values().max().copied().unwrap_or(0) + 1;
+            for tenant in tenants {
+                sqlx::query(
+                    "INSERT INTO observer_turns (tenant, turn) VALUES ($1, $2) \
+                     ON CONFLICT (tenant) DO UPDATE SET turn = excluded.turn",
+                )
+                .bind(tenant)
+                .bind(turn)
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
         tx.commit().await?;
-        let mut claimed = rows.iter().map(exchange_from_row).collect::<Result<Vec<_>, _>>()?;
-        claimed.sort_by(|a, b| (a.next_at_ms, &a.new.id).cmp(&(b.next_at_ms, &b.new.id)));
-        Ok(claimed)
+        Ok(in_turns(claimed, &served))
     }
 
     /// When the worker should look again: the earliest `next_at` of a waiting exchange not
@@ -223,8 +287,8 @@ impl Store {
     /// finished), by position.
     pub async fn observer_outcomes_of(&self, exchange_id: &str) -> Result<Vec<Outcome>, StoreError> {
         let rows = sqlx::query(
-            "SELECT exchange_id, position, tenant, subject, request_id, record_type, verdict, gate, reason, \
-             record_id, at FROM observer_outcomes WHERE exchange_id = $1 ORDER BY position",
+            "SELECT exchange_id, position, tenant, subject, scope, request_id, record_type, verdict, gate, \
+             reason, record_id, at FROM observer_outcomes WHERE exchange_id = $1 ORDER BY position",
         )
         .bind(exchange_id)
         .fetch_all(self.pool())
@@ -232,11 +296,15 @@ impl Store {
         rows.iter().map(outcome_from_row).collect()
     }
 
-    /// Records one outcome; a second one for the same exchange and position is ignored.
-    pub async fn observer_outcome_insert(&self, outcome: &Outcome) -> Result<(), StoreError> {
+    /// Records one outcome while `claim` holds (else `StoreError::Fenced`, nothing recorded: a
+    /// forgotten scope gets no outcome back); a second one for the same exchange and position is
+    /// ignored.
+    pub async fn observer_outcome_insert(&self, outcome: &Outcome, claim: &Claim) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        claim.hold(&mut tx, outcome.at_ms).await?;
         sqlx::query(
             "INSERT INTO observer_outcomes (exchange_id, position, tenant, subject, request_id, record_type, \
-             verdict, gate, reason, record_id, at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+             verdict, gate, reason, record_id, at, scope) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
              ON CONFLICT (exchange_id, position) DO NOTHING",
         )
         .bind(&outcome.exchange_id)
@@ -250,8 +318,10 @@ impl Store {
         .bind(super::outbox::excerpt(&outcome.reason))
         .bind(outcome.record_id.as_deref())
         .bind(outcome.at_ms)
-        .execute(self.pool())
+        .bind(&outcome.scope)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -263,8 +333,8 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<Outcome>, StoreError> {
         let limit = i64::from(limit.clamp(1, 1000));
-        let head = "SELECT exchange_id, position, tenant, subject, request_id, record_type, verdict, gate, \
-                    reason, record_id, at FROM observer_outcomes WHERE tenant = $1";
+        let head = "SELECT exchange_id, position, tenant, subject, scope, request_id, record_type, verdict, \
+                    gate, reason, record_id, at FROM observer_outcomes WHERE tenant = $1";
         let rows = match subject {
             Some(subject) => {
                 sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -411,23 +481,20 @@ impl Store {
             .collect()
     }
 
-    /// Erasure of an end user: their queued exchanges and every outcome about them. Returns
-    /// (exchanges, outcomes) removed.
-    pub async fn observer_forget_subject(
-        &self,
-        tenant: &str,
-        subject: &str,
-    ) -> Result<(u64, u64), StoreError> {
+    /// Erasure of a scope: the exchanges queued to write into it, claimed ones included (which
+    /// fences their extractions: `Claim`), and every outcome about it. Returns (exchanges,
+    /// outcomes) removed.
+    pub async fn observer_forget_scope(&self, tenant: &str, scope: &str) -> Result<(u64, u64), StoreError> {
         let mut tx = self.begin_write().await?;
-        let exchanges = sqlx::query("DELETE FROM observer_exchanges WHERE tenant = $1 AND subject = $2")
+        let exchanges = sqlx::query("DELETE FROM observer_exchanges WHERE tenant = $1 AND scope = $2")
             .bind(tenant)
-            .bind(subject)
+            .bind(scope)
             .execute(&mut *tx)
             .await?
             .rows_affected();
-        let outcomes = sqlx::query("DELETE FROM observer_outcomes WHERE tenant = $1 AND subject = $2")
+        let outcomes = sqlx::query("DELETE FROM observer_outcomes WHERE tenant = $1 AND scope = $2")
             .bind(tenant)
-            .bind(subject)
+            .bind(scope)
             .execute(&mut *tx)
             .await?
             .rows_affected();
@@ -457,8 +524,57 @@ impl Store {
             .bind(usage_before_day)
             .execute(self.pool())
             .await?;
+        sqlx::query("DELETE FROM observer_turns WHERE tenant NOT IN (SELECT tenant FROM observer_exchanges)")
+            .execute(self.pool())
+            .await?;
         Ok(exchanges)
     }
+}
+
+/// The claim: due rows ranked by their place in their tenant's queue (oldest first), then by how
+/// long ago their tenant was served, then by how long they waited. The middle `SELECT` repeats
+/// the due conditions so that PostgreSQL re-checks them on a row another claim took meanwhile
+/// (the window cannot sit beside `FOR UPDATE` in one query level).
+fn claim_sql(backend: super::Backend) -> String {
+    let skip_locked = match backend {
+        super::Backend::Sqlite => "",
+        super::Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+    };
+    format!(
+        "UPDATE observer_exchanges \
+         SET locked_until = $1, lease_owner = $2, attempts = attempts + 1, updated_at = $3 \
+         WHERE id IN (SELECT id FROM observer_exchanges \
+             WHERE state IN ('pending', 'retrying') AND next_at <= $3 \
+               AND (locked_until IS NULL OR locked_until <= $3) \
+               AND id IN (SELECT id FROM ( \
+                   SELECT e.id, e.next_at, COALESCE(t.turn, 0) AS served, \
+                          ROW_NUMBER() OVER (PARTITION BY e.tenant ORDER BY e.next_at, e.id) AS place \
+                   FROM observer_exchanges e LEFT JOIN observer_turns t ON t.tenant = e.tenant \
+                   WHERE e.state IN ('pending', 'retrying') AND e.next_at <= $3 \
+                     AND (e.locked_until IS NULL OR e.locked_until <= $3)) ranked \
+                 WHERE place <= $4 ORDER BY place, served, next_at, id LIMIT $4){skip_locked}) \
+         RETURNING {COLUMNS}"
+    )
+}
+
+/// Claimed rows as the claim ranked them (`RETURNING` keeps no order), from the tenants' turns
+/// before the claim (`served`): each tenant's oldest first, tenants in turn.
+fn in_turns(mut claimed: Vec<Exchange>, served: &BTreeMap<String, i64>) -> Vec<Exchange> {
+    claimed.sort_by(|a, b| {
+        (&a.new.tenant, a.next_at_ms, &a.new.id).cmp(&(&b.new.tenant, b.next_at_ms, &b.new.id))
+    });
+    let mut places = Vec::with_capacity(claimed.len());
+    let mut place = 0usize;
+    for (i, exchange) in claimed.iter().enumerate() {
+        place = if i > 0 && claimed[i - 1].new.tenant == exchange.new.tenant { place + 1 } else { 0 };
+        places.push(place);
+    }
+    let turn = |e: &Exchange| served.get(&e.new.tenant).copied().unwrap_or(0);
+    let mut ranked: Vec<(usize, Exchange)> = places.into_iter().zip(claimed).collect();
+    ranked.sort_by(|(pa, a), (pb, b)| {
+        (pa, turn(a), a.next_at_ms, &a.new.id).cmp(&(pb, turn(b), b.next_at_ms, &b.new.id))
+    });
+    ranked.into_iter().map(|(_, exchange)| exchange).collect()
 }
 
 fn exchange_from_row(row: &AnyRow) -> Result<Exchange, StoreError> {
@@ -469,6 +585,7 @@ fn exchange_from_row(row: &AnyRow) -> Result<Exchange, StoreError> {
             id: row.try_get("id")?,
             tenant: row.try_get("tenant")?,
             subject: row.try_get("subject")?,
+            scope: row.try_get("scope")?,
             release: row.try_get("release_name")?,
             mode: row.try_get("mode")?,
             min_confidence: min_confidence
@@ -496,6 +613,7 @@ fn outcome_from_row(row: &AnyRow) -> Result<Outcome, StoreError> {
         position: row.try_get("position")?,
         tenant: row.try_get("tenant")?,
         subject: row.try_get("subject")?,
+        scope: row.try_get("scope")?,
         request_id: row.try_get("request_id")?,
         record_type: row.try_get("record_type")?,
         verdict: row.try_get("verdict")?,

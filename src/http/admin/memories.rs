@@ -220,15 +220,14 @@ pub async fn forget(
         .get("scope")
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::invalid_request("forget takes {\"scope\": \"user:u-789\"}"))?;
+    // The exchanges queued for observation into the scope go first, and what the gates decided
+    // about them: an extraction in flight for the scope then writes nothing (its claim is gone),
+    // and what it wrote before is among the records erased next.
+    let (exchanges, outcomes) = state.observer().forget_scope(&ctx.tenant, scope).await?;
     let (ids, changes) = state.memories().forget(&ctx.tenant, scope).await?;
     // The outbox's actions about those records, and about that user, go with them.
     let subject = scope.strip_prefix("user:");
     let actions = state.triggers().forget(&ctx.tenant, &ids, subject).await?;
-    // So do the exchanges queued for observation and what the gates decided about them.
-    let (exchanges, outcomes) = match subject {
-        Some(subject) => state.observer().forget_subject(&ctx.tenant, subject).await?,
-        None => (0, 0),
-    };
     Ok(Json(json!({"scope": scope, "records_erased": ids.len(), "changes_erased": changes,
         "actions_erased": actions, "exchanges_erased": exchanges, "outcomes_erased": outcomes})))
 }

@@ -6,6 +6,7 @@
 
 mod faults;
 mod isolation;
+mod trust;
 
 use crate::e2e_identity::{ADMIN_TOKEN, UPSTREAM_KEY, issue_key, managed_gateway};
 use crate::support::{Proc, TempDir, TestDb, client, eventually, without_request_seq};
@@ -36,8 +37,12 @@ pub(super) struct Answer {
 impl Observed {
     /// A managed gateway with `toml` (after `[memory]`), its own SQLite database.
     pub fn start(toml: &str, mock_args: &[&str]) -> Observed {
+        Observed::start_on(TestDb::sqlite(), toml, mock_args)
+    }
+
+    /// `start` on `db` (SQLite or PostgreSQL).
+    pub fn start_on(db: TestDb, toml: &str, mock_args: &[&str]) -> Observed {
         let mock = Proc::mock(mock_args);
-        let db = TestDb::sqlite();
         let (gw, config) = Observed::gateway(&mock, &db, toml);
         Observed { mock, gw, db, http: client(), _config: config }
     }
@@ -84,9 +89,21 @@ impl Observed {
         path: &str,
         body: Option<Value>,
     ) -> Value {
+        self.admin_of(&self.gw, tenant, method, path, body).await
+    }
+
+    /// `admin`, through the gateway `gw` (another replica on the same database).
+    pub async fn admin_of(
+        &self,
+        gw: &Proc,
+        tenant: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Value {
         let mut request = self
             .http
-            .request(method, self.gw.url(&format!("/admin/v1{path}")))
+            .request(method, gw.url(&format!("/admin/v1{path}")))
             .bearer_auth(ADMIN_TOKEN)
             .header("x-memory-tenant", tenant);
         if let Some(body) = body {
@@ -125,7 +142,11 @@ impl Observed {
     }
 
     pub async fn metrics(&self) -> String {
-        self.http.get(self.gw.url("/metrics")).send().await.unwrap().text().await.unwrap()
+        self.metrics_of(&self.gw).await
+    }
+
+    pub async fn metrics_of(&self, gw: &Proc) -> String {
+        self.http.get(gw.url("/metrics")).send().await.unwrap().text().await.unwrap()
     }
 
     /// The extraction requests the upstream received.
