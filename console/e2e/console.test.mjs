@@ -395,6 +395,56 @@ test('the console, screen by screen', async (t) => {
     for (const id of [ids[0], ids[1], `mem-e2e-rv-pref-${RUN}`]) await admin('DELETE', `/memories/${id}`).catch(() => {});
   });
 
+  // Records the real observer wrote (run-real.sh: a key holding `observe`, under a release with
+  // `observe = "propose"`, in front of memgate's mock-upstream, whose extraction model proposes
+  // what the person said): the review screen shows the person's words they rest on, where they
+  // came from, and the operator's record a proposal would replace.
+  const observerKey = process.env.E2E_OBSERVER_KEY;
+  await t.test('review: the observer\'s proposals show their evidence, provenance and what they would replace', { skip: !observerKey && 'no E2E_OBSERVER_KEY (a real memgate that observes)' }, async () => {
+    const subject = `${SUBJECT}-obs`;
+    const scope = `user:${subject}`;
+    const lockerId = `mem-e2e-locker-${RUN}`;
+    await admin('POST', '/memories', { id: lockerId, type: 'fact', key: 'fact:locker', scope: [scope], content: { statement: `Lockers are assigned at the front desk ${RUN}` } });
+    const words = 'I prefer window seats on long flights. My locker is number 12.';
+    const response = await fetch(`${base}/v1/messages`, {
+      method: 'POST',
+      headers: { 'x-api-key': observerKey, 'x-memory-subject': subject, 'x-memory-version': 'v1', 'anthropic-version': '2023-06-01', 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'claude-sonnet-4-5', max_tokens: 64, messages: [{ role: 'user', content: words }] }),
+    });
+    assert.equal(response.status, 200, await response.text());
+    // The observer works off the request's path: poll the review queue, with a deadline.
+    const deadline = Date.now() + 30_000;
+    let proposed = [];
+    while (proposed.length < 2) {
+      assert.ok(Date.now() < deadline, `the observer proposed ${proposed.length} of 2 records within 30 s`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      proposed = (await admin('GET', `/memories?status=proposed&author=observer&scope=${encodeURIComponent(scope)}`)).data;
+    }
+    const preference = proposed.find((r) => r.type === 'preference');
+    const locker = proposed.find((r) => r.metadata?.observer?.supersedes);
+    assert.ok(preference && locker, JSON.stringify(proposed));
+
+    // From another screen: the review screen reads its filters from the address when it opens.
+    await visit('records');
+    await page.goto(`${base}/console/#/review?subject=${subject}`);
+    await page.locator('#review-title').waitFor();
+    const row = (id) => page.locator(`tr[data-review="${id}"]`);
+    await row(preference.id).waitFor();
+    assert.match(await row(preference.id).locator('[data-words]').innerText(), /window seats on long flights/);
+    assert.equal(await row(preference.id).locator('[data-evidence]').count(), 1, "the observer's evidence is shown");
+    assert.match(await row(preference.id).locator('[data-evidence]').innerText(), /I prefer window seats on long flights\./);
+    const provenance = await row(preference.id).locator('[data-provenance]').innerText();
+    assert.match(provenance, /model mock-extract/, provenance);
+    assert.match(provenance, /confidence 0\.92/, provenance);
+    assert.match(await row(preference.id).innerText(), /observer/);
+    assert.equal(await row(locker.id).locator('[data-supersedes]').count(), 1, 'the record it would replace is named');
+    assert.match(await row(locker.id).locator('[data-supersedes]').innerText(), new RegExp(`replaces ${lockerId}`));
+    assert.equal(await row(locker.id).locator(`[data-supersedes] a[href$="${lockerId}"]`).count(), 1);
+    assert.match(await row(locker.id).locator('[data-evidence]').innerText(), /My locker is number 12\./);
+    await a11y('review (observer)');
+    await admin('POST', '/memories/forget', { scope });
+  });
+
   await t.test('explain: the record is matched and injected', async () => {
     await explain();
     const kept = page.locator('li[data-layer="token_density"] ul.kept');

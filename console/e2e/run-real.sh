@@ -80,6 +80,15 @@ cat >"$work/memgate.toml" <<'EOF'
 # embedding; the console test is about what the console shows, not about the budget.
 [memory]
 funnel_timeout_ms = 10000
+
+# The review screen is tested on what the real observer proposes: v1 observes the callers that
+# hold `observe` (only the test's observer key), with the mock's extraction model.
+[releases.v1]
+observe = "propose"
+
+[observer]
+model = "mock-extract"
+poll_interval_ms = 100
 EOF
 service_env=(
     "ANTHROPIC_API_KEY=sk-ant-console-e2e"
@@ -108,6 +117,10 @@ admin_post /memories '{"id":"mem-pref-u-789-tone","type":"preference","scope":["
 key="$(admin_post /keys '{"name":"support-bot","scopes":["team:support"],"permissions":["assert_subject"]}' |
     node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>process.stdout.write(JSON.parse(s).key))')"
 
+# An app whose conversations the observer learns from (the review test's own subject).
+observer_key="$(admin_post /keys '{"name":"observed-app","scopes":[],"permissions":["observe","assert_subject","pin_release"]}' |
+    node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>process.stdout.write(JSON.parse(s).key))')"
+
 # Real traffic: the charts, the token savings and the recent requests read it.
 for question in "When will my order arrive? I asked for next week delivery." \
     "Can I still return the lamp?" "My delivery is late again" "What is the capital of France?"; do
@@ -121,7 +134,7 @@ set +e
 (
     cd "$console"
     MEMGATE_URL="$base" MEMGATE_ADMIN_TOKEN="$admin_token" MEMGATE_ADMIN_VIEWER_TOKEN="$viewer_token" \
-        E2E_GATEWAY_KEY="$key" node --test --test-concurrency=1 --test-reporter=spec "$@" e2e/console.test.mjs
+        E2E_GATEWAY_KEY="$key" E2E_OBSERVER_KEY="$observer_key" node --test --test-concurrency=1 --test-reporter=spec "$@" e2e/console.test.mjs
 )
 status=$?
 set -e

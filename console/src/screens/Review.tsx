@@ -21,19 +21,35 @@ function scopeOf(subject: string): string {
   return /^(public|[a-z_-]+:.+)$/.test(s) ? s : `user:${s}`;
 }
 
-/** The evidence an extracted record carries (`provenance.evidence` or `metadata.evidence`). */
+/** What the observer keeps about a record it extracted (`metadata.observer`: request id, release,
+ * model, evidence, confidence, exchange id, and the record it would replace), if anything. */
+function observerOf(r: MemoryRecord): Record<string, unknown> {
+  const o = r.metadata?.observer;
+  return o && typeof o === 'object' && !Array.isArray(o) ? (o as Record<string, unknown>) : {};
+}
+
+/** The person's words an extracted record rests on: the observer's `metadata.observer.evidence`,
+ * else `provenance.evidence` or `metadata.evidence`. */
 function evidenceOf(r: MemoryRecord): string | null {
-  const e = r.provenance?.evidence ?? r.metadata?.evidence;
+  const e = observerOf(r).evidence ?? r.provenance?.evidence ?? r.metadata?.evidence;
   return typeof e === 'string' && e ? e : null;
 }
 
-/** The rest of its provenance, as `name: value` pairs (request id, release, model, confidence). */
+/** The rest of its provenance, as `name: value` pairs (writer, request id, release, model,
+ * confidence): memgate's `provenance`, then what the observer kept beside it. */
 function provenanceOf(r: MemoryRecord): [string, string][] {
-  const p = (r.provenance ?? r.metadata?.provenance ?? {}) as Record<string, unknown>;
-  if (!p || typeof p !== 'object') return [];
+  const given = r.provenance ?? r.metadata?.provenance;
+  const p = { ...observerOf(r), ...(given && typeof given === 'object' ? (given as Record<string, unknown>) : {}) };
   return Object.entries(p)
     .filter(([k, v]) => k !== 'evidence' && v !== null && v !== undefined && typeof v !== 'object')
     .map(([k, v]) => [k, String(v)]);
+}
+
+/** The live record a proposal would replace once approved (`metadata.observer.supersedes`). */
+function supersedesOf(r: MemoryRecord): { id: string; key: string | null } | null {
+  const s = observerOf(r).supersedes as { id?: unknown; key?: unknown } | undefined;
+  if (!s || typeof s !== 'object' || typeof s.id !== 'string' || !s.id) return null;
+  return { id: s.id, key: typeof s.key === 'string' ? s.key : null };
 }
 
 export function Review({ route }: { route: Route }) {
@@ -208,6 +224,12 @@ export function Review({ route }: { route: Route }) {
                     <blockquote class="evidence small" data-evidence>
                       <span class="muted">Evidence: </span>“{evidenceOf(r)}”
                     </blockquote>
+                  ) : null}
+                  {supersedesOf(r) ? (
+                    <div class="small" data-supersedes>
+                      Approving replaces <a href={href('records', supersedesOf(r)!.id)}>{supersedesOf(r)!.id}</a>
+                      {supersedesOf(r)!.key ? <span class="muted"> (key {supersedesOf(r)!.key})</span> : null}, which stays as it is until then.
+                    </div>
                   ) : null}
                   {provenanceOf(r).length ? (
                     <div class="muted small" data-provenance>
