@@ -20,7 +20,7 @@ pub async fn create(
     AdminJson(input): AdminJson,
 ) -> Result<Response, ApiError> {
     let author = format!("admin:{}", ctx.actor);
-    let writer = crate::memory::Writer { actor: &ctx.actor, author: Some(&author), own_twins_only: false };
+    let writer = ctx.writer(&author);
     let created = state.memories().create_as(&ctx.tenant, &input, &writer).await?;
     let (status, record, flag) = match &created {
         Created::New(record) => (StatusCode::CREATED, record, None),
@@ -53,7 +53,9 @@ pub async fn update(
     headers: HeaderMap,
     AdminJson(patch): AdminJson,
 ) -> Result<Json<Value>, ApiError> {
-    let record = state.memories().update(&ctx.tenant, &id, &patch, if_match(&headers)?, &ctx.actor).await?;
+    let author = format!("admin:{}", ctx.actor);
+    let record =
+        state.memories().update_as(&ctx.tenant, &id, &patch, if_match(&headers)?, &ctx.writer(&author)).await?;
     Ok(Json(record.to_json()))
 }
 
