@@ -459,6 +459,11 @@ test('the console, screen by screen', async (t) => {
   await t.test('records: pause, then explain leaves the record out', async () => {
     await page.goto(`${base}/console/#/records/${RECORD_ID}`);
     await page.locator('h1', { hasText: RECORD_ID }).waitFor();
+    if (!mock) {
+      // memgate says who wrote the record and through what; the console shows it.
+      const provenance = await page.locator('dd[data-provenance]').innerText();
+      assert.match(provenance, /^an operator, as admin:admin/, provenance);
+    }
     await page.getByRole('button', { name: 'Pause', exact: true }).click();
     await page.locator('.screen-head .badge', { hasText: 'paused' }).waitFor();
     assert.equal((await admin('GET', `/memories/${RECORD_ID}`)).status, 'paused');

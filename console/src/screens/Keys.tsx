@@ -15,6 +15,11 @@ const PERMISSIONS: { id: string; text: string }[] = [
   { id: 'batches', text: 'use /v1/messages/batches (managed mode: shares the upstream workspace)' },
   { id: 'files', text: 'use /v1/files (managed mode: shares the upstream workspace)' },
   { id: 'upstream_other', text: 'any other /v1/* path (managed mode)' },
+  { id: 'memory_read_tools', text: "memgate's read tools (memory_search, memory_get, memory_list)" },
+  { id: 'memory_write_tools', text: "memgate's write tools too, into the caller's own scope: facts, preferences, decisions, tasks; never records that act, never priority 5" },
+  { id: 'memory_write_any', text: "change what other agents, the memory tool or the observer wrote in the caller's own scope; never an operator's record, never a public one" },
+  { id: 'memory_tool_backend', text: "memgate runs Anthropic's memory tool on the caller's /memories files" },
+  { id: 'observe', text: "memgate learns from the caller's finished exchanges, where its release observes" },
 ];
 
 export function Keys(_: { route: Route }) {

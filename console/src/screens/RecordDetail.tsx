@@ -135,6 +135,8 @@ function Envelope({ r }: { r: MemoryRecord }) {
           <dd>
             {r.revision}, updated {time(r.updated_at)} ({ago(r.updated_at)})
           </dd>
+          <dt>Written by</dt>
+          <dd data-provenance>{writtenBy(r)}</dd>
           <dt>Injected</dt>
           <dd>
             {r.access_count} times{r.last_accessed_at ? `, last ${ago(r.last_accessed_at)}` : ''}
@@ -180,4 +182,25 @@ function HistoryList({ changes }: { changes: Change[] }) {
       ))}
     </ol>
   );
+}
+
+/** Who wrote the live version and through what (`provenance`, set by memgate): the writer's kind,
+ * the credential, the end user it was for, the request. An agent's or the observer's words are
+ * said to be theirs, not operator policy. */
+function writtenBy(r: MemoryRecord): string {
+  const p = (r.provenance ?? {}) as Record<string, unknown>;
+  const kinds: Record<string, string> = {
+    operator: 'an operator',
+    import: 'an import',
+    agent: 'an agent (memory tools)',
+    memory_tool: "an agent's memory file (memory tool)",
+    observer: 'the observer, from the user\'s words',
+  };
+  const writer = typeof p.writer === 'string' ? (kinds[p.writer] ?? p.writer) : 'unknown';
+  const parts = [writer];
+  if (typeof p.credential === 'string') parts.push(`as ${p.credential}`);
+  if (typeof p.subject === 'string') parts.push(`for ${p.subject}`);
+  if (typeof p.approved_by === 'string') parts.push(`approved by ${p.approved_by}`);
+  if (typeof p.request_id === 'string') parts.push(`request ${p.request_id}`);
+  return parts.join(', ');
 }
