@@ -268,7 +268,10 @@ impl RawRelease {
                 ));
             }
             if types.is_empty() {
-                return Err(invalid(&key("agent_types"), "name at least one type, or set memory_tools = \"read\""));
+                return Err(invalid(
+                    &key("agent_types"),
+                    "name at least one type, or set memory_tools = \"read\"",
+                ));
             }
         }
         let inject_writers = match &self.inject_writers {

@@ -90,10 +90,8 @@ pub fn admit(writer: &Writer<'_>, envelope: &Envelope, current: Option<&Record>)
     let mut problems = Vec::new();
     let refuse = |path: &str, message: String| Problem::new(path, "not_permitted", message);
     if envelope.scope != [bounds.scope] {
-        problems.push(refuse(
-            "$.scope",
-            format!("this writer writes only into its own scope, {}", bounds.scope),
-        ));
+        problems
+            .push(refuse("$.scope", format!("this writer writes only into its own scope, {}", bounds.scope)));
     }
     if !bounds.types.iter().any(|t| *t == envelope.record_type) {
         problems.push(refuse(
@@ -143,13 +141,19 @@ pub fn admit(writer: &Writer<'_>, envelope: &Envelope, current: Option<&Record>)
         if current.record_type != envelope.record_type {
             problems.push(refuse(
                 "$.type",
-                format!("the record holding this key is a `{}`, not a `{}`", current.record_type, envelope.record_type),
+                format!(
+                    "the record holding this key is a `{}`, not a `{}`",
+                    current.record_type, envelope.record_type
+                ),
             ));
         }
         if matches!(current.status, Status::Paused | Status::Archived) {
             problems.push(refuse(
                 "$",
-                format!("an operator {} this record: only an operator may bring it back", withdrawn_word(current.status)),
+                format!(
+                    "an operator {} this record: only an operator may bring it back",
+                    withdrawn_word(current.status)
+                ),
             ));
         }
     }
@@ -160,7 +164,8 @@ pub fn admit(writer: &Writer<'_>, envelope: &Envelope, current: Option<&Record>)
 /// or one outside its scope.
 fn untouchable(writer: &Writer<'_>, current: &Record) -> Option<Problem> {
     let bounds = writer.bounds.as_ref()?;
-    if current.writer().is_operator() || current.provenance.as_ref().is_some_and(|p| p.approved_by.is_some()) {
+    if current.writer().is_operator() || current.provenance.as_ref().is_some_and(|p| p.approved_by.is_some())
+    {
         return Some(Problem::new(
             "$",
             "not_permitted",

@@ -35,8 +35,13 @@ pub enum WriterKind {
 }
 
 impl WriterKind {
-    pub const ALL: [WriterKind; 5] =
-        [WriterKind::Operator, WriterKind::Agent, WriterKind::MemoryTool, WriterKind::Observer, WriterKind::Import];
+    pub const ALL: [WriterKind; 5] = [
+        WriterKind::Operator,
+        WriterKind::Agent,
+        WriterKind::MemoryTool,
+        WriterKind::Observer,
+        WriterKind::Import,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {

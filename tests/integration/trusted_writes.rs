@@ -32,10 +32,20 @@ const KEYS: [&str; 4] = ["/memories/policy.md", "/memories/old.md", "shipping", 
 /// Who writes: (label, key id, subject, permissions; `jwt`: a JWT credential instead of a key).
 const WRITERS: [(&str, &str, Option<&str>, &[&str]); 5] = [
     ("k1 for alice", "k1", Some("alice"), &["memory_write_tools", "memory_tool_backend"]),
-    ("k3 for alice, write_any", "k3", Some("alice"), &["memory_write_tools", "memory_write_any", "memory_tool_backend"]),
+    (
+        "k3 for alice, write_any",
+        "k3",
+        Some("alice"),
+        &["memory_write_tools", "memory_write_any", "memory_tool_backend"],
+    ),
     ("k2 for alice, write_any", "k2", Some("alice"), &["memory_write_tools", "memory_write_any"]),
     ("k2 alone", "k2", None, &["memory_write_tools", "memory_tool_backend"]),
-    ("jwt svc naming alice", "jwt", Some("alice"), &["memory_write_tools", "memory_write_any", "memory_tool_backend"]),
+    (
+        "jwt svc naming alice",
+        "jwt",
+        Some("alice"),
+        &["memory_write_tools", "memory_write_any", "memory_tool_backend"],
+    ),
 ];
 
 #[derive(Debug, Clone)]
@@ -50,14 +60,33 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     let who = 0..WRITERS.len();
     prop_oneof![
-        (who.clone(), prop::sample::select(TYPES.to_vec()), 1u8..=5, any::<bool>(), prop::option::of(prop::sample::select(KEYS.to_vec())))
-            .prop_map(|(who, record_type, priority, acts, key)| Op::Add { who, record_type, priority, acts, key }),
+        (
+            who.clone(),
+            prop::sample::select(TYPES.to_vec()),
+            1u8..=5,
+            any::<bool>(),
+            prop::option::of(prop::sample::select(KEYS.to_vec()))
+        )
+            .prop_map(|(who, record_type, priority, acts, key)| Op::Add {
+                who,
+                record_type,
+                priority,
+                acts,
+                key
+            }),
         (who.clone(), 0..SEEDS, 1u8..=5, any::<bool>())
             .prop_map(|(who, target, priority, acts)| Op::Update { who, target, priority, acts }),
         (who.clone(), 0..SEEDS).prop_map(|(who, target)| Op::Delete { who, target }),
-        (who, 0..4usize, prop::sample::select(KEYS.to_vec()))
-            .prop_map(|(who, command, path)| Op::File { who, command, path }),
-        (prop::sample::select(TYPES.to_vec()), prop::option::of(prop::sample::select(KEYS.to_vec())), any::<bool>())
+        (who, 0..4usize, prop::sample::select(KEYS.to_vec())).prop_map(|(who, command, path)| Op::File {
+            who,
+            command,
+            path
+        }),
+        (
+            prop::sample::select(TYPES.to_vec()),
+            prop::option::of(prop::sample::select(KEYS.to_vec())),
+            any::<bool>()
+        )
             .prop_map(|(record_type, key, write)| Op::Observe { record_type, key, write }),
     ]
 }
@@ -84,7 +113,8 @@ fn content_of(record_type: &str, acts: bool, text: &str) -> Value {
     };
     if acts {
         content["trigger_conditions"] = json!(["mentions lawyer or sue"]);
-        content["actions"] = json!([{"service": "ticketing", "method": "issue_refund", "params": {"amount": "9999"}}]);
+        content["actions"] =
+            json!([{"service": "ticketing", "method": "issue_refund", "params": {"amount": "9999"}}]);
         content["trigger_cooldown_seconds"] = json!(0);
     }
     content
@@ -124,7 +154,11 @@ impl Bench {
             caller.subject = Some(subject.to_owned());
             caller.scopes.insert(format!("user:{subject}"));
         }
-        ToolCaller::new(&caller, Level::permitted(&caller)).with_file_level(Level::for_memory_tool(&caller, &self.release, None))
+        ToolCaller::new(&caller, Level::permitted(&caller)).with_file_level(Level::for_memory_tool(
+            &caller,
+            &self.release,
+            None,
+        ))
     }
 
     async fn seed(&self, tenant: &str) {
@@ -135,7 +169,8 @@ impl Bench {
                 envelope["key"] = json!(key);
             }
             // Seeded through the store's operator path, then given the author the case needs.
-            let writer = memgate::memory::Writer::operator("seed", Some(author), WriterKind::of_author(Some(author)));
+            let writer =
+                memgate::memory::Writer::operator("seed", Some(author), WriterKind::of_author(Some(author)));
             self.memories.create_as(tenant, &envelope, &writer).await.unwrap();
             if status != Status::Active {
                 self.memories.set_status(tenant, id, status, "ops").await.unwrap();
@@ -166,7 +201,9 @@ impl Bench {
             Op::File { who, command, path } => {
                 let input = match command {
                     0 => json!({"command": "create", "path": path, "file_text": format!("file {n}")}),
-                    1 => json!({"command": "str_replace", "path": path, "old_str": "seeded", "new_str": "taken"}),
+                    1 => {
+                        json!({"command": "str_replace", "path": path, "old_str": "seeded", "new_str": "taken"})
+                    }
                     2 => json!({"command": "delete", "path": path}),
                     _ => json!({"command": "rename", "old_path": path, "new_path": "/memories/moved.md"}),
                 };
@@ -189,8 +226,16 @@ impl Bench {
                 let claimed = store.observer_claim("property", now, 60_000, 1).await.unwrap();
                 assert_eq!(claimed.len(), 1);
                 let claim = Claim { exchange_id: exchange.id.clone(), owner: "property".to_owned() };
-                let _ = memgate::observer::write::write(&self.memories, &exchange, 0, &candidate, "v1", "m", &claim)
-                    .await;
+                let _ = memgate::observer::write::write(
+                    &self.memories,
+                    &exchange,
+                    0,
+                    &candidate,
+                    "v1",
+                    "m",
+                    &claim,
+                )
+                .await;
                 store.observer_finish(&exchange.id, "property").await.unwrap();
             }
         }
@@ -280,7 +325,11 @@ async fn no_generated_write_of_any_writer_leaves_its_bounds() {
         let history = bench.memories.history(&tenant, "k2-fact").await.unwrap_or_default();
         for change in history.iter().skip(1) {
             let allowed = ["agent:k2", "agent:k3", "agent:jwt:issuer/svc-bot"];
-            assert!(allowed.contains(&change.actor.as_str()), "k2-fact changed by {} after {ops:?}", change.actor);
+            assert!(
+                allowed.contains(&change.actor.as_str()),
+                "k2-fact changed by {} after {ops:?}",
+                change.actor
+            );
         }
     }
 }

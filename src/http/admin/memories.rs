@@ -54,8 +54,10 @@ pub async fn update(
     AdminJson(patch): AdminJson,
 ) -> Result<Json<Value>, ApiError> {
     let author = format!("admin:{}", ctx.actor);
-    let record =
-        state.memories().update_as(&ctx.tenant, &id, &patch, if_match(&headers)?, &ctx.writer(&author)).await?;
+    let record = state
+        .memories()
+        .update_as(&ctx.tenant, &id, &patch, if_match(&headers)?, &ctx.writer(&author))
+        .await?;
     Ok(Json(record.to_json()))
 }
 

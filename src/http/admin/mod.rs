@@ -15,11 +15,11 @@ pub mod review;
 pub mod transfer;
 
 use crate::clock::now_ms;
-use crate::record::WriterKind;
 use crate::error::{ApiError, Code};
 use crate::http::client::RequestOrigin;
 use crate::http::console::auth::too_many_failures;
 use crate::identity::DEFAULT_TENANT;
+use crate::record::WriterKind;
 use crate::state::AppState;
 use axum::extract::{FromRequest, FromRequestParts, OriginalUri, Request, State};
 use axum::http::HeaderMap;

@@ -7,7 +7,13 @@ use crate::record::{OPEN_END_MS, Provenance, Record, Status, WriterKind};
 use proptest::prelude::*;
 use serde_json::{Map, json};
 
-fn envelope(record_type: &str, scope: &str, priority: u8, content: Value, status: Option<Status>) -> Envelope {
+fn envelope(
+    record_type: &str,
+    scope: &str,
+    priority: u8,
+    content: Value,
+    status: Option<Status>,
+) -> Envelope {
     Envelope {
         id: None,
         record_type: record_type.to_owned(),
@@ -58,10 +64,20 @@ fn an_agent_writes_its_types_into_its_scope_and_nothing_that_acts() {
     let writer = agent(&types, false);
     let fact = json!({"statement": "likes tea"});
     assert_eq!(admit(&writer, &envelope("fact", "user:alice", 4, fact.clone(), None), None), Ok(()));
-    assert_eq!(paths(admit(&writer, &envelope("internal_sop", "user:alice", 3, fact.clone(), None), None)), ["$.type"]);
-    assert_eq!(paths(admit(&writer, &envelope("fact", "user:bob", 3, fact.clone(), None), None)), ["$.scope"]);
-    assert_eq!(paths(admit(&writer, &envelope("fact", "user:alice", 5, fact.clone(), None), None)), ["$.priority"]);
-    let acting = json!({"statement": "x", "trigger_conditions": [], "actions": [], "trigger_cooldown_seconds": 0});
+    assert_eq!(
+        paths(admit(&writer, &envelope("internal_sop", "user:alice", 3, fact.clone(), None), None)),
+        ["$.type"]
+    );
+    assert_eq!(
+        paths(admit(&writer, &envelope("fact", "user:bob", 3, fact.clone(), None), None)),
+        ["$.scope"]
+    );
+    assert_eq!(
+        paths(admit(&writer, &envelope("fact", "user:alice", 5, fact.clone(), None), None)),
+        ["$.priority"]
+    );
+    let acting =
+        json!({"statement": "x", "trigger_conditions": [], "actions": [], "trigger_cooldown_seconds": 0});
     assert_eq!(
         paths(admit(&writer, &envelope("fact", "user:alice", 3, acting, None), None)),
         ["$.content.trigger_conditions", "$.content.actions", "$.content.trigger_cooldown_seconds"]

@@ -101,10 +101,7 @@ fn awaiting_review(proposed: &[String], shown: &str) -> String {
     if listed.is_empty() {
         return String::new();
     }
-    format!(
-        "\n(Awaiting review, not used until an operator approves them: {}.)",
-        listed.join(", ")
-    )
+    format!("\n(Awaiting review, not used until an operator approves them: {}.)", listed.join(", "))
 }
 
 /// The command in `input`, or what is wrong with it.
@@ -212,8 +209,7 @@ async fn load(
 /// the author's own proposals.
 fn shown_as_file(record: &Record, author: Option<&str>, now: i64) -> bool {
     let own = author.is_some() && record.author.as_deref() == author;
-    record.is_valid_at(now)
-        && (record.status == Status::Active || (record.status == Status::Proposed && own))
+    record.is_valid_at(now) && (record.status == Status::Active || (record.status == Status::Proposed && own))
 }
 
 /// Writes a command's changes as the caller, into its scope.

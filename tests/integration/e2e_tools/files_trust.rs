@@ -15,7 +15,13 @@ async fn backend_key(gate: &Gate) -> Key {
 }
 
 /// One `memory` command by `key` for `subject`, with extra headers; the client's answer status.
-async fn command_with(gate: &Gate, key: &Key, subject: &str, headers: &[(&str, &str)], input: Value) -> Value {
+async fn command_with(
+    gate: &Gate,
+    key: &Key,
+    subject: &str,
+    headers: &[(&str, &str)],
+    input: Value,
+) -> Value {
     let body = json!({
         "model": "claude-mock",
         "max_tokens": 256,
@@ -74,7 +80,13 @@ async fn e2e_a_memory_file_is_its_writers_and_a_key_another_holds_is_not_taken()
     let gate = Gate::start("", &[]);
     let (mine, other) = (backend_key(&gate).await, backend_key(&gate).await);
     let file = "/memories/plan.md";
-    let created = command(&gate, &mine, "u-1", json!({"command": "create", "path": file, "file_text": "ship on Monday"})).await;
+    let created = command(
+        &gate,
+        &mine,
+        "u-1",
+        json!({"command": "create", "path": file, "file_text": "ship on Monday"}),
+    )
+    .await;
     assert_eq!(created, (format!("File created successfully at: {file}"), false));
 
     // Another key serving the same person sees the file, and may not change or delete it.
@@ -92,15 +104,27 @@ async fn e2e_a_memory_file_is_its_writers_and_a_key_another_holds_is_not_taken()
     let records = gate.records("user:u-1").await;
     let stored = record_at(&records, file).unwrap();
     assert_eq!(stored["content"]["statement"], "ship on Monday");
-    assert_eq!((stored["revision"].as_i64(), stored["author"].as_str()), (Some(1), Some(format!("agent:{}", mine.id).as_str())));
+    assert_eq!(
+        (stored["revision"].as_i64(), stored["author"].as_str()),
+        (Some(1), Some(format!("agent:{}", mine.id).as_str()))
+    );
     assert_eq!(stored["provenance"]["writer"], "memory_tool");
     assert_eq!(stored["provenance"]["credential"], format!("key:{}", mine.id));
 
     // An operator's record of another type holding a path is not a file, and not taken over.
-    admin_create(&gate, json!({"id": "profile-u-1", "type": "customer_profile", "scope": ["user:u-1"],
-        "key": "/memories/profile.md", "content": {"name": "Li Wei"}})).await;
-    let (said, is_error) = command(&gate, &mine, "u-1",
-        json!({"command": "create", "path": "/memories/profile.md", "file_text": "tier: platinum"})).await;
+    admin_create(
+        &gate,
+        json!({"id": "profile-u-1", "type": "customer_profile", "scope": ["user:u-1"],
+        "key": "/memories/profile.md", "content": {"name": "Li Wei"}}),
+    )
+    .await;
+    let (said, is_error) = command(
+        &gate,
+        &mine,
+        "u-1",
+        json!({"command": "create", "path": "/memories/profile.md", "file_text": "tier: platinum"}),
+    )
+    .await;
     assert!(is_error && said.contains("already holds this key"), "{said}");
     let records = gate.records("user:u-1").await;
     let profile = record_at(&records, "/memories/profile.md").unwrap();
@@ -116,7 +140,8 @@ async fn e2e_the_release_cap_and_the_header_decide_the_memory_tool_as_they_decid
     let create = json!({"command": "create", "path": "/memories/a.md", "file_text": "x"});
     let (said, is_error) = command(&gate, &key, "u-1", create.clone()).await;
     assert!(is_error && said.contains("read-only"), "{said}");
-    let (listed, is_error) = command(&gate, &key, "u-1", json!({"command": "view", "path": "/memories"})).await;
+    let (listed, is_error) =
+        command(&gate, &key, "u-1", json!({"command": "view", "path": "/memories"})).await;
     assert!(!is_error && listed.contains("/memories"), "{listed}");
     assert!(gate.records("user:u-1").await.is_empty());
 
@@ -148,10 +173,23 @@ async fn e2e_view_shows_only_what_recall_would_and_marks_the_callers_own_proposa
     admin_post(&gate, "paused/pause").await;
     admin_create(&gate, fact("archived", "/memories/archived.md", json!({}))).await;
     admin_post(&gate, "archived/archive").await;
-    admin_create(&gate, fact("expired", "/memories/expired.md",
-        json!({"valid_from": "2020-01-01T00:00:00Z", "valid_until": "2021-01-01T00:00:00Z"}))).await;
+    admin_create(
+        &gate,
+        fact(
+            "expired",
+            "/memories/expired.md",
+            json!({"valid_from": "2020-01-01T00:00:00Z", "valid_until": "2021-01-01T00:00:00Z"}),
+        ),
+    )
+    .await;
     admin_create(&gate, fact("proposed", "/memories/proposed.md", json!({"status": "proposed"}))).await;
-    let (said, _) = command(&gate, &mine, "u-1", json!({"command": "create", "path": "/memories/mine.md", "file_text": "my note"})).await;
+    let (said, _) = command(
+        &gate,
+        &mine,
+        "u-1",
+        json!({"command": "create", "path": "/memories/mine.md", "file_text": "my note"}),
+    )
+    .await;
     assert!(said.contains("awaits review"), "{said}");
 
     let (listed, _) = command(&gate, &mine, "u-1", json!({"command": "view", "path": "/memories"})).await;
@@ -161,8 +199,13 @@ async fn e2e_view_shows_only_what_recall_would_and_marks_the_callers_own_proposa
     }
     assert!(listed.contains("Awaiting review") && listed.contains("/memories/mine.md."), "{listed}");
     for hidden in ["paused", "archived", "expired", "proposed"] {
-        let (said, is_error) =
-            command(&gate, &mine, "u-1", json!({"command": "view", "path": format!("/memories/{hidden}.md")})).await;
+        let (said, is_error) = command(
+            &gate,
+            &mine,
+            "u-1",
+            json!({"command": "view", "path": format!("/memories/{hidden}.md")}),
+        )
+        .await;
         assert!(is_error && said.contains("does not exist"), "{hidden}: {said}");
         assert!(!said.contains("says hello"), "{said}");
     }
@@ -170,8 +213,13 @@ async fn e2e_view_shows_only_what_recall_would_and_marks_the_callers_own_proposa
     let (listed, _) = command(&gate, &other, "u-1", json!({"command": "view", "path": "/memories"})).await;
     assert!(listed.contains("/memories/live.md") && !listed.contains("mine.md"), "{listed}");
     // A withdrawn file is not brought back by writing its path again.
-    let (said, is_error) = command(&gate, &mine, "u-1",
-        json!({"command": "create", "path": "/memories/paused.md", "file_text": "back"})).await;
+    let (said, is_error) = command(
+        &gate,
+        &mine,
+        "u-1",
+        json!({"command": "create", "path": "/memories/paused.md", "file_text": "back"}),
+    )
+    .await;
     assert!(is_error, "{said}");
     let records = gate.records("user:u-1").await;
     assert_eq!(record_at(&records, "/memories/paused.md").unwrap()["status"], "paused", "{records:#?}");
