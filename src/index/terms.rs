@@ -3,6 +3,55 @@
 //! numbers, ids like `u-789`, numbers written `#4000123`); a query's are its identifiers and its
 //! short phrases, so a query that names `ORD-2024-0615`, `alice@example.com`, order `#4000123` or
 //! the alias `下周发货` finds the record exactly.
+//!
+//! A route that skips the score is only as good as what it is keyed by, so two rules keep it to
+//! what names one thing:
+//! - an alias must be specific (`alias_specificity`), for every writer: not only stop words (an
+//!   alias `the` put its record into every question), and not a letter or two. Identifiers are
+//!   specific by their shape (`is_identifier`);
+//! - only an operator's key and aliases are routes (`exact_route_trusted`). An agent's or the
+//!   observer's are what a conversation made them say: they stay words of the record (its lexical
+//!   terms and its embedded text), found by meaning and words with a score like any other, but
+//!   they never name the record into a request past the semantic layer. Identifiers in any
+//!   record's content stay routes: a question names them only when it is about that order or
+//!   that person.
+
+/// Whether the key and aliases of a record written by `author` are exact routes: an operator's
+/// (`admin:…`, `console:…`) or a record with no author (imports and records older than authors).
+/// Agents (`agent:…`), the observer and any author memgate does not know are not: deny by
+/// default. Decided by the author alone for now; provenance's writer kind will say the same.
+pub fn exact_route_trusted(author: Option<&str>) -> bool {
+    author.is_none_or(|author| author.starts_with("admin:") || author.starts_with("console:"))
+}
+
+/// Why an alias cannot name a record (`alias_specificity`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unspecific {
+    /// Only stop words of the analyzer's lists (English, Russian) and single letters: words
+    /// nearly every question holds.
+    StopWords,
+    /// Fewer than `MIN_ALIAS_WEIGHT` letters and digits.
+    TooShort,
+}
+
+/// The least an alias weighs: its letters and digits, a CJK character counting two (one names
+/// about as much as a short word: `退款` is "refund"). Two Latin letters (`ab`, `ok`) match too
+/// many questions' phrases.
+pub const MIN_ALIAS_WEIGHT: usize = 3;
+
+/// Whether `alias` names something: at least `MIN_ALIAS_WEIGHT`, and one word the analyzer
+/// keeps (not a stop word of its lists, not a single letter).
+pub fn alias_specificity(alias: &str) -> Result<(), Unspecific> {
+    let weight: usize =
+        alias.chars().filter(|c| c.is_alphanumeric()).map(|c| if is_cjk(c) { 2 } else { 1 }).sum();
+    if crate::lexical::analyzer().terms(alias).is_empty() {
+        return Err(Unspecific::StopWords);
+    }
+    if weight < MIN_ALIAS_WEIGHT {
+        return Err(Unspecific::TooShort);
+    }
+    Ok(())
+}
 
 /// Normalizes a term for lookup: lower case, inner white space collapsed to one space.
 pub fn normalize(term: &str) -> String {
@@ -150,6 +199,30 @@ mod tests {
             ).prop_map(|parts| parts.concat())
         ) {
             prop_assert_eq!(word_phrases(&query), phrases_normalized_one_by_one(&query));
+        }
+    }
+
+    #[test]
+    fn aliases_name_something_and_stop_words_letters_and_short_ones_do_not() {
+        for alias in ["the", "my", "i", "what", "is", "What is", "the my", "I'm", "и не", "я", "x y"] {
+            assert_eq!(alias_specificity(alias), Err(Unspecific::StopWords), "{alias}");
+        }
+        for alias in ["ab", "#1", "a-2", "退"] {
+            assert_eq!(alias_specificity(alias), Err(Unspecific::TooShort), "{alias}");
+        }
+        for alias in ["next week delivery", "the Gold plan", "退款", "下周发货", "доставка", "SKU88421", "k9x", "2024"]
+        {
+            assert_eq!(alias_specificity(alias), Ok(()), "{alias}");
+        }
+    }
+
+    #[test]
+    fn only_operators_names_are_routes() {
+        for author in [None, Some("admin:ops"), Some("console:ana")] {
+            assert!(exact_route_trusted(author), "{author:?}");
+        }
+        for author in [Some("agent:k-1"), Some("agent:jwt:alice"), Some("observer"), Some("someone")] {
+            assert!(!exact_route_trusted(author), "{author:?}");
         }
     }
 

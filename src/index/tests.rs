@@ -247,3 +247,42 @@ fn the_token_count_is_of_the_line_a_json_object_of_the_record_makes() {
         assert!(counted > 0);
     }
 }
+
+/// A key or alias is an exact route past the semantic layer only when an operator wrote it (or
+/// the record predates authors), and an alias only when it names something: an agent's or the
+/// observer's names are its words, and a stop-word alias stored before aliases were checked is
+/// no route for anyone. Identifiers in the content route for every writer.
+#[test]
+fn only_an_operators_specific_names_are_exact_terms() {
+    let mut index = TenantIndex::default();
+    for (id, author) in [("op", Some("admin:ops")), ("old", None), ("agent", Some("agent:k-1")), ("obs", Some("observer"))]
+    {
+        let mut record = Record::test_fact(id, serde_json::json!({"statement": format!("Order ORD-{id}-77 shipped.")}));
+        record.key = Some(format!("topic {id}"));
+        record.aliases = vec![format!("bluebird {id}"), "the".to_owned(), "what is".to_owned()];
+        record.author = author.map(str::to_owned);
+        index.upsert(IndexedRecord::new(record, None));
+    }
+    let routed = |term: &str| -> BTreeSet<String> {
+        let slots = index.by_term.get(term).into_iter().flatten();
+        slots.filter_map(|slot| index.slots[*slot as usize].as_ref().map(|i| i.head.id().to_owned())).collect()
+    };
+    for id in ["op", "old"] {
+        assert_eq!(routed(&format!("topic {id}")), BTreeSet::from([id.to_owned()]), "{id}'s key");
+        assert_eq!(routed(&format!("bluebird {id}")), BTreeSet::from([id.to_owned()]), "{id}'s alias");
+    }
+    for id in ["agent", "obs"] {
+        assert!(routed(&format!("topic {id}")).is_empty(), "{id}'s key routes");
+        assert!(routed(&format!("bluebird {id}")).is_empty(), "{id}'s alias routes");
+        // Still its words: a search by them finds it.
+        let slot = index.slot_of(id).unwrap();
+        let query = crate::lexical::LexicalQuery::new(crate::lexical::analyzer(), &format!("bluebird {id}"));
+        let mut candidates = crate::slots::SlotSet::new(index.slots.len());
+        candidates.insert(slot);
+        assert_eq!(index.lexical.search(&query, &candidates, 1).first().map(|h| h.slot), Some(slot), "{id}");
+    }
+    assert!(routed("the").is_empty() && routed("what is").is_empty(), "a stop-word alias routes");
+    for id in ["op", "old", "agent", "obs"] {
+        assert_eq!(routed(&format!("ord-{id}-77")), BTreeSet::from([id.to_owned()]), "{id}'s identifier");
+    }
+}

@@ -432,3 +432,108 @@ async fn what_one_callers_tools_write_another_callers_tools_never_see() {
         );
     }
 }
+
+async fn admin_post(gateway: &Proc, tenant: &str, path: &str, body: &Value) -> (u16, Value) {
+    let response = client()
+        .post(gateway.url(&format!("/admin/v1{path}")))
+        .bearer_auth(ADMIN_TOKEN)
+        .header("x-memory-tenant", tenant)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
+}
+
+/// Aliases are an exact route past the semantic layer: a record named by one in a question is
+/// injected whatever the question means. So an alias must name something (not stop words, not
+/// a letter or two), for every writer, and an agent's aliases are words of its record (found by
+/// meaning and words, with a score) rather than a route: only an operator's record is injected
+/// because a question names it.
+#[tokio::test]
+async fn common_words_are_no_alias_and_an_agents_aliases_are_words_not_an_exact_route() {
+    let mock = Proc::mock(&[]);
+    let dir = TempDir::new("mcp-aliases");
+    let config = dir.path.join("memgate.toml");
+    // v2: meaning alone, at a threshold no record reaches, so only an exact match passes.
+    std::fs::write(
+        &config,
+        "[memory]\nfunnel_timeout_ms = 10000\n[releases.v2]\nschema_versions = [\"v1\"]\n\
+         retrieval = \"dense\"\nsimilarity_threshold = 0.999\n",
+    )
+    .unwrap();
+    let gateway = managed_gateway(&mock, &["--config", config.to_str().unwrap()]);
+    let (key, issued) =
+        issue_key(&gateway, "acme", json!({"name": "coder", "permissions": ["memory_write_tools"]})).await;
+    let key_id = issued["id"].as_str().unwrap().to_owned();
+    let mcp = connect(&gateway, &[("x-api-key", &key)]).await;
+
+    // The aliases that put a record into every question: refused by path, nothing written.
+    let refused = error_text(
+        &call(
+            &mcp,
+            "memory_add",
+            json!({"type": "fact", "content": {"statement": "Support answers within a day."},
+                "aliases": ["the", "my", "i", "what", "is"]}),
+        )
+        .await,
+    );
+    for at in 0..5 {
+        assert!(refused.contains(&format!("$.aliases[{at}]")), "{refused}");
+    }
+    let listed = ok_text(&call(&mcp, "memory_list", json!({"mine": true})).await);
+    assert!(!listed.contains("within a day"), "{listed}");
+    // The same for an operator, as a 422 naming exactly the unspecific ones.
+    let (status, answer) = admin_post(
+        &gateway,
+        "acme",
+        "/memories",
+        &json!({"type": "fact", "scope": ["public"], "content": {"statement": "Refunds take five days."},
+            "aliases": ["refund window", "the", "ab", "what is", "退款"]}),
+    )
+    .await;
+    assert_eq!(status, 422, "{answer}");
+    let paths: Vec<&str> =
+        answer["error"]["problems"].as_array().unwrap().iter().filter_map(|p| p["path"].as_str()).collect();
+    assert_eq!(paths, ["$.aliases[1]", "$.aliases[2]", "$.aliases[3]"], "{answer}");
+
+    // A specific alias each: the agent's and the operator's.
+    let agents = saved_id(
+        &call(
+            &mcp,
+            "memory_add",
+            json!({"type": "fact", "content": {"statement": "The lighthouse tour leaves at noon."},
+                "aliases": ["bluebird rollout"]}),
+        )
+        .await,
+    );
+    let (status, answer) = admin_post(
+        &gateway,
+        "acme",
+        "/memories",
+        &json!({"type": "fact", "scope": ["public"], "aliases": ["heron rollout"],
+            "content": {"statement": "The harbour ferry runs every hour."}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    let operators = answer["id"].as_str().unwrap().to_owned();
+    let request = json!({"model": "claude-test", "max_tokens": 64,
+        "messages": [{"role": "user", "content": "Any news on the bluebird rollout or the heron rollout?"}]});
+    let caller = json!({"scopes": ["public", format!("agent:{key_id}")]});
+    let (status, explained) = admin_post(
+        &gateway,
+        "acme",
+        "/explain",
+        &json!({"request": request, "caller": caller, "release": "v2"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{explained}");
+    let injected: Vec<&str> =
+        explained["injected"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(injected.contains(&operators.as_str()), "the operator's alias is an exact route: {explained}");
+    assert!(!injected.contains(&agents.as_str()), "the agent's alias passed without a score: {explained}");
+    // Still words of the agent's record: its own search finds it by them.
+    let found = ok_text(&call(&mcp, "memory_search", json!({"query": "bluebird rollout"})).await);
+    assert!(found.contains(&agents), "{found}");
+    mcp.cancel().await.unwrap();
+}

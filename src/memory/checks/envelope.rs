@@ -8,6 +8,7 @@
 //! the limit rather than by the body.
 
 use crate::clock::parse_rfc3339_ms;
+use crate::index::terms::{MIN_ALIAS_WEIGHT, Unspecific, alias_specificity};
 pub use crate::memory::checks::problems::Problem;
 use crate::memory::checks::problems::Problems;
 use crate::memory::checks::schemas::SchemaSet;
@@ -410,10 +411,18 @@ fn check_aliases(value: Option<&Value>, problems: &mut Problems) -> Vec<String> 
             }
             let mut aliases = Vec::new();
             for (i, item) in items.iter().enumerate() {
+                let path = || json_path::child_index("$.aliases", i);
                 match item.as_str() {
-                    Some(s) if !s.trim().is_empty() && s.chars().count() <= 256 => aliases.push(s.to_owned()),
+                    Some(s) if !s.trim().is_empty() && s.chars().count() <= 256 => {
+                        match alias_specificity(s) {
+                            Ok(()) => aliases.push(s.to_owned()),
+                            Err(why) => {
+                                problems.push(Problem::new(path(), "unspecific_alias", unspecific(why)))
+                            }
+                        }
+                    }
                     _ => problems.push(Problem::new(
-                        json_path::child_index("$.aliases", i),
+                        path(),
                         "invalid_value",
                         "an alias is a non-empty string of at most 256 characters",
                     )),
@@ -425,6 +434,17 @@ fn check_aliases(value: Option<&Value>, problems: &mut Problems) -> Vec<String> 
             problems.push(Problem::new("$.aliases", "invalid_type", "aliases must be an array of strings"));
             Vec::new()
         }
+    }
+}
+
+/// What a writer reads of an alias refused as unspecific. The alias itself is not repeated: the
+/// path names it.
+fn unspecific(why: Unspecific) -> String {
+    match why {
+        Unspecific::StopWords => "an alias must name the record: this one is only stop words or single letters (the, my, what, is, …), which nearly every question holds; use a phrase people would ask with, such as \"next week delivery\"".to_owned(),
+        Unspecific::TooShort => format!(
+            "an alias must name the record: this one is too short to (at least {MIN_ALIAS_WEIGHT} letters or digits, a Chinese, Japanese or Korean character counting two)"
+        ),
     }
 }
 
