@@ -210,7 +210,8 @@ mod tests {
         for alias in ["ab", "#1", "a-2", "退"] {
             assert_eq!(alias_specificity(alias), Err(Unspecific::TooShort), "{alias}");
         }
-        for alias in ["next week delivery", "the Gold plan", "退款", "下周发货", "доставка", "SKU88421", "k9x", "2024"]
+        for alias in
+            ["next week delivery", "the Gold plan", "退款", "下周发货", "доставка", "SKU88421", "k9x", "2024"]
         {
             assert_eq!(alias_specificity(alias), Ok(()), "{alias}");
         }

@@ -255,9 +255,11 @@ fn the_token_count_is_of_the_line_a_json_object_of_the_record_makes() {
 #[test]
 fn only_an_operators_specific_names_are_exact_terms() {
     let mut index = TenantIndex::default();
-    for (id, author) in [("op", Some("admin:ops")), ("old", None), ("agent", Some("agent:k-1")), ("obs", Some("observer"))]
+    for (id, author) in
+        [("op", Some("admin:ops")), ("old", None), ("agent", Some("agent:k-1")), ("obs", Some("observer"))]
     {
-        let mut record = Record::test_fact(id, serde_json::json!({"statement": format!("Order ORD-{id}-77 shipped.")}));
+        let mut record =
+            Record::test_fact(id, serde_json::json!({"statement": format!("Order ORD-{id}-77 shipped.")}));
         record.key = Some(format!("topic {id}"));
         record.aliases = vec![format!("bluebird {id}"), "the".to_owned(), "what is".to_owned()];
         record.author = author.map(str::to_owned);
@@ -265,7 +267,9 @@ fn only_an_operators_specific_names_are_exact_terms() {
     }
     let routed = |term: &str| -> BTreeSet<String> {
         let slots = index.by_term.get(term).into_iter().flatten();
-        slots.filter_map(|slot| index.slots[*slot as usize].as_ref().map(|i| i.head.id().to_owned())).collect()
+        slots
+            .filter_map(|slot| index.slots[*slot as usize].as_ref().map(|i| i.head.id().to_owned()))
+            .collect()
     };
     for id in ["op", "old"] {
         assert_eq!(routed(&format!("topic {id}")), BTreeSet::from([id.to_owned()]), "{id}'s key");
