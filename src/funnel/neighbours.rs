@@ -7,7 +7,12 @@
 //! - every hit's score gains `weight` × the best score among its adjacent records (±1), and
 //!   `weight / 2` × the best two places away (±2): a record in a passage that matches rises
 //!   above an isolated one that scores alike;
-//! - the records within two places of the best hits pass too, ranked by the same lifted score.
+//! - the records within two places of the best hits pass too, ranked by the same lifted score,
+//!   if their own score reaches the release's floor (`floor`: its `standout_floor`, else its
+//!   threshold). A thread is the writer's to say: a note about something else filed between two
+//!   turns that answer the question is no neighbour of theirs, and passes only as it would alone.
+//!   The floor is the least any record passes on by meaning; an answer turn that says little the
+//!   question says still clears it (LoCoMo's and the suite's figures), an unrelated one does not.
 //!
 //! A neighbour counts only if the caller may see it and it is valid now (it is in the temporal
 //! layer's output): a record the caller cannot see neither passes nor lifts another, and is
@@ -34,15 +39,16 @@ pub fn lifts(index: &TenantIndex, weight: f32) -> bool {
     weight > 0.0 && !index.threads.is_empty()
 }
 
-/// Lifts `hits` by their neighbours' scores and lets in the neighbours of the best of them.
-/// `own` scores a candidate that is not a hit; exact matches keep ranking first. Returns the
-/// hits, then the admitted neighbours, and, when the step ran, the best unlifted score of a hit
-/// (what bounds the lift a record left out of `hits` could have had).
+/// Lifts `hits` by their neighbours' scores and lets in the neighbours of the best of them whose
+/// own score reaches `floor`. `own` scores a candidate that is not a hit; exact matches keep
+/// ranking first. Returns the hits, then the admitted neighbours, and, when the step ran, the
+/// best unlifted score of a hit (what bounds the lift a record left out of `hits` could have had).
 pub fn lift(
     index: &TenantIndex,
     current: &SlotSet,
     hits: Vec<Hit>,
     weight: f32,
+    floor: f32,
     own: impl Fn(u32) -> Option<Own>,
 ) -> (Vec<Hit>, Option<f32>) {
     if !lifts(index, weight) || hits.is_empty() {
@@ -60,7 +66,8 @@ pub fn lift(
     let mut admitted: Vec<u32> = Vec::new();
     for hit in by_rank.iter().take(ADMITTING) {
         for (slot, _) in index.threads.around(hit.slot, REACH, |s| current.contains(s)) {
-            if !held.contains(&slot) && !admitted.contains(&slot) && scores.get(slot).is_some() {
+            let fresh = !held.contains(&slot) && !admitted.contains(&slot);
+            if fresh && scores.get(slot).is_some_and(|(_, own)| own >= floor) {
                 admitted.push(slot);
             }
         }

@@ -1,7 +1,8 @@
 //! Embeddings travel with records: an export with `embeddings` carries each record's stored
-//! vector and model id, and an import stores a carried vector of the running model as it came,
-//! re-embeds the text of a line carrying another model's or dimension's vector, and refuses a
-//! line whose vector is malformed. On SQLite and on PostgreSQL.
+//! vector and model id, and an import stores a carried vector of the running model as it came
+//! once the model has found it to be its text's (every line of a small file, a sample of a large
+//! one), re-embeds the text of a line carrying another model's or dimension's vector, and refuses
+//! a line whose vector is malformed or not its text's. On SQLite and on PostgreSQL.
 
 use crate::support::TestDb;
 use crate::support::on_both_stores;
@@ -26,6 +27,7 @@ on_both_stores!(
     an_export_with_embeddings_imports_into_a_fresh_store_with_the_same_vectors,
     another_models_or_dimensions_vectors_are_embedded_again_from_the_text,
     a_malformed_vector_is_refused_by_line_and_nothing_is_imported,
+    a_carried_vector_that_is_not_its_texts_embedding_is_refused_by_line,
 );
 
 async fn export_lines(memories: &MemoryService, tenant: &str) -> Vec<Value> {
@@ -87,28 +89,73 @@ async fn an_export_with_embeddings_imports_into_a_fresh_store_with_the_same_vect
     let plain = source.export("acme", &ListFilter::default()).await.unwrap();
     assert!(!plain.contains("\"embedding\""), "{plain}");
 
-    // A vector of the running model is stored as it came, not embedded again: kb-3 is given
-    // kb-1's vector, and the target's export shows exactly those bytes on kb-3.
-    let mut lines = exported.clone();
-    lines[2]["embedding"] = exported[0]["embedding"].clone();
+    // A vector of the running model is stored as it came, not embedded again (after the model
+    // checked that it is its text's): the target's export shows exactly the source's bytes.
     let target_db = fresh_like(&db).await;
     let target = service(&target_db).await;
-    let report = target.import("acme", &jsonl(&lines), false, "restore").await.unwrap();
+    let report = target.import("acme", &jsonl(&exported), false, "restore").await.unwrap();
     assert!(report.applied, "{report:?}");
     assert_eq!(report.counts.new, 3);
+    let said = serde_json::to_value(&report).unwrap();
     let counts = report.embeddings.expect("the report says what became of the carried vectors");
     assert_eq!((counts.stored, counts.re_embedded), (3, 0));
+    // A file this small has every vector checked.
+    assert_eq!(
+        (&said["embeddings"]["sampled"], &said["embeddings"]["matched"]),
+        (&json!(3), &json!(3)),
+        "{said}"
+    );
     assert!(!target.is_backfilling(), "nothing was left to embed");
     let progress = target.import_progress("acme", report.import_id.as_deref().unwrap()).await.unwrap();
     assert_eq!((progress.state, progress.embedded), ("ready", 3), "findable by meaning at once");
 
     let after = export_lines(&target, "acme").await;
-    assert_eq!(after, lines, "the round trip changed a record or a vector's bytes");
-    assert_eq!(by_id(&after, "kb-3")["embedding"], exported[0]["embedding"]);
-    assert_ne!(by_id(&after, "kb-3")["embedding"], by_id(&exported, "kb-3")["embedding"]);
-    for id in ["kb-1", "kb-2"] {
-        assert_eq!(by_id(&after, id), by_id(&exported, id), "not byte-identical after the round trip");
+    assert_eq!(after, exported, "the round trip changed a record or a vector's bytes");
+}
+
+/// A line may carry the running model's vector only for its own text: a note about a bird
+/// census carrying a refund question's vector would be injected for refund questions. The model
+/// embeds the text of each sampled line (here every line: the file is small) and a vector that
+/// is not the text's refuses the line, by path and with the cosine, in the dry run as in the
+/// apply; the report says how many it checked and how many matched.
+async fn a_carried_vector_that_is_not_its_texts_embedding_is_refused_by_line(db: TestDb) {
+    let (_source, exported) = embedded_source(&db).await;
+    let mut census =
+        fact("kb-9", "Volunteers counted 412 lapwings and 38 curlews at the estuary bird census.");
+    census["embedding"] = by_id(&exported, "kb-1")["embedding"].clone();
+    let mut lines = exported.clone();
+    lines.push(census);
+    let target_db = fresh_like(&db).await;
+    let target = service(&target_db).await;
+    for dry_run in [true, false] {
+        let report = target.import("acme", &jsonl(&lines), dry_run, "restore").await.unwrap();
+        assert!(!report.applied, "dry run {dry_run}: {report:?}");
+        assert_eq!((report.counts.new, report.counts.invalid), (3, 1), "dry run {dry_run}: {report:?}");
+        let said = serde_json::to_value(&report).unwrap();
+        let line = said["lines"].as_array().unwrap().iter().find(|l| l["line"] == 4).unwrap();
+        assert_eq!(line["status"], "invalid", "{line}");
+        let problem = &line["problems"][0];
+        assert_eq!(
+            (problem["path"].as_str(), problem["kind"].as_str()),
+            (Some("$.embedding.vector"), Some("vector_mismatch")),
+            "{line}"
+        );
+        assert!(problem["message"].as_str().unwrap().contains("cosine"), "{line}");
+        assert_eq!(
+            (&said["embeddings"]["sampled"], &said["embeddings"]["matched"]),
+            (&json!(4), &json!(3)),
+            "{said}"
+        );
     }
+    assert!(export_lines(&target, "acme").await.is_empty(), "an import with a forged vector added something");
+    // The text alone (no vector) imports, and is embedded from its words.
+    let mut plain = lines[3].clone();
+    plain.as_object_mut().unwrap().remove("embedding");
+    let report = target.import("acme", &jsonl(&[plain]), false, "restore").await.unwrap();
+    assert!(report.applied, "{report:?}");
+    wait_ready(&target, "acme", report.import_id.as_deref().unwrap()).await;
+    let after = export_lines(&target, "acme").await;
+    assert!(cosine(&vector(&after[0]["embedding"]), &vector(&by_id(&exported, "kb-1")["embedding"])) < 0.9);
 }
 
 async fn another_models_or_dimensions_vectors_are_embedded_again_from_the_text(db: TestDb) {

@@ -120,3 +120,55 @@ async fn explain_as(memgate: &Memgate, request: &Value, caller: &Value, release:
     let answer = memgate.explain(TENANT, request, caller.clone(), Some(release)).await;
     answer["injected"].as_array().unwrap().iter().filter_map(Value::as_str).map(str::to_owned).collect()
 }
+
+/// Thread metadata is the writer's to set: a note about something else, filed between two turns
+/// of a conversation that answers the question, is not let in as their neighbour. A neighbour
+/// passes only on the release's own score floor (v4: `standout_floor`), as any record on its
+/// meaning would; the turns that do answer still come.
+#[tokio::test]
+async fn a_record_filed_in_a_matching_thread_passes_as_a_neighbour_only_on_its_own_floor() {
+    let memgate = Memgate::start(&config());
+    let thread = |position: usize, statement: &str| {
+        json!({"type": "fact", "scope": ["public"], "content": {"statement": statement},
+            "metadata": {"thread": "kb-refunds", "position": position}})
+    };
+    let policy = memgate
+        .remember(TENANT, &thread(0, "Refunds are paid back to the original card within five working days."))
+        .await;
+    let census = memgate
+        .remember(
+            TENANT,
+            &thread(1, "Volunteers counted 412 lapwings and 38 curlews at the estuary bird census."),
+        )
+        .await;
+    let gift = memgate
+        .remember(TENANT, &thread(2, "A refund for a gift card purchase goes back onto a new gift card."))
+        .await;
+    for statement in [
+        "The Novosibirsk office moves to Lenina street in September.",
+        "Password reset links expire after thirty minutes.",
+        "The GRND-200 grinder has forty grind settings and a 250 g hopper.",
+        "Standing desks ship from the Hamburg warehouse.",
+        "Premium support answers the phone from 8 am to 8 pm on weekdays.",
+    ] {
+        memgate
+            .remember(
+                TENANT,
+                &json!({"type": "fact", "scope": ["public"], "content": {"statement": statement}}),
+            )
+            .await;
+    }
+    let request = messages(None, "How long does a refund take to reach my card?");
+    let caller = json!({"scopes": ["public"]});
+    let explained = eventually(Duration::from_secs(30), "the records to be embedded", || async {
+        let answer = memgate.explain(TENANT, &request, caller.clone(), None).await;
+        (answer["injected"].as_array().is_some_and(|got| got.iter().any(|id| id == policy.as_str())))
+            .then_some(answer)
+    })
+    .await;
+    let injected: Vec<&str> =
+        explained["injected"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(!injected.contains(&census.as_str()), "the census note came as a neighbour: {explained}");
+    // The other refund turn of the thread, which is about the question, is there.
+    assert!(injected.contains(&gift.as_str()), "{explained}");
+}
