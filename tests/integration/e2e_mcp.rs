@@ -1,7 +1,8 @@
 //! `POST /mcp` through the real binary with a real MCP client (`rmcp`'s, over Streamable HTTP):
 //! the six tools listed and called with a gateway key or JWT, only the caller's scopes seen,
 //! no tools without a tool permission, 401 in the gateway's shape without a valid credential,
-//! and clear tool errors for malformed input.
+//! a JSON-RPC error for a body MCP cannot read, clear tool errors for malformed input, and
+//! aliases that name something (an agent's being words of its record, not an exact route).
 
 use crate::e2e_identity::{ADMIN_TOKEN, JWT_SECRET, issue_key, managed_gateway};
 use crate::support::{Proc, TempDir, client};
@@ -431,6 +432,70 @@ async fn what_one_callers_tools_write_another_callers_tools_never_see() {
             "{record}"
         );
     }
+}
+
+/// What every route of memgate answers a body it cannot read, `/mcp` answers in the shape its
+/// clients read: a JSON-RPC error with `"id": null` (JSON-RPC 2.0 §5 for a request whose id is
+/// unknown), at the status the official SDKs' servers use, never rmcp's plain-text 415.
+#[tokio::test]
+async fn a_body_mcp_cannot_read_gets_a_json_rpc_error_at_its_status() {
+    let mock = Proc::mock(&[]);
+    let gateway = managed_gateway(&mock, &[]);
+    let (key, _) =
+        issue_key(&gateway, "acme", json!({"name": "coder", "permissions": ["memory_read_tools"]})).await;
+    let both = "application/json, text/event-stream";
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    for (what, content_type, accept, body, status, code) in [
+        (
+            "not JSON",
+            "application/json",
+            both,
+            r#"{"jsonrpc": "2.0", "id": 1, "method": "#.to_owned(),
+            400,
+            -32700,
+        ),
+        ("JSON, not JSON-RPC", "application/json", both, r#"{"hello": "world"}"#.to_owned(), 400, -32600),
+        ("a batch", "application/json", both, format!("[{initialize}]"), 400, -32600),
+        ("another media type", "text/plain", both, initialize.to_string(), 415, -32000),
+        (
+            "an answer it cannot take",
+            "application/json",
+            "application/json",
+            initialize.to_string(),
+            406,
+            -32000,
+        ),
+    ] {
+        let response = client()
+            .post(gateway.url("/mcp"))
+            .header("x-api-key", &key)
+            .header("accept", accept)
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), status, "{what}");
+        let media = response.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(media.as_deref(), Some("application/json"), "{what}");
+        let text = response.text().await.unwrap();
+        let answer: Value =
+            serde_json::from_str(&text).unwrap_or_else(|_| panic!("{what}: not JSON: {text}"));
+        assert_eq!(answer["jsonrpc"], "2.0", "{what}: {answer}");
+        assert_eq!(answer["id"], Value::Null, "{what}: {answer}");
+        assert_eq!(answer["error"]["code"], code, "{what}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(!message.is_empty(), "{what}: {answer}");
+        assert!(
+            !message.contains("hello") && !message.contains("clientInfo"),
+            "{what}: echoes the body: {answer}"
+        );
+    }
+    // A client that sends what MCP takes is served as before.
+    let mcp = connect(&gateway, &[("x-api-key", &key)]).await;
+    assert_eq!(tool_names(&mcp).await, SIX[..3]);
+    mcp.cancel().await.unwrap();
 }
 
 async fn admin_post(gateway: &Proc, tenant: &str, path: &str, body: &Value) -> (u16, Value) {

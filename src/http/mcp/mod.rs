@@ -17,6 +17,15 @@
 //!    the same definitions and the same `execute` as the Messages tool loop, so the rules live
 //!    once.
 //!
+//! What `rmcp` refuses before JSON-RPC starts (a body that is not JSON or not a JSON-RPC message,
+//! another `Content-Type`, an `Accept` without both media types) it answers in plain text, a body
+//! as a 415. MCP clients read a JSON-RPC error there, as the official SDKs' servers send it: so
+//! `admit` refuses the body and its type itself (`unreadable`: 400 with -32700 for what is not
+//! JSON, -32600 for JSON that is not one JSON-RPC message, a batch included; 415 with -32000 for
+//! another media type), and a plain-text refusal `rmcp` still makes (`Accept`: 406) is given the
+//! same shape (`as_json_rpc`), its status kept. Their `id` is `null`: the request's is unknown
+//! (JSON-RPC 2.0, section 5). Identity errors stay in the gateway's shape, as on every route.
+//!
 //! Hosts are checked by memgate's own `allowed_hosts` layer, so `rmcp`'s is turned off. Browsers
 //! cannot reach the tools from another origin: every call needs a credential header, which a
 //! cross-origin page can only send after a CORS preflight that memgate never grants.
@@ -28,6 +37,8 @@ use crate::http::headers;
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::{Request, State};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::MethodRouter;
@@ -60,6 +71,9 @@ async fn admit(State(state): State<AppState>, request: Request, next: Next) -> R
     let (mut parts, body) = request.into_parts();
     let (caller, client, bytes, budget_permit) =
         crate::http::body::read_as_caller(&state, &parts, body).await?;
+    if let Some(refused) = unreadable(&parts.headers, &bytes) {
+        return Ok(refused);
+    }
     let ask = headers::ask(&parts.headers)?;
     let release = state.rollout().route(&caller, ask.pin.as_deref(), client)?;
     parts.extensions.insert(server::Access::new(&caller, release, &ask));
@@ -67,5 +81,73 @@ async fn admit(State(state): State<AppState>, request: Request, next: Next) -> R
     // share of the budget is held for exactly as long as the request works.
     let response = next.run(Request::from_parts(parts, Body::from(bytes))).await;
     drop(budget_permit);
-    Ok(response)
+    Ok(as_json_rpc(response).await)
+}
+
+/// JSON-RPC's codes for a message that cannot be read, and the MCP SDKs' for a transport refusal.
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+const TRANSPORT_ERROR: i64 = -32000;
+
+/// A JSON-RPC error answer at `status`, for a request whose id is unknown. Never repeats the body.
+fn json_rpc_error(status: StatusCode, code: i64, message: &str) -> Response {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
+    let mut response = Response::new(Body::from(body.to_string()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// The refusal of a body `rmcp` would answer in plain text: not `application/json`, not JSON,
+/// or not one JSON-RPC message of MCP (a batch is not: MCP's revisions since 2025-06-18 have none).
+fn unreadable(headers: &HeaderMap, body: &[u8]) -> Option<Response> {
+    let json_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|value| {
+        let essence = value.split_once(';').map_or(value, |(essence, _)| essence);
+        essence.trim().eq_ignore_ascii_case("application/json")
+    });
+    if !json_type {
+        let message = "Unsupported Media Type: Content-Type must be application/json";
+        return Some(json_rpc_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, TRANSPORT_ERROR, message));
+    }
+    // Read as `rmcp` reads it, so that what passes here is what it takes.
+    if serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(body).is_ok() {
+        return None;
+    }
+    Some(match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+        Err(err) => {
+            let message = format!("Parse error: the body is not JSON ({err})");
+            json_rpc_error(StatusCode::BAD_REQUEST, PARSE_ERROR, &message)
+        }
+        Ok(_) => {
+            let message = "Invalid Request: the body must be one JSON-RPC request, notification or response of MCP (batches are not taken)";
+            json_rpc_error(StatusCode::BAD_REQUEST, INVALID_REQUEST, message)
+        }
+    })
+}
+
+/// Bodies of `rmcp`'s plain-text refusals are a line or two; past this it is not one.
+const PLAIN_REFUSAL_BYTES: usize = 4096;
+
+/// `rmcp`'s plain-text refusals (a client error without a JSON body: `Accept` lacking a media
+/// type) in the JSON-RPC shape, with their status and words; every other answer as it is.
+async fn as_json_rpc(response: Response) -> Response {
+    let is_json = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|value| value.trim_start().to_ascii_lowercase().starts_with("application/json"));
+    if !response.status().is_client_error() || is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = match axum::body::to_bytes(body, PLAIN_REFUSAL_BYTES).await {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(_) => String::new(),
+    };
+    let message = if text.trim().is_empty() {
+        parts.status.canonical_reason().unwrap_or("refused")
+    } else {
+        text.trim()
+    };
+    json_rpc_error(parts.status, TRANSPORT_ERROR, message)
 }
