@@ -462,9 +462,12 @@ impl Authenticator {
         scopes.retain(|s| is_valid_scope(s));
         let permissions =
             Permissions::from_names(strings(&mapping.permissions_claim).iter().map(String::as_str));
-        // The token's issuer and subject name the writer; a token without `sub` writes as nobody.
-        let issuer = claims.get("iss").and_then(Value::as_str).unwrap_or("-");
-        let credential = subject.as_ref().map(|sub| format!("jwt:{issuer}/{sub}"));
+        // The token's issuer and subject name the writer (`jwt:<sub>` for a token without `iss`,
+        // as records written before issuers were named); a token without `sub` writes as nobody.
+        let credential = subject.as_ref().map(|sub| match claims.get("iss").and_then(Value::as_str) {
+            Some(issuer) => format!("jwt:{issuer}/{sub}"),
+            None => format!("jwt:{sub}"),
+        });
         Ok(Caller {
             credential,
             request_id: None,

@@ -141,8 +141,8 @@ async fn a_jwt_writes_as_its_own_issuer_and_sub_never_as_the_subject_it_names() 
         .await,
     );
     let (_, record) = admin(&gateway, reqwest::Method::GET, &format!("/memories/{id}"), None).await;
-    assert_eq!(record["author"], "agent:jwt:-/alice", "{record}");
-    assert_eq!(record["provenance"]["credential"], "jwt:-/alice");
+    assert_eq!(record["author"], "agent:jwt:alice", "{record}");
+    assert_eq!(record["provenance"]["credential"], "jwt:alice");
 
     // A service's JWT naming alice reads her note, and may neither change nor delete it.
     let service = bearer(&token(Some("svc-bot"), &["memory_write_tools", "assert_subject"]));
@@ -170,14 +170,14 @@ async fn a_jwt_writes_as_its_own_issuer_and_sub_never_as_the_subject_it_names() 
     let (_, record) = admin(&gateway, reqwest::Method::GET, &format!("/memories/{own}"), None).await;
     assert_eq!(
         (record["author"].as_str(), record["scope"].clone()),
-        (Some("agent:jwt:-/svc-bot"), json!(["user:alice"]))
+        (Some("agent:jwt:svc-bot"), json!(["user:alice"]))
     );
     assert_eq!(
         (record["provenance"]["credential"].as_str(), record["provenance"]["subject"].as_str()),
-        (Some("jwt:-/svc-bot"), Some("alice"))
+        (Some("jwt:svc-bot"), Some("alice"))
     );
     let (_, history) = admin(&gateway, reqwest::Method::GET, &format!("/memories/{own}/history"), None).await;
-    assert_eq!(history["data"][0]["actor"], "agent:jwt:-/svc-bot", "{history}");
+    assert_eq!(history["data"][0]["actor"], "agent:jwt:svc-bot", "{history}");
     assert_eq!(history["data"][0]["after"]["provenance"]["subject"], "alice", "{history}");
     // A JWT without `sub` names no writer: it writes nothing, whoever it names.
     let anonymous = bearer(&token(None, &["memory_write_tools", "assert_subject"]));
