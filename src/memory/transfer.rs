@@ -134,7 +134,7 @@ pub const ALWAYS_FIRST: usize = 64;
 pub const SAMPLE_ONE_IN: usize = 64;
 /// The least cosine between a carried vector and the running model's embedding of the line's
 /// text. The same text embedded twice differs in the last bits of a batched run (cosine above
-/// 0.9999); the vector of another text, even one on the same topic, is far below this.
+/// 0.9999); another text's vector is below this unless the two say nearly the same words.
 pub const MIN_VECTOR_COSINE: f32 = 0.99;
 
 /// Whether the `k`-th (from 0) of `n` lines carrying a vector is checked, `hash` being its keyed
