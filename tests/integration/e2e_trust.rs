@@ -22,6 +22,11 @@ async fn admin(gateway: &Proc, method: reqwest::Method, path: &str, body: Option
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
+/// `memory_add` of a fact with `statement`; the saved record's id.
+async fn add_fact(client: &crate::e2e_mcp::Client, statement: &str) -> String {
+    saved_id(&call(client, "memory_add", json!({"type": "fact", "content": {"statement": statement}})).await)
+}
+
 fn refused(result: &rmcp::model::CallToolResult) -> String {
     assert_eq!(result.is_error, Some(true), "written: {}", text(result));
     text(result)
@@ -88,10 +93,7 @@ async fn an_agent_with_every_tool_permission_cannot_send_a_webhook_or_rewrite_an
     assert_eq!(record["provenance"]["writer"], "operator", "{record}");
 
     // What it may write, it writes as itself, and the record says so.
-    let id = saved_id(
-        &call(&mcp, "memory_add", json!({"type": "fact", "content": {"statement": "Alice prefers email."}}))
-            .await,
-    );
+    let id = add_fact(&mcp, "Alice prefers email.").await;
     let (_, mine) = admin(&gateway, reqwest::Method::GET, &format!("/memories/{id}"), None).await;
     let key_id = issued["id"].as_str().unwrap();
     assert_eq!(mine["provenance"]["writer"], "agent", "{mine}");
@@ -132,14 +134,7 @@ async fn a_jwt_writes_as_its_own_issuer_and_sub_never_as_the_subject_it_names() 
     // Alice's own app writes a note of hers.
     let alice_app = bearer(&token(Some("alice"), &["memory_write_tools"]));
     let alice = connect(&gateway, &[("authorization", &alice_app)]).await;
-    let id = saved_id(
-        &call(
-            &alice,
-            "memory_add",
-            json!({"type": "fact", "content": {"statement": "My plan renews in May."}}),
-        )
-        .await,
-    );
+    let id = add_fact(&alice, "My plan renews in May.").await;
     let (_, record) = admin(&gateway, reqwest::Method::GET, &format!("/memories/{id}"), None).await;
     assert_eq!(record["author"], "agent:jwt:alice", "{record}");
     assert_eq!(record["provenance"]["credential"], "jwt:alice");
@@ -159,14 +154,7 @@ async fn a_jwt_writes_as_its_own_issuer_and_sub_never_as_the_subject_it_names() 
         (Some(1), &json!("My plan renews in May."))
     );
     // What the service writes for alice is the service's, and names alice beside it.
-    let own = saved_id(
-        &call(
-            &svc,
-            "memory_add",
-            json!({"type": "fact", "content": {"statement": "Alice asked about invoices."}}),
-        )
-        .await,
-    );
+    let own = add_fact(&svc, "Alice asked about invoices.").await;
     let (_, record) = admin(&gateway, reqwest::Method::GET, &format!("/memories/{own}"), None).await;
     assert_eq!(
         (record["author"].as_str(), record["scope"].clone()),
@@ -241,8 +229,7 @@ async fn a_block_marks_what_an_agent_wrote_and_a_release_can_leave_it_out() {
     )
     .await;
     let mcp = connect(&gateway, &[("x-api-key", &agent), ("x-memory-subject", "u-1")]).await;
-    let said = saved_id(&call(&mcp, "memory_add",
-        json!({"type": "fact", "content": {"statement": "My orders ship from the Lyon warehouse by express courier."}})).await);
+    let said = add_fact(&mcp, "My orders ship from the Lyon warehouse by express courier.").await;
 
     let explain = |release: &str| {
         json!({"release": release, "caller": {"scopes": ["user:u-1"]},

@@ -14,15 +14,15 @@ use memgate::tools::{Level, MemoryTools, ToolCaller, ToolResult};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
-struct Bench {
-    tools: MemoryTools,
-    memories: MemoryService,
-    release: Release,
+pub(crate) struct Bench {
+    pub(crate) tools: MemoryTools,
+    pub(crate) memories: MemoryService,
+    pub(crate) release: Release,
     _db: TestDb,
 }
 
 impl Bench {
-    async fn start(release_toml: &str) -> Bench {
+    pub(crate) async fn start(release_toml: &str) -> Bench {
         let db = TestDb::sqlite();
         let memories = crate::support::memory_service(&db.url).await;
         let dir = crate::support::TempDir::new("tools-config");

@@ -8,23 +8,16 @@
 //! another agent's record changed only by its author or a holder of `memory_write_any` in its
 //! scope; nothing withdrawn came back.
 
-use crate::support::TestDb;
-use memgate::config::{Config, ConfigFlags};
 use memgate::identity::{Caller, Permissions};
-use memgate::inject::Templates;
-use memgate::memory::MemoryService;
-use memgate::observability::metrics::Metrics;
 use memgate::observer::gates::Candidate;
 use memgate::record::{AGENT_TYPES, Record, Status, WriterKind};
-use memgate::rollout::Release;
 use memgate::store::memories::ListFilter;
 use memgate::store::observer::{Claim, NewExchange};
-use memgate::tools::{Level, MemoryTools, ToolCaller};
+use memgate::tools::{Level, ToolCaller};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
 use serde_json::{Value, json};
-use std::sync::Arc;
 
 const TYPES: [&str; 6] = ["fact", "preference", "task", "internal_sop", "customer_profile", "product_spec"];
 const KEYS: [&str; 4] = ["/memories/policy.md", "/memories/old.md", "shipping", "/memories/new.md"];
@@ -120,23 +113,20 @@ fn content_of(record_type: &str, acts: bool, text: &str) -> Value {
     content
 }
 
-struct Bench {
-    tools: MemoryTools,
-    memories: MemoryService,
-    release: Release,
-    _db: TestDb,
+/// The tools on a real store with the built-in `v1`, and what each generated step needs.
+struct Bench(crate::memory_tools::Bench);
+
+impl std::ops::Deref for Bench {
+    type Target = crate::memory_tools::Bench;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 impl Bench {
     async fn start() -> Bench {
-        let db = TestDb::sqlite();
-        let memories = crate::support::memory_service(&db.url).await;
-        let config = Config::load(&ConfigFlags::default(), |_| None).unwrap();
-        let templates = Templates::builtin_with(None).unwrap();
-        let release =
-            memgate::rollout::release::load_releases(&config, &templates).unwrap().remove("v1").unwrap();
-        let tools = MemoryTools::new(memories.clone(), Arc::new(Metrics::new()));
-        Bench { tools, memories, release, _db: db }
+        Bench(crate::memory_tools::Bench::start("").await)
     }
 
     fn caller(&self, tenant: &str, who: usize) -> ToolCaller {
