@@ -170,6 +170,9 @@ error_codes! {
         ActionQueued = "action_queued",
         /// A review's reject names a record that is not awaiting review (`proposed`).
         NotProposed = "not_proposed",
+        /// A status change found the record in a status it does not take: bulk activation takes
+        /// only `proposed` and `dormant` records.
+        StatusConflict = "status_conflict",
     }
     /// The body parsed but its content is refused (admin API); `details` names every problem.
     Unprocessable => 422, "invalid_request_error", retry = false {

@@ -2,7 +2,10 @@
 //! record nobody used for a while goes `dormant` — out of injection, still listed by the admin
 //! API and found by the memory tools, and active again on a tool's read or one `activate`. Each
 //! change is an ordinary status change in the record's history (actor `dormancy`), so nothing is
-//! lost and every step can be undone.
+//! lost and every step can be undone. Both changes name the status they start from (compared and
+//! set in the store's transaction: `MemoryService::change_status`): the sweep makes only an
+//! `active` record dormant, a read wakes only a `dormant` one, so neither undoes a pause or an
+//! archive an operator made after the sweep read its page or the reader its index.
 //!
 //! "Used" is the record's `last_accessed_at`: injections and tool reads, counted in memory on the
 //! request path and written in batches by the ticker (`access`), not a write per request. A
@@ -99,25 +102,33 @@ impl MemoryService {
         }
         for idle in &mut report.records {
             let record = &idle.record;
-            match self.set_status(&record.tenant, &record.id, Status::Dormant, ACTOR).await {
+            // Only from `active`: a record paused, archived or woken since the page was read keeps
+            // what happened to it since.
+            match self
+                .change_status(&record.tenant, &record.id, &[Status::Active], Status::Dormant, ACTOR)
+                .await
+            {
                 Ok(changed) => {
                     idle.record = changed;
                     report.applied += 1;
                 }
-                // Deleted meanwhile: nothing to do.
-                Err(MemoryError::NotFound(_)) => {}
+                // Deleted or changed meanwhile: nothing to do.
+                Err(MemoryError::NotFound(_) | MemoryError::StatusConflict { .. }) => {}
                 Err(err) => return Err(err),
             }
         }
         Ok(report)
     }
 
-    /// Makes these dormant records active again: a memory tool read them. Rare on a request's
-    /// path (once read, a record is active); a failure is logged and the next read tries again.
+    /// Makes these dormant records active again: a memory tool read them. Only `dormant` wakes
+    /// on use: a record the reader saw dormant that an operator paused or archived since (another
+    /// replica's index may lag a moment) stays as the operator left it. Rare on a request's path
+    /// (once read, a record is active); a failure is logged and the next read tries again.
     pub async fn wake(&self, tenant: &str, ids: &[String], actor: &str) {
         for id in ids {
-            if let Err(err) = self.set_status(tenant, id, Status::Active, actor).await {
-                tracing::warn!(error = %err, %id, "could not make a dormant record active again");
+            match self.change_status(tenant, id, &[Status::Dormant], Status::Active, actor).await {
+                Ok(_) | Err(MemoryError::NotFound(_) | MemoryError::StatusConflict { .. }) => {}
+                Err(err) => tracing::warn!(error = %err, %id, "could not make a dormant record active again"),
             }
         }
     }

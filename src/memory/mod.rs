@@ -49,6 +49,8 @@ pub enum MemoryError {
         "record `{id}` is {status}, not proposed: only a record awaiting review is rejected; DELETE it to remove it"
     )]
     NotProposed { id: String, status: &'static str },
+    #[error("record `{id}` is {actual}, and this change takes only {expected} records: nothing was changed")]
+    StatusConflict { id: String, actual: &'static str, expected: String },
     #[error(transparent)]
     Store(StoreError),
 }
@@ -76,6 +78,7 @@ impl ErrorCode for MemoryError {
             MemoryError::IdTaken(_) => Code::IdTaken,
             MemoryError::TopicTaken => Code::TopicTaken,
             MemoryError::NotProposed { .. } => Code::NotProposed,
+            MemoryError::StatusConflict { .. } => Code::StatusConflict,
             MemoryError::Store(err) => err.error_code(),
         }
     }
@@ -763,6 +766,10 @@ impl MemoryService {
         Ok(record)
     }
 
+    /// An operator's status change (`POST …/{id}/pause`, `…/archive`, `…/activate`, the
+    /// console): from whatever status the record has. An operator naming one record is the
+    /// contract's way back from a pause or an archive; other writers name what they expect
+    /// (`change_status`).
     pub async fn set_status(
         &self,
         tenant: &str,
@@ -770,16 +777,44 @@ impl MemoryService {
         status: Status,
         actor: &str,
     ) -> Result<Record, MemoryError> {
+        const ANY: &[Status] =
+            &[Status::Active, Status::Paused, Status::Archived, Status::Proposed, Status::Dormant];
+        self.change_status(tenant, id, ANY, status, actor).await
+    }
+
+    /// Changes the record's status to `status` if it is one of `from`, compared and set in the
+    /// store's transaction: one it finds in another status is left as it is
+    /// (`MemoryError::StatusConflict`), so a sweep or a tool's read decided on an older view
+    /// cannot undo what an operator did since. Already at `status`: nothing changes.
+    pub async fn change_status(
+        &self,
+        tenant: &str,
+        id: &str,
+        from: &[Status],
+        status: Status,
+        actor: &str,
+    ) -> Result<Record, MemoryError> {
         if status == Status::Active
+            && from.contains(&Status::Proposed)
             && let Some(record) = self.approve_replacement(tenant, id, actor).await?
         {
             return Ok(record);
         }
-        let record = self
-            .store
-            .set_record_status(tenant, id, status, actor, now_ms())
-            .await
-            .map_err(|err| MemoryError::from_store(err, id))?;
+        let changed = self.store.set_record_status(tenant, id, from, status, actor, now_ms()).await;
+        let record = match changed {
+            Ok(record) => record,
+            Err(StoreError::StatusConflict { actual }) => {
+                let names: Vec<&str> = from.iter().map(|status| status.as_str()).collect();
+                let expected = match names.split_last() {
+                    Some((last, [])) => (*last).to_owned(),
+                    Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+                    None => "no".to_owned(),
+                };
+                let id = id.to_owned();
+                return Err(MemoryError::StatusConflict { id, actual: actual.as_str(), expected });
+            }
+            Err(err) => return Err(MemoryError::from_store(err, id)),
+        };
         let vector = self.index.vector_of(tenant, id);
         match vector {
             Some(vector) => {

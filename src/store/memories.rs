@@ -261,11 +261,16 @@ impl Store {
         Ok(next)
     }
 
-    /// Pauses, archives or reactivates a record.
+    /// Pauses, archives, activates or makes dormant a record whose status is one of `from`:
+    /// compare and set, in the write's transaction (record writes take the sequence row first,
+    /// so none slips in between), so a change decided on an older read (a dormancy sweep's list,
+    /// a tool's read that found the record dormant) cannot undo one made since (an operator's
+    /// pause). Already at `status`: nothing is written. Any other status: `StatusConflict`.
     pub async fn set_record_status(
         &self,
         tenant: &str,
         id: &str,
+        from: &[Status],
         status: Status,
         actor: &str,
         now_ms: i64,
@@ -274,6 +279,9 @@ impl Store {
         let current = fetch_record(&mut tx, tenant, id).await?.ok_or(StoreError::NotFound)?;
         if current.status == status {
             return Ok(current);
+        }
+        if !from.contains(&current.status) {
+            return Err(StoreError::StatusConflict { actual: current.status });
         }
         let mut next = current.clone();
         next.status = status;

@@ -32,6 +32,9 @@ pub enum StoreError {
     IdTaken(String),
     #[error("another live record already has this key and scope")]
     TopicTaken,
+    /// A status change found the record in a status it does not take (`set_record_status`).
+    #[error("the record is {}, a status this change does not take", .actual.as_str())]
+    StatusConflict { actual: crate::record::Status },
     /// The observer's claim on the exchange it writes for is gone (its scope was forgotten, or
     /// another replica took it over): nothing was written (`observer::Claim`).
     #[error("the exchange this write came from is no longer claimed by this worker")]

@@ -55,7 +55,10 @@ pub(super) fn refusal(tool: &str, err: MemoryError) -> ToolResult {
         MemoryError::TopicTaken => ToolResult::refused(format!(
             "{tool}: another record already holds this key in your scope (written by someone else, of another type, or withdrawn by an operator), and you may not replace it; nothing was written. Use another key, or leave the key out"
         )),
-        MemoryError::Conflict { .. } | MemoryError::IdTaken(_) | MemoryError::NotProposed { .. } => {
+        MemoryError::Conflict { .. }
+        | MemoryError::IdTaken(_)
+        | MemoryError::NotProposed { .. }
+        | MemoryError::StatusConflict { .. } => {
             ToolResult::error(format!("{tool}: the record changed meanwhile; read it again and retry"))
         }
         MemoryError::Store(err) => {

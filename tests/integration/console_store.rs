@@ -179,7 +179,10 @@ async fn data_health_from_the_database_is_the_answer_of_every_record(db: TestDb)
     store.apply_import("other", "imp-2", &records[..50], "test", NOW - 10_000).await.unwrap();
     for i in (0..records.len()).filter(|i| i % 9 == 4 || i % 17 == 8) {
         let status = if i % 9 == 4 { Status::Paused } else { Status::Archived };
-        store.set_record_status("acme", &id(i), status, "test", NOW - 5_000).await.unwrap();
+        store
+            .set_record_status("acme", &id(i), &[Status::Active], status, "test", NOW - 5_000)
+            .await
+            .unwrap();
     }
     let accesses: Vec<Access> = (0..records.len())
         .filter(|i| i % 3 != 1 || *i > 1_900)

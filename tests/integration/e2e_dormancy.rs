@@ -199,6 +199,45 @@ async fn e2e_dormancy_dry_run_apply_never_injected_woken_by_a_tool_or_an_admin_c
     assert_eq!(status_of(&swept, "mem-harbour").await, "active");
 }
 
+/// Activation in bulk (the review queue's `POST /memories/activate`, the console's bulk approve)
+/// is for records awaiting review or asleep: a paused or archived record among the ids is
+/// refused by id with `status_conflict`, and keeps its status; the others are approved. The
+/// record's own `POST /memories/{id}/activate` is an operator naming it, and resumes it.
+#[tokio::test]
+async fn e2e_dormancy_bulk_activate_takes_only_proposed_and_dormant_records() {
+    let mock = Proc::mock(&[]);
+    let dir = TempDir::new("dormancy-bulk");
+    let gw = gateway(&mock, &dir, "bulk", "", None);
+    for status in ["proposed", "dormant", "paused", "archived"] {
+        let record = json!({"id": format!("mem-{status}"), "type": "fact", "scope": ["public"],
+            "status": status, "content": {"statement": format!("A {status} note about the pier.")}});
+        let (code, body) = admin(&gw, reqwest::Method::POST, "/memories", Some(record)).await;
+        assert_eq!(code, 201, "{body}");
+    }
+    let ids = json!({"ids": ["mem-proposed", "mem-dormant", "mem-paused", "mem-archived"]});
+    let (code, answer) = admin(&gw, reqwest::Method::POST, "/memories/activate", Some(ids)).await;
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!((answer["done"].as_u64(), answer["failed"].as_u64()), (Some(2), Some(2)), "{answer}");
+    let data = answer["data"].as_array().unwrap();
+    for (item, id) in data.iter().zip(["mem-proposed", "mem-dormant"]) {
+        assert_eq!((item["id"].as_str(), item["status"].as_str()), (Some(id), Some("active")), "{item}");
+    }
+    for (item, status) in data[2..].iter().zip(["paused", "archived"]) {
+        assert_eq!(item["ok"], false, "{item}");
+        assert_eq!(item["error"]["code"], "status_conflict", "{item}");
+        let message = item["error"]["message"].as_str().unwrap();
+        assert!(message.contains(status) && message.contains("/activate"), "{message}");
+    }
+    assert_eq!(status_of(&gw, "mem-paused").await, "paused");
+    assert_eq!(status_of(&gw, "mem-archived").await, "archived");
+    let history = get(&gw, "/memories/mem-archived/history").await;
+    assert_eq!(history["data"].as_array().unwrap().len(), 1, "a refused activation is no change: {history}");
+    for id in ["mem-paused", "mem-archived"] {
+        let (code, one) = admin(&gw, reqwest::Method::POST, &format!("/memories/{id}/activate"), None).await;
+        assert_eq!((code, one["status"].as_str()), (200, Some("active")), "{one}");
+    }
+}
+
 /// A type without a schema is refused at startup, naming the key.
 #[tokio::test]
 async fn e2e_dormancy_of_an_unknown_type_is_refused_at_startup() {

@@ -35,7 +35,7 @@ mod observer_store;
 mod outbox;
 mod router;
 mod store;
-// mod store_status;
+mod store_status;
 mod triggers;
 mod trusted_writes;
 mod visibility;
