@@ -87,6 +87,24 @@ impl Answer {
         }
     }
 
+    /// `--text-bytes`: the text repeated, space-separated, to at least `bytes` bytes (an empty
+    /// text, or `0`, stays as it is).
+    pub(super) fn lengthen(&mut self, bytes: usize) {
+        if self.text.is_empty() || self.text.len() >= bytes {
+            return;
+        }
+        let words = self.text.split_whitespace().count() as u64;
+        let mut text = String::with_capacity(bytes + self.text.len() + 1);
+        while text.len() < bytes {
+            if !text.is_empty() {
+                text.push(' ');
+            }
+            text.push_str(&self.text);
+        }
+        self.output_tokens += text.split_whitespace().count() as u64 - words;
+        self.text = text;
+    }
+
     fn stop_reason(&self) -> &'static str {
         if self.tools.is_empty() { "end_turn" } else { "tool_use" }
     }

@@ -77,7 +77,8 @@ pub(super) async fn messages(State(state): State<MockState>, req: Recorded) -> R
         }
     }
     let behaviour = behaviour(model);
-    let answer = Answer::new(body, model, matches!(behaviour, Behaviour::ToolUse));
+    let mut answer = Answer::new(body, model, matches!(behaviour, Behaviour::ToolUse));
+    answer.lengthen(args.text_bytes);
     let steps = match behaviour {
         Behaviour::Fail(err) => return err.into_response_with(seq),
         Behaviour::SlowFirstByte => {

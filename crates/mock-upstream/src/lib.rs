@@ -67,6 +67,10 @@ pub struct MockArgs {
     /// How many text deltas the answer text is split into.
     #[arg(long, default_value_t = DEFAULT_DELTAS)]
     pub deltas: usize,
+    /// The answer text repeated to at least this many bytes (0: as it is), so that `--deltas`
+    /// can split it into tens of thousands of deltas.
+    #[arg(long, default_value_t = 0)]
+    pub text_bytes: usize,
     /// The delay of the `mock-slow-first-byte` model.
     #[arg(long, default_value_t = DEFAULT_SLOW_FIRST_BYTE_MS)]
     pub slow_first_byte_ms: u64,
@@ -98,6 +102,7 @@ impl Default for MockArgs {
             ttft_ms: 0,
             delta_interval_ms: 0,
             deltas: DEFAULT_DELTAS,
+            text_bytes: 0,
             slow_first_byte_ms: DEFAULT_SLOW_FIRST_BYTE_MS,
             pause_ms: DEFAULT_PAUSE_MS,
             fail_marker: None,

@@ -171,6 +171,25 @@ async fn streams_the_full_event_sequence_of_the_same_message() {
 }
 
 #[tokio::test]
+async fn text_bytes_lengthens_the_text_into_as_many_deltas_as_asked() {
+    let app = router(args(&["--deltas", "5000", "--text-bytes", "40000"]));
+    let (_, _, complete) = post_json(&app, "/v1/messages", &messages_body("claude-x", false)).await;
+    let complete = json_of(&complete);
+    let text = complete["content"][0]["text"].as_str().expect("text");
+    assert!(text.len() >= 40_000 && text.starts_with("Hello from mock-upstream"), "{}", text.len());
+    let words = text.split_whitespace().count() as u64;
+    assert_eq!(complete["usage"]["output_tokens"], words);
+    let (_, _, body) = post_json(&app, "/v1/messages", &messages_body("claude-x", true)).await;
+    let deltas: Vec<String> = sse_events(&body)
+        .into_iter()
+        .filter(|(name, _)| name == "content_block_delta")
+        .map(|(_, data)| data["delta"]["text"].as_str().expect("text_delta").to_owned())
+        .collect();
+    assert_eq!(deltas.len(), 5000);
+    assert_eq!(deltas.concat(), text);
+}
+
+#[tokio::test]
 async fn tool_use_model_answers_a_tool_call_in_both_forms() {
     let app = router(args(&[]));
     let mut body = messages_body("mock-tool-use", false);
