@@ -12,7 +12,10 @@
 //!
 //! Lifecycle of a permit: made when the body starts to be read, grown chunk by chunk, held while
 //! memory is recalled and the request is sent, released when the upstream's answer starts (the
-//! body has left by then; a streamed answer is relayed chunk by chunk and holds nothing). A chunk
+//! body has left by then; a streamed answer is relayed chunk by chunk and holds nothing). A turn
+//! with memgate's tools keeps it (`Hold`) while its rounds go on: each round's body is the last
+//! one and more, built and kept by memgate, so each is covered as it is built, and the permit is
+//! freed once the last round is known. A chunk
 //! that does not fit waits, older requests first, up to `limits.inflight_wait_ms`; then the
 //! request is answered 529 `overloaded_error` with `retry-after`, which the SDKs retry.
 //!
@@ -63,6 +66,8 @@ enum Pool {
     Caller(Arc<str>),
 }
 
+/// Cheap to clone: the clones draw on one budget.
+#[derive(Clone)]
 pub struct BodyBudget {
     shared: Arc<Shared>,
     requests: Arc<Semaphore>,
@@ -124,6 +129,39 @@ impl Drop for BudgetPermit {
             ledger.release(self.seq);
             ledger.settle(&shared.caps);
         }
+    }
+}
+
+/// A request's permit with the budget it draws on, for work past the edge that builds bodies of
+/// its own: the tool rounds (`turn::rounds`) build each round's body from the one before and
+/// more, and hold it until the next is built, so each is covered here as it is built, and the
+/// hold is freed once the last round is known.
+pub struct Hold {
+    budget: Option<BodyBudget>,
+    permit: BudgetPermit,
+}
+
+impl Hold {
+    pub fn new(budget: &BodyBudget, permit: BudgetPermit) -> Hold {
+        Hold { budget: Some(budget.clone()), permit }
+    }
+
+    /// A hold on no budget (a turn the edge charged nothing for).
+    pub fn none() -> Hold {
+        Hold { budget: None, permit: BudgetPermit::none() }
+    }
+
+    /// Makes the hold cover a body of `len` bytes (counted twice, as every body), waiting as a
+    /// body's chunk waits (`limits.inflight_wait_ms`), then the 529 the edge would answer.
+    pub async fn cover(&mut self, len: u64) -> Result<(), ApiError> {
+        let Some(budget) = &self.budget else { return Ok(()) };
+        budget.grow(&mut self.permit, len, Instant::now() + budget.wait()).await
+    }
+
+    /// Frees what the hold covers (and its request's slot).
+    pub fn release(&mut self) {
+        self.budget = None;
+        self.permit = BudgetPermit::none();
     }
 }
 
@@ -481,6 +519,22 @@ mod tests {
         assert!(budget.grow(&mut other, 1, soon(&budget)).await.is_err(), "the budget is all held");
         drop(permit);
         budget.grow(&mut other, 1, soon(&budget)).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_hold_covers_each_body_built_past_the_edge_until_released() {
+        let budget = budget(4 * MIB, 4 * MIB, 4 * MIB, 50);
+        let mut permit = budget.permit(Holder::default());
+        budget.grow(&mut permit, 100 * KIB, soon(&budget)).await.unwrap();
+        let mut hold = Hold::new(&budget, permit);
+        hold.cover(MIB).await.unwrap();
+        assert_eq!(budget.usage().0, 2 * MIB, "the next round's body, counted twice");
+        let mut other = budget.permit(Holder::default());
+        assert!(budget.grow(&mut other, MIB + 1, soon(&budget)).await.is_err(), "the hold takes its share");
+        hold.release();
+        assert_eq!(budget.usage().0, 0);
+        hold.cover(MIB).await.unwrap();
+        assert_eq!(budget.usage().0, 0, "a released hold charges nothing");
     }
 
     #[tokio::test]

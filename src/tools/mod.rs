@@ -166,6 +166,20 @@ impl ToolResult {
         ToolResult { content: content.into(), is_error: true, outcome: "refused" }
     }
 
+    /// The answer in place of a result of `bytes` bytes, more than `cap`, the most one call's
+    /// result may carry into the conversation: what to ask instead.
+    pub fn too_large(tool: &str, bytes: usize, cap: usize) -> ToolResult {
+        ToolResult {
+            content: format!(
+                "{tool}: the result ({} KiB) is more than the {} KiB one call may return, so it was left out. Ask for less: a smaller limit, a type, or memory_get of the ids you need.",
+                bytes.div_ceil(1024),
+                cap / 1024
+            ),
+            is_error: true,
+            outcome: "limit",
+        }
+    }
+
     /// The answer to a call memgate did not run because the request's tool rounds or time ran
     /// out: the model should answer with what it has.
     pub fn limit_reached(what: &str) -> ToolResult {

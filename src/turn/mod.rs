@@ -15,7 +15,9 @@
 //!    backend (`tools::files`), and the body is left as the client sent it.
 //! 2. `Turns::converse` sends the body upstream: once, or — with the tools offered — in as many
 //!    rounds as the model's calls of them take (`rounds`: memgate runs the calls and continues;
-//!    the client gets one answer). The edge relays the answer; the body's budget is the edge's.
+//!    the client gets one answer). The edge relays the answer; the body's share of the budget
+//!    (`body::budget::Hold`) is held until the body has left, and the rounds grow it for each
+//!    body they build.
 //! 3. `Turns::settle` — once the upstream's status is known: the release's outcome (`rollout`'s
 //!    stats, which the canary guard reads), the records' access counts, trigger actions, the
 //!    console's history and recent requests (`settle`), and the report: which release served,
@@ -346,13 +348,16 @@ impl Turns {
         &self,
         turn: &Turn,
         mut request: UpstreamRequest,
+        hold: crate::body::budget::Hold,
     ) -> Result<Response<Body>, ApiError> {
         let handles = &self.inner;
         let tools = match (&turn.tools, turn.endpoint) {
             (Some(tools), Endpoint::Messages) => tools.clone(),
             _ => {
                 request.body = Some(reqwest::Body::from(turn.body()));
-                return handles.upstream.send(request).await;
+                let response = handles.upstream.send(request).await;
+                drop(hold);
+                return response;
             }
         };
         let rounds = rounds::Rounds::new(
@@ -362,6 +367,7 @@ impl Turns {
             tools,
             turn.release.clone(),
             request,
+            hold,
         );
         let (mut response, outcome) = rounds.run(turn.body(), turn.facts.stream).await?;
         response.extensions_mut().insert(UpstreamLatency(outcome.upstream_time));

@@ -11,7 +11,9 @@
 //! Models that misbehave on purpose, for the gateway's bounds and refusals:
 //! - `mock-tool-loop`: calls `memory_search` on every turn, tool results included, forever;
 //! - `mock-tool-mixed`: calls `memory_search` and the client's own first tool in one turn;
-//! - `mock-tool-bad-input`: calls `memory_add` with an input no tool takes.
+//! - `mock-tool-bad-input`: calls `memory_add` with an input no tool takes;
+//! - `mock-tool-flood`: calls `memory_list` `FLOOD_CALLS` times in its first turn (a model that
+//!   asks for far more than a turn should carry), then quotes the results as usual.
 
 use serde_json::{Map, Value, json};
 
@@ -23,6 +25,8 @@ pub(super) struct Plan {
 }
 
 const QUOTED_CHARS: usize = 400;
+/// How many `memory_list` calls `mock-tool-flood` makes in one turn.
+const FLOOD_CALLS: usize = 200;
 
 fn offered(body: &Map<String, Value>) -> Vec<&str> {
     body.get("tools")
@@ -76,6 +80,13 @@ pub(super) fn plan(body: &Map<String, Value>, model: &str) -> Option<Plan> {
             return Some(Plan {
                 text: "Checking memory and the weather.".into(),
                 calls: vec![search(&words), ((*client_tool).to_owned(), json!({ "location": "Paris" }))],
+            });
+        }
+        "mock-tool-flood" if tools.contains(&"memory_list") && tool_results(body).is_none() => {
+            let list = || ("memory_list".to_owned(), json!({ "limit": 50 }));
+            return Some(Plan {
+                text: "Let me list everything.".into(),
+                calls: (0..FLOOD_CALLS).map(|_| list()).collect(),
             });
         }
         "mock-tool-bad-input" if can_add && tool_results(body).is_none() => {
@@ -162,5 +173,27 @@ mod tests {
         assert!(
             plan(&body(json!({"messages": [{"role": "user", "content": "remember that x"}]})), "m").is_none()
         );
+    }
+
+    #[test]
+    fn the_flood_model_lists_two_hundred_times_then_quotes() {
+        let with_list = |messages: Value| {
+            body(
+                json!({"model": "m", "tools": [{"name": "memory_search"}, {"name": "memory_list"}], "messages": messages}),
+            )
+        };
+        let asked = with_list(json!([{"role": "user", "content": "List it all."}]));
+        let flood = plan(&asked, "mock-tool-flood").expect("a plan");
+        assert_eq!(flood.calls.len(), FLOOD_CALLS);
+        assert!(
+            flood.calls.iter().all(|(name, input)| name == "memory_list" && input == &json!({"limit": 50}))
+        );
+        let answered = with_list(json!([
+            {"role": "user", "content": "List it all."},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "memory_list", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "none"}]},
+        ]));
+        let quoted = plan(&answered, "mock-tool-flood").expect("a plan");
+        assert_eq!((quoted.text.as_str(), quoted.calls.len()), ("From memory: none", 0));
     }
 }

@@ -57,7 +57,8 @@ async fn forward_messages_request(
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
     let (parts, body) = request.into_parts();
-    // The body's share of the budget is held until the request has left for the upstream.
+    // The body's share of the budget is held until the request has left for the upstream (with
+    // memgate's tools: until the last round is known).
     let (caller, client, bytes, budget_permit) =
         crate::http::body::read_as_caller(state, &parts, body).await?;
     let checked = bytes.clone();
@@ -83,12 +84,13 @@ async fn forward_messages_request(
     // order, number formatting and unknown fields are exactly the client's. With injection only
     // the block is added (see `inject::placement`), with memgate's tools their definitions
     // (`turn::rounds`).
+    // The body's share goes with the turn: its tool rounds grow it as they build bodies.
+    let hold = crate::body::budget::Hold::new(state.body_budget(), budget_permit);
     let mut response =
-        match state.turns().converse(&turn, upstream_request(&parts, upstream_headers, None)).await {
+        match state.turns().converse(&turn, upstream_request(&parts, upstream_headers, None), hold).await {
             Ok(response) => response,
             Err(err) => err.into_response(),
         };
-    drop(budget_permit);
     let answer = Answer {
         status: response.status().as_u16(),
         upstream_time: response.extensions().get::<UpstreamLatency>().map(|l| l.0),

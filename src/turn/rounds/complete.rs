@@ -71,6 +71,7 @@ pub(super) async fn run(rounds: Rounds, mut body: Bytes) -> Result<(Response<Bod
                 body = rounds
                     .next_body(&body, &round_content, &calls, &results)
                     .ok_or_else(|| ApiError::internal("the next tool round's body could not be built"))?;
+                rounds.hold(body.len()).await?;
             }
             Next::Finish(stop) => {
                 let (parts, id) = first.take().unwrap_or((parts, Value::Null));

@@ -23,6 +23,15 @@
 //! reached, and the round after it is the last: memgate's calls in it are dropped and its stop
 //! reason becomes `end_turn`. Each tool call also runs under what is left of the time budget.
 //!
+//! What the calls may add to the next round is bounded too, since each round's body carries
+//! every result so far (a 2 KB request whose model made 200 `memory_list` calls once built a
+//! 41.6 MB second round, and one request took 270 MB): at most `MAX_CALLS_PER_ROUND` calls of a
+//! round run (the rest are told the limit, not run), a result over `MAX_RESULT_BYTES` is
+//! replaced by an error that says how to ask for less, and once the results of the request
+//! reach `MAX_TURN_RESULT_BYTES` later calls are told the limit and the round after is the last.
+//! Each round's body is held against the body budget as it is built (`body::budget::Hold`, the
+//! share the edge took for the client's body), and freed once the last round is known.
+//!
 //! What the client gets: `complete` (one JSON message: the content of every round without
 //! memgate's blocks, the last round's stop reason, usage summed over the rounds) and `stream`
 //! (one event stream: one `message_start`, block indices renumbered to run on from 0 across
@@ -35,6 +44,7 @@ mod complete;
 mod sse;
 mod stream;
 
+use crate::body::budget::Hold;
 use crate::error::ApiError;
 use crate::observability::metrics::Metrics;
 use crate::rollout::Release;
@@ -45,7 +55,17 @@ use crate::upstream::{Upstream, UpstreamRequest};
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+/// The most of memgate's calls one round runs: models ask for a handful at a time.
+pub const MAX_CALLS_PER_ROUND: usize = 16;
+/// The most bytes one call's result carries into the next round: a record at the default
+/// `records.max_content_bytes` (64 KiB) fits twice over, escaped.
+pub const MAX_RESULT_BYTES: usize = 128 * 1024;
+/// The most bytes of results one request's rounds carry in all (the result that crosses it
+/// still goes: a request carries at most this and one result more).
+pub const MAX_TURN_RESULT_BYTES: usize = 512 * 1024;
 
 /// What the rounds of one request share; cheap to clone into the answer's stream.
 #[derive(Clone)]
@@ -63,6 +83,10 @@ struct Shared {
     path_and_query: String,
     headers: HeaderMap,
     started: Instant,
+    /// Bytes of the results answered so far, all rounds together.
+    result_bytes: AtomicUsize,
+    /// The request's share of the body budget; used by one round at a time.
+    hold: tokio::sync::Mutex<Hold>,
 }
 
 /// One call of a memgate tool, as the model made it.
@@ -116,6 +140,7 @@ impl Rounds {
         caller: ToolCaller,
         release: Arc<Release>,
         request: UpstreamRequest,
+        hold: Hold,
     ) -> Rounds {
         let UpstreamRequest { method, path_and_query, mut headers, .. } = request;
         // memgate reads every round's answer: it must come uncompressed.
@@ -131,6 +156,8 @@ impl Rounds {
                 path_and_query,
                 headers,
                 started: Instant::now(),
+                result_bytes: AtomicUsize::new(0),
+                hold: tokio::sync::Mutex::new(hold),
             }),
         }
     }
@@ -150,7 +177,7 @@ impl Rounds {
         block.get("type").and_then(Value::as_str) == Some("tool_use")
             && block.get("name").and_then(Value::as_str).is_some_and(|name| {
                 self.names().contains(&name)
-                    || (self.inner.caller.file_tool && name == crate::tools::files::TOOL_NAME)
+                    || (self.inner.caller.file_tool() && name == crate::tools::files::TOOL_NAME)
             })
     }
 
@@ -194,11 +221,35 @@ impl Rounds {
         }
         let mut results = Vec::with_capacity(calls.len());
         let mut limited = false;
-        for call in calls {
+        for (n, call) in calls.iter().enumerate() {
+            let refused = if n >= MAX_CALLS_PER_ROUND {
+                Some(format!("{MAX_CALLS_PER_ROUND} calls in one round"))
+            } else if shared.result_bytes.load(Ordering::Relaxed) >= MAX_TURN_RESULT_BYTES {
+                Some(format!("{} KiB of results in one request", MAX_TURN_RESULT_BYTES / 1024))
+            } else {
+                None
+            };
+            if let Some(what) = refused {
+                shared.metrics.record_tool_call(
+                    &shared.release.name,
+                    crate::tools::metric_name(&call.name),
+                    "limit",
+                );
+                results.push(ToolResult::limit_reached(&what));
+                continue;
+            }
             let left = settings.time_budget.saturating_sub(shared.started.elapsed());
             let run = shared.tools.execute(&shared.caller, &shared.release, &call.name, &call.input);
             match tokio::time::timeout(left, run).await {
-                Ok(result) => results.push(result),
+                Ok(result) => {
+                    let result = if result.content.len() > MAX_RESULT_BYTES {
+                        ToolResult::too_large(&call.name, result.content.len(), MAX_RESULT_BYTES)
+                    } else {
+                        result
+                    };
+                    shared.result_bytes.fetch_add(result.content.len(), Ordering::Relaxed);
+                    results.push(result);
+                }
                 Err(_) => {
                     limited = true;
                     shared.metrics.record_tool_call(
@@ -211,7 +262,22 @@ impl Rounds {
                 }
             }
         }
+        // Results enough for one request: the model answers with them in the next round.
+        limited |= shared.result_bytes.load(Ordering::Relaxed) >= MAX_TURN_RESULT_BYTES;
         (results, limited)
+    }
+
+    /// Holds the next round's body, `len` bytes, against the body budget while memgate keeps it
+    /// (a wait, then the 529 the edge would answer, when the budget is full).
+    async fn hold(&self, len: usize) -> Result<(), ApiError> {
+        self.inner.hold.lock().await.cover(len as u64).await
+    }
+
+    /// The last round is known: no body will be built from this one, its share is free.
+    fn release_hold(&self) {
+        if let Ok(mut hold) = self.inner.hold.try_lock() {
+            hold.release();
+        }
     }
 
     /// The next round's body: `body` with the model's `assistant` turn and the answers.

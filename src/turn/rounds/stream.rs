@@ -194,6 +194,7 @@ impl Relay {
 
     fn end_with(&mut self, events: Vec<Bytes>) {
         self.out.extend(events);
+        self.rounds.release_hold();
         self.upstream = None;
         self.finish_metrics();
         self.done = true;
@@ -343,6 +344,9 @@ async fn next_round(
     let Some(next) = rounds.next_body(&body, &content, &calls, &results) else {
         return fail("api_error", "memgate could not build the next tool round");
     };
+    if let Err(err) = rounds.hold(next.len()).await {
+        return fail(err.kind().status_and_type().1, err.message());
+    }
     let response = match rounds.send(next.clone()).await {
         Ok(response) => response,
         Err(err) => return fail(err.kind().status_and_type().1, err.message()),
