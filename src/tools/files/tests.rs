@@ -76,7 +76,8 @@ fn bidirectional_and_zero_width_characters_are_refused_without_repeating_the_pat
     );
     assert!(said.contains("bidirectional or zero-width"), "{said}");
     // Letters of other scripts, and marks that combine with them, are names.
-    for path in ["/memories/заметки.md", "/memories/ملاحظات.md", "/memories/नोट्स.md", "/memories/下周发货.md"] {
+    for path in ["/memories/заметки.md", "/memories/ملاحظات.md", "/memories/नोट्स.md", "/memories/下周发货.md"]
+    {
         assert_eq!(resolve(path).unwrap(), path);
     }
 }
