@@ -146,11 +146,6 @@ impl Hold {
         Hold { budget: Some(budget.clone()), permit }
     }
 
-    /// A hold on no budget (a turn the edge charged nothing for).
-    pub fn none() -> Hold {
-        Hold { budget: None, permit: BudgetPermit::none() }
-    }
-
     /// Makes the hold cover a body of `len` bytes (counted twice, as every body), waiting as a
     /// body's chunk waits (`limits.inflight_wait_ms`), then the 529 the edge would answer.
     pub async fn cover(&mut self, len: u64) -> Result<(), ApiError> {
