@@ -592,7 +592,8 @@ impl MemoryService {
     }
 
     pub async fn create(&self, tenant: &str, input: &Value, actor: &str) -> Result<Created, MemoryError> {
-        self.create_as(tenant, input, &Writer::operator(actor, None, crate::record::WriterKind::Operator)).await
+        self.create_as(tenant, input, &Writer::operator(actor, None, crate::record::WriterKind::Operator))
+            .await
     }
 
     /// Creates a record as `writer` says: its actor in the history, its author and provenance
@@ -885,7 +886,12 @@ impl MemoryService {
 
     /// Deletes `id` as `writer`: a bounded writer only a record it may change
     /// (`writers::may_delete`).
-    pub async fn delete_as(&self, tenant: &str, id: &str, writer: &Writer<'_>) -> Result<Record, MemoryError> {
+    pub async fn delete_as(
+        &self,
+        tenant: &str,
+        id: &str,
+        writer: &Writer<'_>,
+    ) -> Result<Record, MemoryError> {
         if writer.bounds.is_some() {
             let current = self.get(tenant, id).await?;
             writers::may_delete(writer, &current).map_err(MemoryError::Invalid)?;

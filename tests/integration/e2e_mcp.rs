@@ -16,7 +16,7 @@ use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 
-type Client = RunningService<RoleClient, ()>;
+pub(crate) type Client = RunningService<RoleClient, ()>;
 
 fn transport(gateway: &Proc, headers: &[(&str, &str)]) -> StreamableHttpClientTransport<reqwest::Client> {
     let headers: HashMap<http::HeaderName, http::HeaderValue> =
@@ -27,7 +27,7 @@ fn transport(gateway: &Proc, headers: &[(&str, &str)]) -> StreamableHttpClientTr
 }
 
 /// An MCP client connected to the gateway's `/mcp` with these headers (`initialize` handshake).
-async fn connect(gateway: &Proc, headers: &[(&str, &str)]) -> Client {
+pub(crate) async fn connect(gateway: &Proc, headers: &[(&str, &str)]) -> Client {
     ().serve(transport(gateway, headers)).await.expect("the MCP client connects")
 }
 
@@ -41,12 +41,12 @@ async fn tool_names(client: &Client) -> Vec<String> {
     client.list_all_tools().await.unwrap().into_iter().map(|tool| tool.name.into_owned()).collect()
 }
 
-async fn call(client: &Client, name: &str, arguments: Value) -> CallToolResult {
+pub(crate) async fn call(client: &Client, name: &str, arguments: Value) -> CallToolResult {
     let arguments = arguments.as_object().cloned().expect("tool arguments are an object");
     client.call_tool(CallToolRequestParams::new(name.to_owned()).with_arguments(arguments)).await.unwrap()
 }
 
-fn text(result: &CallToolResult) -> String {
+pub(crate) fn text(result: &CallToolResult) -> String {
     result.content.iter().filter_map(|block| block.as_text()).map(|t| t.text.as_str()).collect()
 }
 
@@ -61,7 +61,7 @@ fn error_text(result: &CallToolResult) -> String {
 }
 
 /// The id in `memory_add`'s "Saved as <id> (scope …)".
-fn saved_id(result: &CallToolResult) -> String {
+pub(crate) fn saved_id(result: &CallToolResult) -> String {
     let said = ok_text(result);
     let rest = said.split("Saved as ").nth(1).unwrap_or_else(|| panic!("no id in {said}"));
     rest.split([' ', '.']).next().unwrap().to_owned()
@@ -81,7 +81,7 @@ async fn admin_get(gateway: &Proc, tenant: &str, id: &str) -> (u16, Value) {
     (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
 }
 
-fn hs256(claims: Value) -> String {
+pub(crate) fn hs256(claims: Value) -> String {
     let key = jsonwebtoken::EncodingKey::from_secret(JWT_SECRET.as_bytes()).unwrap();
     jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &key).unwrap()
 }
