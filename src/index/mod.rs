@@ -273,7 +273,7 @@ impl IndexedRecord {
         // An agent's or the observer's key and aliases are words of the record, not names that
         // route it past the semantic layer (`terms`); an alias stored before aliases had to be
         // specific is no route either.
-        if terms::exact_route_trusted(record.author.as_deref()) {
+        if terms::exact_route_trusted(record.writer()) {
             if let Some(key) = &record.key {
                 terms.push(terms::normalize(key));
             }

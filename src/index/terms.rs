@@ -16,12 +16,12 @@
 //!   record's content stay routes: a question names them only when it is about that order or
 //!   that person.
 
-/// Whether the key and aliases of a record written by `author` are exact routes: an operator's
-/// (`admin:…`, `console:…`) or a record with no author (imports and records older than authors).
-/// Agents (`agent:…`), the observer and any author memgate does not know are not: deny by
-/// default. Decided by the author alone for now; provenance's writer kind will say the same.
-pub fn exact_route_trusted(author: Option<&str>) -> bool {
-    author.is_none_or(|author| author.starts_with("admin:") || author.starts_with("console:"))
+/// Whether the key and aliases of a record whose live version `writer` wrote are exact routes:
+/// an operator's or an import's (`Record::writer`, which reads a record without provenance by its
+/// author: `admin:…`, `console:…` or none). Agents, the memory tool, the observer and any author
+/// memgate does not know are not: deny by default.
+pub fn exact_route_trusted(writer: crate::record::WriterKind) -> bool {
+    writer.is_operator()
 }
 
 /// Why an alias cannot name a record (`alias_specificity`).
@@ -219,12 +219,15 @@ mod tests {
 
     #[test]
     fn only_operators_names_are_routes() {
+        use crate::record::WriterKind;
         for author in [None, Some("admin:ops"), Some("console:ana")] {
-            assert!(exact_route_trusted(author), "{author:?}");
+            assert!(exact_route_trusted(WriterKind::of_author(author)), "{author:?}");
         }
         for author in [Some("agent:k-1"), Some("agent:jwt:alice"), Some("observer"), Some("someone")] {
-            assert!(!exact_route_trusted(author), "{author:?}");
+            assert!(!exact_route_trusted(WriterKind::of_author(author)), "{author:?}");
         }
+        assert!(exact_route_trusted(WriterKind::Import));
+        assert!(!exact_route_trusted(WriterKind::MemoryTool));
     }
 
     #[test]
