@@ -193,6 +193,11 @@ impl ToolResult {
     }
 }
 
+/// The most bytes one call's result carries: a record at the default
+/// `records.max_content_bytes` (64 KiB) fits twice over, escaped. A larger result is an error
+/// that says how to ask for less, on every surface (the Messages loop, MCP).
+pub const MAX_RESULT_BYTES: usize = 128 * 1024;
+
 /// The tools' executor: the records (through `MemoryService`, which also writes) and the metrics.
 #[derive(Clone)]
 pub struct MemoryTools {
@@ -214,7 +219,11 @@ impl MemoryTools {
         name: &str,
         input: &Value,
     ) -> ToolResult {
-        let result = self.run(caller, release, name, input).await;
+        let mut result = self.run(caller, release, name, input).await;
+        // Bounded here, where every surface runs a call (the Messages loop and MCP alike).
+        if result.content.len() > MAX_RESULT_BYTES {
+            result = ToolResult::too_large(name, result.content.len(), MAX_RESULT_BYTES);
+        }
         self.metrics.record_tool_call(&release.name, metric_name(name), result.outcome);
         result
     }

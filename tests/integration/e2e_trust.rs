@@ -256,3 +256,35 @@ async fn a_block_marks_what_an_agent_wrote_and_a_release_can_leave_it_out() {
     let writers = writers.unwrap_or_else(|| panic!("no writers step: {operators_only}"));
     assert_eq!(writers["removed"][0]["id"], said.as_str(), "{writers}");
 }
+
+/// A call's result is bounded wherever it runs: over MCP as in the Messages loop, a listing larger
+/// than one call may carry is refused with words that say how to ask for less.
+#[tokio::test]
+async fn an_mcp_call_whose_result_is_too_large_says_so_instead_of_sending_it() {
+    let mock = Proc::mock(&[]);
+    let gateway = managed_gateway(&mock, &[]);
+    // Six records of ~25 KB each (the schema's most attributes, each at its longest): one listing
+    // of them is over 128 KiB.
+    for n in 0..6 {
+        let attributes: serde_json::Map<String, Value> = (0..50)
+            .map(|i| {
+                (
+                    format!("spec_{i}"),
+                    json!(format!("sofa {n} part {i} ").repeat(40).chars().take(480).collect::<String>()),
+                )
+            })
+            .collect();
+        let spec = json!({"id": format!("spec-{n}"), "type": "product_spec", "scope": ["public"],
+            "content": {"sku": format!("SKU-{n}"), "name": format!("Sofa {n}"), "attributes": attributes}});
+        let (status, answer) = admin(&gateway, reqwest::Method::POST, "/memories", Some(spec)).await;
+        assert_eq!(status, 201, "{answer}");
+    }
+    let (reader, _) =
+        issue_key(&gateway, "default", json!({"name": "reader", "permissions": ["memory_read_tools"]})).await;
+    let mcp = connect(&gateway, &[("x-api-key", &reader)]).await;
+    let said = refused(&call(&mcp, "memory_list", json!({"limit": 50})).await);
+    assert!(said.contains("more than the 128 KiB one call may return") && said.len() < 1024, "{said}");
+    // Asking for less is answered.
+    let one = call(&mcp, "memory_list", json!({"limit": 1})).await;
+    assert_eq!(one.is_error, Some(false), "{}", text(&one));
+}

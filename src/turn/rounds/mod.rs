@@ -26,7 +26,7 @@
 //! What the calls may add to the next round is bounded too, since each round's body carries
 //! every result so far (a 2 KB request whose model made 200 `memory_list` calls once built a
 //! 41.6 MB second round, and one request took 270 MB): at most `MAX_CALLS_PER_ROUND` calls of a
-//! round run (the rest are told the limit, not run), a result over `MAX_RESULT_BYTES` is
+//! round run (the rest are told the limit, not run), a result over `tools::MAX_RESULT_BYTES` is
 //! replaced by an error that says how to ask for less, and once the results of the request
 //! reach `MAX_TURN_RESULT_BYTES` later calls are told the limit and the round after is the last.
 //! Each round's body is held against the body budget as it is built (`body::budget::Hold`, the
@@ -60,9 +60,6 @@ use std::time::{Duration, Instant};
 
 /// The most of memgate's calls one round runs: models ask for a handful at a time.
 pub const MAX_CALLS_PER_ROUND: usize = 16;
-/// The most bytes one call's result carries into the next round: a record at the default
-/// `records.max_content_bytes` (64 KiB) fits twice over, escaped.
-pub const MAX_RESULT_BYTES: usize = 128 * 1024;
 /// The most bytes of results one request's rounds carry in all (the result that crosses it
 /// still goes: a request carries at most this and one result more).
 pub const MAX_TURN_RESULT_BYTES: usize = 512 * 1024;
@@ -242,11 +239,6 @@ impl Rounds {
             let run = shared.tools.execute(&shared.caller, &shared.release, &call.name, &call.input);
             match tokio::time::timeout(left, run).await {
                 Ok(result) => {
-                    let result = if result.content.len() > MAX_RESULT_BYTES {
-                        ToolResult::too_large(&call.name, result.content.len(), MAX_RESULT_BYTES)
-                    } else {
-                        result
-                    };
                     shared.result_bytes.fetch_add(result.content.len(), Ordering::Relaxed);
                     results.push(result);
                 }
