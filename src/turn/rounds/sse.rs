@@ -43,6 +43,13 @@ pub fn encode(name: &str, data: &Value) -> Bytes {
 #[derive(Default)]
 pub struct Parser {
     buffer: BytesMut,
+    /// How far `buffer` has been searched for an event's end without finding one: the next
+    /// search starts just before it (an end is at most four bytes long), so an event that
+    /// arrives in many small chunks is read once, not once per chunk.
+    searched: usize,
+    /// Bytes looked at by the searches, for the tests that hold the parser linear.
+    #[cfg(test)]
+    examined: usize,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -60,12 +67,19 @@ impl Parser {
     /// came).
     pub fn next_event(&mut self) -> Result<Option<Event>, ParseError> {
         loop {
-            let Some(end) = find_event_end(&self.buffer) else {
+            let from = self.searched.saturating_sub(3);
+            #[cfg(test)]
+            {
+                self.examined += self.buffer.len() - from.min(self.buffer.len());
+            }
+            let Some(end) = find_event_end(&self.buffer, from) else {
                 if self.buffer.len() > MAX_EVENT {
                     return Err(ParseError::TooLong);
                 }
+                self.searched = self.buffer.len();
                 return Ok(None);
             };
+            self.searched = 0;
             let raw = self.buffer.split_to(end).freeze();
             let text = String::from_utf8_lossy(&raw);
             let mut name = String::from("message");
@@ -89,9 +103,10 @@ impl Parser {
     }
 }
 
-/// Where the first event in `buffer` ends (after its blank line): `\n\n`, `\r\n\r\n` or `\r\r`.
-fn find_event_end(buffer: &[u8]) -> Option<usize> {
-    let mut i = 0;
+/// Where the first event in `buffer` ends (after its blank line): `\n\n`, `\r\n\r\n` or `\r\r`,
+/// looking from `from` on (where no end starts before it).
+fn find_event_end(buffer: &[u8], from: usize) -> Option<usize> {
+    let mut i = from;
     while i + 1 < buffer.len() {
         match (buffer[i], buffer[i + 1]) {
             (b'\n', b'\n') | (b'\r', b'\r') => return Some(i + 2),
@@ -105,6 +120,32 @@ fn find_event_end(buffer: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One large event in small chunks is searched once, not once a chunk: the bytes looked at
+    /// stay within a small multiple of the event's size (a search from the start each time
+    /// looks at ~n²/2 of them: 2,000 times the event for this one).
+    #[test]
+    fn an_event_in_many_small_chunks_is_searched_in_linear_time() {
+        let text = "x".repeat(512 * 1024);
+        let stream = format!(
+            "event: content_block_start\r\ndata: {{\"type\":\"t\",\"text\":\"{text}\"}}\r\n\r\nevent: ping\ndata: {{}}\n\n"
+        );
+        let mut parser = Parser::default();
+        let mut names = Vec::new();
+        for piece in stream.as_bytes().chunks(64) {
+            parser.push(piece);
+            while let Some(event) = parser.next_event().unwrap() {
+                names.push(event.name);
+            }
+        }
+        assert_eq!(names, ["content_block_start", "ping"]);
+        assert!(
+            parser.examined <= 2 * stream.len(),
+            "{} bytes looked at for {}",
+            parser.examined,
+            stream.len()
+        );
+    }
 
     #[test]
     fn events_split_across_chunks_come_out_whole_with_their_bytes() {
