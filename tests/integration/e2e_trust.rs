@@ -22,6 +22,13 @@ async fn admin(gateway: &Proc, method: reqwest::Method, path: &str, body: Option
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
+/// An MCP client of a new key with the write tools, naming `subject`.
+async fn writing_agent(gateway: &Proc, subject: &str) -> crate::e2e_mcp::Client {
+    let permissions = json!({"name": "agent", "permissions": ["memory_write_tools", "assert_subject"]});
+    let (agent, _) = issue_key(gateway, "default", permissions).await;
+    connect(gateway, &[("x-api-key", &agent), ("x-memory-subject", subject)]).await
+}
+
 /// `memory_add` of a fact with `statement`; the saved record's id.
 async fn add_fact(client: &crate::e2e_mcp::Client, statement: &str) -> String {
     saved_id(&call(client, "memory_add", json!({"type": "fact", "content": {"statement": statement}})).await)
@@ -190,13 +197,7 @@ async fn a_jwt_writes_as_its_own_issuer_and_sub_never_as_the_subject_it_names() 
 async fn a_repeat_of_a_record_the_agent_cannot_read_does_not_name_it() {
     let mock = Proc::mock(&[]);
     let gateway = managed_gateway(&mock, &[]);
-    let (agent, _) = issue_key(
-        &gateway,
-        "default",
-        json!({"name": "agent", "permissions": ["memory_write_tools", "assert_subject"]}),
-    )
-    .await;
-    let mcp = connect(&gateway, &[("x-api-key", &agent), ("x-memory-subject", "u-1")]).await;
+    let mcp = writing_agent(&gateway, "u-1").await;
     let note = json!({"type": "fact", "content": {"statement": "Ships to Lyon."}});
     let id = saved_id(&call(&mcp, "memory_add", note.clone()).await);
     assert_eq!(admin(&gateway, reqwest::Method::POST, &format!("/memories/{id}/pause"), None).await.0, 200);
@@ -222,13 +223,7 @@ async fn a_block_marks_what_an_agent_wrote_and_a_release_can_leave_it_out() {
     let policy = json!({"id": "ship-policy", "type": "fact", "scope": ["user:u-1"],
         "content": {"statement": "My orders ship from the Lyon warehouse."}});
     assert_eq!(admin(&gateway, reqwest::Method::POST, "/memories", Some(policy)).await.0, 201);
-    let (agent, _) = issue_key(
-        &gateway,
-        "default",
-        json!({"name": "agent", "permissions": ["memory_write_tools", "assert_subject"]}),
-    )
-    .await;
-    let mcp = connect(&gateway, &[("x-api-key", &agent), ("x-memory-subject", "u-1")]).await;
+    let mcp = writing_agent(&gateway, "u-1").await;
     let said = add_fact(&mcp, "My orders ship from the Lyon warehouse by express courier.").await;
 
     let explain = |release: &str| {

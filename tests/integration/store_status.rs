@@ -6,24 +6,14 @@
 
 use crate::support::TestDb;
 use crate::support::on_both_stores;
-use memgate::memory::checks::schemas::SchemaSet;
 use memgate::memory::review::Decision;
 use memgate::memory::{MemoryError, MemoryService};
 use memgate::record::Status;
-use memgate::store::{Store, StoreError};
+use memgate::store::StoreError;
 use serde_json::json;
-use std::sync::Arc;
 
 async fn service(db: &TestDb) -> MemoryService {
-    let store = Store::connect(&db.url).await.unwrap();
-    store.migrate().await.unwrap();
-    MemoryService::new(
-        store,
-        Arc::new(SchemaSet::load(None).unwrap()),
-        64 * 1024,
-        crate::support::embedder(),
-        0.95,
-    )
+    crate::support::memory_service(&db.url).await
 }
 
 /// One record of each status, `id` = its status.
