@@ -93,7 +93,7 @@ pub fn admit(writer: &Writer<'_>, envelope: &Envelope, current: Option<&Record>)
         problems
             .push(refuse("$.scope", format!("this writer writes only into its own scope, {}", bounds.scope)));
     }
-    if !bounds.types.iter().any(|t| *t == envelope.record_type) {
+    if !bounds.types.contains(&envelope.record_type) {
         problems.push(refuse(
             "$.type",
             format!(
