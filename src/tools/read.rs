@@ -39,7 +39,7 @@ pub(super) fn is_readable(caller: &ToolCaller, release: &Release, record: &Recor
     caller.caller.can_see(&record.tenant, &record.scope)
         && record.status.is_indexed()
         && record.is_valid_at(now_ms())
-        && release.funnel.schema_versions.iter().any(|v| *v == record.schema_version)
+        && release.funnel.schema_versions.contains(&record.schema_version)
 }
 
 /// One record as a result line: what a model needs to use and cite it.
