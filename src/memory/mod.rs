@@ -606,9 +606,7 @@ impl MemoryService {
         input: &Value,
         writer: &Writer<'_>,
     ) -> Result<Created, MemoryError> {
-        let actor = writer.actor;
-        let by =
-            By { actor, author: writer.author, provenance: Some(&writer.provenance), claim: writer.claim };
+        let by = writer.by();
         let now = now_ms();
         let envelope = self.check(input, now)?;
         writers::admit(writer, &envelope, None).map_err(MemoryError::Invalid)?;
@@ -751,12 +749,7 @@ impl MemoryService {
         writers::admit(writer, &envelope, Some(&current)).map_err(MemoryError::Invalid)?;
         // The read revision guards the write too: a writer that slipped in between loses here.
         let expected = Some(if_match.unwrap_or(current.revision));
-        let by = By {
-            actor: writer.actor,
-            author: writer.author,
-            provenance: Some(&writer.provenance),
-            claim: writer.claim,
-        };
+        let by = writer.by();
         let record = self
             .store
             .update_record(tenant, id, &envelope, expected, &by, now)

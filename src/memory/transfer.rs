@@ -411,16 +411,17 @@ impl MemoryService {
         if carrying.is_empty() {
             return None;
         }
-        let mut sample: Vec<(usize, String)> = Vec::new();
+        // The sampled lines (by position in `checked`) and their texts, in the same order.
+        let (mut sample, mut texts): (Vec<usize>, Vec<String>) = (Vec::new(), Vec::new());
         for (k, &at) in carrying.iter().enumerate() {
             if let Ok((envelope, Carried::Running(vector))) = &checked[at].1 {
                 let text = super::envelope_passage_text(envelope);
                 if sampled(k, carrying.len(), sample_hash(&text, vector)) {
-                    sample.push((at, text));
+                    sample.push(at);
+                    texts.push(text);
                 }
             }
         }
-        let texts: Vec<String> = sample.iter().map(|(_, text)| text.clone()).collect();
         let embedded = match self.embedder.embed_passages(&texts).await {
             Ok(embedded) => embedded,
             Err(err) => {
@@ -434,7 +435,7 @@ impl MemoryService {
             }
         };
         let mut counts = EmbeddingCounts { sampled: sample.len(), ..EmbeddingCounts::default() };
-        for ((at, _), model) in sample.iter().zip(embedded) {
+        for (at, model) in sample.iter().zip(embedded) {
             let Ok((_, Carried::Running(vector))) = &checked[*at].1 else { continue };
             let cosine = crate::vector::dot(vector, &model);
             if cosine >= MIN_VECTOR_COSINE {

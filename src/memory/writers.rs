@@ -26,6 +26,7 @@ use crate::memory::checks::envelope::Problem;
 pub use crate::record::AGENT_TYPES;
 
 use crate::record::{Envelope, Provenance, Record, Status, WriterKind};
+use crate::store::memories::By;
 use crate::triggers::COOLDOWN_FIELD;
 use serde_json::Value;
 
@@ -79,6 +80,16 @@ impl<'a> Writer<'a> {
     /// Whether this writer may change a record written by `author`.
     pub fn may_change(&self, author: Option<&str>) -> bool {
         self.write_any || (author.is_some() && author == self.author)
+    }
+
+    /// The one scope a bounded writer writes into; `None` for an operator.
+    pub fn scope(&self) -> Option<&'a str> {
+        self.bounds.map(|bounds| bounds.scope)
+    }
+
+    /// The writer as the store keeps it on the write (`store::memories::By`).
+    pub fn by(&self) -> By<'_> {
+        By { actor: self.actor, author: self.author, provenance: Some(&self.provenance), claim: self.claim }
     }
 }
 

@@ -120,11 +120,6 @@ impl ToolCaller {
         self.file_level > Level::Off
     }
 
-    /// Whether this caller may change a record written by `author`.
-    fn may_change(&self, author: Option<&str>) -> bool {
-        self.write_any || (author.is_some() && author == self.author.as_deref())
-    }
-
     /// The writer this caller writes as through `kind`'s surface (the six tools, or the memory
     /// tool): into its own scope, as its credential, within its release's types
     /// (`memory::writers`). `None` for a caller with no scope or credential of its own.

@@ -86,7 +86,7 @@ pub(super) async fn add(
 ) -> Result<ToolResult, ToolResult> {
     let input = Input::new(ADD, input, &["type", "content", "key", "aliases", "priority"])?;
     let writer = writer_of(ADD, caller, release, WriterKind::Agent)?;
-    let scope = writer.bounds.map_or("", |b| b.scope);
+    let scope = writer.scope().unwrap_or_default();
     let record_type = input.text("type")?;
     let content = input.object("content")?;
     let tenant = &caller.caller.tenant;
@@ -137,13 +137,14 @@ fn changeable(
     tool: &str,
     memories: &MemoryService,
     caller: &ToolCaller,
+    writer: &Writer<'_>,
     release: &Release,
     id: &str,
 ) -> Result<std::sync::Arc<crate::index::IndexedRecord>, ToolResult> {
     let Some(item) = readable_record(memories, caller, release, id) else {
         return Err(ToolResult::error(format!("{tool}: no record {:?} that you can read", shown_id(id))));
     };
-    if !caller.may_change(item.head.author()) {
+    if !writer.may_change(item.head.author()) {
         return Err(ToolResult::refused(format!(
             "{tool}: {} was written by someone else, and you may change or delete only records you wrote; nothing was changed",
             shown_id(id)
@@ -174,7 +175,7 @@ pub(super) async fn update(
     if patch.is_empty() {
         return Err(ToolResult::error("memory_update: give content, aliases or priority to change"));
     }
-    let item = changeable(UPDATE, memories, caller, release, id)?;
+    let item = changeable(UPDATE, memories, caller, &writer, release, id)?;
     // Under review, every agent write waits for it: a change too.
     // A dormant record an agent changes is in use again.
     let status = release.tools.agent_writes;
@@ -209,7 +210,7 @@ pub(super) async fn delete(
     let input = Input::new(DELETE, input, &["id"])?;
     let writer = writer_of(DELETE, caller, release, WriterKind::Agent)?;
     let id = input.text("id")?;
-    let item = changeable(DELETE, memories, caller, release, id)?;
+    let item = changeable(DELETE, memories, caller, &writer, release, id)?;
     let record = memories
         .delete_as(&caller.caller.tenant, item.head.id(), &writer)
         .await

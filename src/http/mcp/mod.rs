@@ -20,10 +20,10 @@
 //! What `rmcp` refuses before JSON-RPC starts (a body that is not JSON or not a JSON-RPC message,
 //! another `Content-Type`, an `Accept` without both media types) it answers in plain text, a body
 //! as a 415. MCP clients read a JSON-RPC error there, as the official SDKs' servers send it: so
-//! `admit` refuses the body and its type itself (`unreadable`: 400 with -32700 for what is not
-//! JSON, -32600 for JSON that is not one JSON-RPC message, a batch included; 415 with -32000 for
-//! another media type), and a plain-text refusal `rmcp` still makes (`Accept`: 406) is given the
-//! same shape (`as_json_rpc`), its status kept. Their `id` is `null`: the request's is unknown
+//! each plain-text refusal of `rmcp`'s becomes one (`as_json_rpc`): for a body or type it could
+//! not read, by what was wrong (`unreadable`: 400 with -32700 for what is not JSON, -32600 for
+//! JSON that is not one JSON-RPC message, a batch included; 415 with -32000 for another media
+//! type), any other (`Accept`: 406) with its status kept. A body `rmcp` takes is parsed once. Their `id` is `null`: the request's is unknown
 //! (JSON-RPC 2.0, section 5). Identity errors stay in the gateway's shape, as on every route.
 //!
 //! Hosts are checked by memgate's own `allowed_hosts` layer, so `rmcp`'s is turned off. Browsers
@@ -38,7 +38,7 @@ use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::header::CONTENT_TYPE;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::MethodRouter;
@@ -71,17 +71,17 @@ async fn admit(State(state): State<AppState>, request: Request, next: Next) -> R
     let (mut parts, body) = request.into_parts();
     let (caller, client, bytes, budget_permit) =
         crate::http::body::read_as_caller(&state, &parts, body).await?;
-    if let Some(refused) = unreadable(&parts.headers, &bytes) {
-        return Ok(refused);
-    }
     let ask = headers::ask(&parts.headers)?;
     let release = state.rollout().route(&caller, ask.pin.as_deref(), client)?;
     parts.extensions.insert(server::Access::new(&caller, release, &ask));
+    let content_type = parts.headers.get(CONTENT_TYPE).cloned();
     // Stateless and JSON: the call has run by the time its answer is back, so the body's
-    // share of the budget is held for exactly as long as the request works.
-    let response = next.run(Request::from_parts(parts, Body::from(bytes))).await;
+    // share of the budget is held for exactly as long as the request works (a refusal's reading
+    // of it included).
+    let response = next.run(Request::from_parts(parts, Body::from(bytes.clone()))).await;
+    let response = as_json_rpc(response, content_type.as_ref(), &bytes).await;
     drop(budget_permit);
-    Ok(as_json_rpc(response).await)
+    Ok(response)
 }
 
 /// JSON-RPC's codes for a message that cannot be read, and the MCP SDKs' for a transport refusal.
@@ -98,10 +98,11 @@ fn json_rpc_error(status: StatusCode, code: i64, message: &str) -> Response {
     response
 }
 
-/// The refusal of a body `rmcp` would answer in plain text: not `application/json`, not JSON,
-/// or not one JSON-RPC message of MCP (a batch is not: MCP's revisions since 2025-06-18 have none).
-fn unreadable(headers: &HeaderMap, body: &[u8]) -> Option<Response> {
-    let json_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|value| {
+/// The refusal of a body `rmcp` answered in plain text: not `application/json`, not JSON, or not
+/// one JSON-RPC message of MCP (a batch is not: MCP's revisions since 2025-06-18 have none).
+/// Read only once `rmcp` refused, so an accepted body is parsed once.
+fn unreadable(content_type: Option<&HeaderValue>, body: &[u8]) -> Option<Response> {
+    let json_type = content_type.and_then(|v| v.to_str().ok()).is_some_and(|value| {
         let essence = value.split_once(';').map_or(value, |(essence, _)| essence);
         essence.trim().eq_ignore_ascii_case("application/json")
     });
@@ -128,9 +129,10 @@ fn unreadable(headers: &HeaderMap, body: &[u8]) -> Option<Response> {
 /// Bodies of `rmcp`'s plain-text refusals are a line or two; past this it is not one.
 const PLAIN_REFUSAL_BYTES: usize = 4096;
 
-/// `rmcp`'s plain-text refusals (a client error without a JSON body: `Accept` lacking a media
-/// type) in the JSON-RPC shape, with their status and words; every other answer as it is.
-async fn as_json_rpc(response: Response) -> Response {
+/// `rmcp`'s plain-text refusals (a client error without a JSON body) in the JSON-RPC shape: a
+/// body it could not read as `unreadable` says, any other (`Accept` lacking a media type) with
+/// its status and words; every other answer as it is.
+async fn as_json_rpc(response: Response, content_type: Option<&HeaderValue>, body: &[u8]) -> Response {
     let is_json = response
         .headers()
         .get(CONTENT_TYPE)
@@ -138,6 +140,9 @@ async fn as_json_rpc(response: Response) -> Response {
         .is_some_and(|value| value.trim_start().to_ascii_lowercase().starts_with("application/json"));
     if !response.status().is_client_error() || is_json {
         return response;
+    }
+    if let Some(refused) = unreadable(content_type, body) {
+        return refused;
     }
     let (parts, body) = response.into_parts();
     let text = match axum::body::to_bytes(body, PLAIN_REFUSAL_BYTES).await {

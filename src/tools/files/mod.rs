@@ -69,7 +69,7 @@ pub async fn run(
         );
     };
     let tenant = &caller.caller.tenant;
-    let scope = writer.bounds.map_or("", |b| b.scope);
+    let scope = writer.scope().unwrap_or_default();
     let (tree, proposed) = match load(memories, tenant, scope, writer.author).await {
         Ok(loaded) => loaded,
         Err(result) => return result,
